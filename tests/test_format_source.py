@@ -35,6 +35,7 @@ def test_a_narrower_width_keeps_the_ast(catalog):
     "s = g('" + " ".join(["word"] * 60) + "', r'a\\\\ b " + "z " * 50 + "')\n",
     "from m import " + ", ".join(f"name{i}" for i in range(30)) + "\n",
     "def f(" + ", ".join(f"p{i}=1" for i in range(30)) + "):\n    return -p0 if p1 else p2  # a comment\n",
+    "t = {(" + ", ".join(repr("n" * 40 + str(i)) for i in range(3)) + ", '" + "w" * 100 + "'): 1}\n",
     "class A:\n    def g(self):\n        return [x for x in range(3) if x > 0] + [" + ", ".join(map(str, range(60))) + "]\n",
 ])
 def test_long_lines_break_within_the_width_to_the_same_tree(src):

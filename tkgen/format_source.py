@@ -132,13 +132,17 @@ def _operand_end(t: _Tok) -> bool:
 
 def _breaks(body, depths):
     """The token indices a line may start at: inside brackets, after a comma, a colon, a keyword's `=` or an
-    opening bracket, before a binary operator that follows an operand, between adjacent strings."""
+    opening bracket, before a binary operator that follows an operand, between adjacent strings; negated,
+    before a closing bracket (a last resort)."""
     out = []
     for i in range(1, len(body)):
         if depths[i] == 0 and not (body[i].type == tokenize.OP and body[i].string in _CLOSE):
             continue
         a, b = body[i - 1], body[i]
         if b.type == tokenize.OP and b.string in _CLOSE:
+            if a.type == tokenize.OP and a.string in _OPEN:
+                continue
+            out.append(-i)                 # before a closing bracket: only where nothing else fits
             continue
         if (a.type == tokenize.OP and (a.string in (",", ":", "=") or a.string in _OPEN)) or \
                 (b.string in _OPERATORS and b.type in (tokenize.OP, tokenize.NAME) and _operand_end(a)) or \
@@ -151,7 +155,8 @@ def _fill(body, depths, indent: str, width: int) -> List[str]:
     """Greedy lines: each ends at the shallowest break where it still fits (the last such one); where none
     fits, at the first break."""
     gaps = [0] + [len(_gap(body[i - 1], body[i])) for i in range(1, len(body))]
-    breaks = _breaks(body, depths)
+    every = _breaks(body, depths)
+    breaks, last_resort = [b for b in every if b > 0], [-b for b in every if b < 0]
     extra = 1 if body[-1].string == ":" else 0         # a block's header: its continuation past the body
     lines, start, pad = [], 0, indent
     while True:
@@ -167,12 +172,19 @@ def _fill(body, depths, indent: str, width: int) -> List[str]:
             if best is None or depths[b] <= depths[best]:
                 best = b
         rest = length + sum((gaps[k] if k > start else 0) + len(body[k].string) for k in range(i, len(body)))
+        if (best is None or _width(body, gaps, pad, start, best) > width) and rest > width:
+            fits = [b for b in last_resort if b > start and _width(body, gaps, pad, start, b) <= width]
+            best = fits[-1] if fits else best
         if best is None or rest <= width:
             lines.append(pad + _text(body, start, len(body)))
             return lines
         lines.append(pad + _text(body, start, best))
         start = best
         pad = indent + INDENT * (min(max(depths[best], 1), _MAX_DEPTH_INDENT) + extra)
+
+
+def _width(body, gaps, pad, a, b) -> int:
+    return len(pad) + sum((gaps[k] if k > a else 0) + len(body[k].string) for k in range(a, b))
 
 
 def _text(body, a, b) -> str:

@@ -152,15 +152,18 @@ def op_module(catalog, spec, header):
             dtypes[v] = None if t.like else output_dtype(catalog, spec, t, variant)
             shapes[v] = "(" + ", ".join(dims) + ",)"
             pads[v] = col_pad(catalog, spec, t, variant)
-        dtype_fn = f"lambda v, dt: dt[{t.like!r}]" if t.like else f"lambda v, dt: {dtypes!r}[v]"
+        dtype_fn = f"lambda v, dt: dt[{t.like!r}]" if t.like else \
+            f"lambda v, dt: {variant_table({v: repr(d) for v, d in dtypes.items()})}[v]"
         dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
         accumulate = any(name in build_program(spec, catalog.elements, catalog.scales, v).accumulated(dyn)
                          for v in spec.variants())
         # keep_rows: the dim of the rows, where rows not kept are left untouched (compared to the poison)
         rows = [i for i, group in enumerate(t.view) if dyn in group] if kept_rows else []
-        outputs.append(dict(name=name, shapes=shapes, dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
+        outputs.append(dict(name=name, shapes=variant_table({v: f"lambda d: {fn}" for v, fn in shapes.items()}),
+                            dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
                             accumulate=accumulate, at=t.at, row_dim=rows[0] if rows and not t.at else None,
-                            col_pad=f"lambda v: {pads!r}[v]" if any(pads.values()) else None))
+                            col_pad=f"lambda v: {variant_table({v: repr(p) for v, p in pads.items()})}[v]"
+                            if any(pads.values()) else None))
     dims = [dict(name=d.name, dynamic=d.name == spec.dynamic_dim, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
@@ -237,8 +240,19 @@ def codec_table(catalog, spec, t):
     """Source of `lambda v: {variant: codec}[v]` for an input with a format, else None."""
     if not (t.format_ref or t.scale_ref):
         return None
-    table = {spec.variant_name(v): codec(catalog, spec, t, v) for v in spec.variants()}
-    return f"lambda v: {table!r}[v]"
+    table = {spec.variant_name(v): repr(codec(catalog, spec, t, v)) for v in spec.variants()}
+    return f"lambda v: {variant_table(table)}[v]"
+
+
+def variant_table(sources: Dict[str, str]) -> str:
+    """Source of a dict from variant names to values (given as source): a literal where every value
+    differs, else `by_variant({(names...): value})`, each value written once (tkgen/runtime/ops.py)."""
+    groups: Dict[str, list] = {}
+    for name, src in sources.items():
+        groups.setdefault(src, []).append(name)
+    if len(groups) == len(sources):
+        return "{" + ", ".join(f"{n!r}: {src}" for n, src in sources.items()) + "}"
+    return "by_variant({" + ", ".join(f"{tuple(names)!r}: {src}" for src, names in groups.items()) + "})"
 
 
 def _sentence(text) -> str:

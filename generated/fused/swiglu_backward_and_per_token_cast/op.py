@@ -10,7 +10,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, params=
     (
@@ -31,523 +31,292 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
     (
         InputInfo("q", (), ('T', '2 * H'), lambda d: (d["T"], (2 * d["H"]),), False, (('T', 1), ('H', 2)), None, codec=
             lambda v:
-            {'fp32_row_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}}[v]),
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'):
+                    {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
+                        'store': 'codes'}})[v]),
         InputInfo("sf", (), ('T', '2 * H / group'), lambda d: (d["T"], ((2 * d["H"]) // d["group"]),), False,
             (('T', 1), None), None, codec=lambda v:
-            {'fp32_row_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}}[v]),
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'):
+                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                        'float'}})[v]),
         InputInfo("act_x_grad", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)),
             None), InputInfo("weights", ('fp32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
         OutputInfo("x_grad",
-            { "fp32_row_false": lambda d: (d["T"], (2 * d["H"]),), "fp32_row_false_with_clamp": lambda d:
-                (d["T"], (2 * d["H"]),), "fp32_row_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_row_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "fp32_row_true": lambda d:
-                (d["T"], (2 * d["H"]),), "fp32_row_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_row_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_row_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "fp32_col_false": lambda d:
-                (d["T"], (2 * d["H"]),), "fp32_col_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_col_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_col_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "fp32_col_true": lambda d:
-                (d["T"], (2 * d["H"]),), "fp32_col_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_col_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_col_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "pow2_row_false": lambda d:
-                (d["T"], (2 * d["H"]),), "pow2_row_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_row_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_row_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "pow2_row_true": lambda d:
-                (d["T"], (2 * d["H"]),), "pow2_row_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_row_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_row_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "pow2_col_false": lambda d:
-                (d["T"], (2 * d["H"]),), "pow2_col_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_col_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_col_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "pow2_col_true": lambda d:
-                (d["T"], (2 * d["H"]),), "pow2_col_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_col_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_col_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "ue8m0_row_false": lambda d:
-                (d["T"], (2 * d["H"]),), "ue8m0_row_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_row_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_row_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "ue8m0_row_true":
-                lambda d: (d["T"], (2 * d["H"]),), "ue8m0_row_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_row_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_row_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "ue8m0_col_false":
-                lambda d: (d["T"], (2 * d["H"]),), "ue8m0_col_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_col_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_col_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "ue8m0_col_true":
-                lambda d: (d["T"], (2 * d["H"]),), "ue8m0_col_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_col_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_col_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), }, lambda v, dt:
-            {'fp32_row_false': 'bfloat16', 'fp32_row_false_with_clamp': 'bfloat16', 'fp32_row_false_with_weights':
-                'bfloat16', 'fp32_row_false_with_weights_with_clamp': 'bfloat16', 'fp32_row_true': 'bfloat16',
-                'fp32_row_true_with_clamp': 'bfloat16', 'fp32_row_true_with_weights': 'bfloat16',
-                'fp32_row_true_with_weights_with_clamp': 'bfloat16', 'fp32_col_false': 'bfloat16',
-                'fp32_col_false_with_clamp': 'bfloat16', 'fp32_col_false_with_weights': 'bfloat16',
-                'fp32_col_false_with_weights_with_clamp': 'bfloat16', 'fp32_col_true': 'bfloat16',
-                'fp32_col_true_with_clamp': 'bfloat16', 'fp32_col_true_with_weights': 'bfloat16',
-                'fp32_col_true_with_weights_with_clamp': 'bfloat16', 'pow2_row_false': 'bfloat16',
-                'pow2_row_false_with_clamp': 'bfloat16', 'pow2_row_false_with_weights': 'bfloat16',
-                'pow2_row_false_with_weights_with_clamp': 'bfloat16', 'pow2_row_true': 'bfloat16',
-                'pow2_row_true_with_clamp': 'bfloat16', 'pow2_row_true_with_weights': 'bfloat16',
-                'pow2_row_true_with_weights_with_clamp': 'bfloat16', 'pow2_col_false': 'bfloat16',
-                'pow2_col_false_with_clamp': 'bfloat16', 'pow2_col_false_with_weights': 'bfloat16',
-                'pow2_col_false_with_weights_with_clamp': 'bfloat16', 'pow2_col_true': 'bfloat16',
-                'pow2_col_true_with_clamp': 'bfloat16', 'pow2_col_true_with_weights': 'bfloat16',
-                'pow2_col_true_with_weights_with_clamp': 'bfloat16', 'ue8m0_row_false': 'bfloat16',
-                'ue8m0_row_false_with_clamp': 'bfloat16', 'ue8m0_row_false_with_weights': 'bfloat16',
-                'ue8m0_row_false_with_weights_with_clamp': 'bfloat16', 'ue8m0_row_true': 'bfloat16',
-                'ue8m0_row_true_with_clamp': 'bfloat16', 'ue8m0_row_true_with_weights': 'bfloat16',
-                'ue8m0_row_true_with_weights_with_clamp': 'bfloat16', 'ue8m0_col_false': 'bfloat16',
-                'ue8m0_col_false_with_clamp': 'bfloat16', 'ue8m0_col_false_with_weights': 'bfloat16',
-                'ue8m0_col_false_with_weights_with_clamp': 'bfloat16', 'ue8m0_col_true': 'bfloat16',
-                'ue8m0_col_true_with_clamp': 'bfloat16', 'ue8m0_col_true_with_weights': 'bfloat16',
-                'ue8m0_col_true_with_weights_with_clamp': 'bfloat16'}[v], 'bit', None, False),
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d:
+                    (d["T"], (2 * d["H"]),)}), lambda v, dt:
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'bfloat16'})[v],
+            'bit', None, False),
         OutputInfo("x_grad_fp8",
-            { "fp32_row_false": lambda d: (d["T"], (2 * d["H"]),), "fp32_row_false_with_clamp": lambda d:
-                (d["T"], (2 * d["H"]),), "fp32_row_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_row_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "fp32_row_true": lambda d:
-                (d["T"], (2 * d["H"]),), "fp32_row_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_row_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_row_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "fp32_col_false": lambda d:
-                (d["T"], (2 * d["H"]),), "fp32_col_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_col_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_col_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "fp32_col_true": lambda d:
-                (d["T"], (2 * d["H"]),), "fp32_col_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_col_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "fp32_col_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "pow2_row_false": lambda d:
-                (d["T"], (2 * d["H"]),), "pow2_row_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_row_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_row_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "pow2_row_true": lambda d:
-                (d["T"], (2 * d["H"]),), "pow2_row_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_row_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_row_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "pow2_col_false": lambda d:
-                (d["T"], (2 * d["H"]),), "pow2_col_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_col_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_col_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "pow2_col_true": lambda d:
-                (d["T"], (2 * d["H"]),), "pow2_col_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_col_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "pow2_col_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "ue8m0_row_false": lambda d:
-                (d["T"], (2 * d["H"]),), "ue8m0_row_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_row_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_row_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "ue8m0_row_true":
-                lambda d: (d["T"], (2 * d["H"]),), "ue8m0_row_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_row_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_row_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "ue8m0_col_false":
-                lambda d: (d["T"], (2 * d["H"]),), "ue8m0_col_false_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_col_false_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_col_false_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), "ue8m0_col_true":
-                lambda d: (d["T"], (2 * d["H"]),), "ue8m0_col_true_with_clamp": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_col_true_with_weights": lambda d: (d["T"], (2 * d["H"]),),
-                "ue8m0_col_true_with_weights_with_clamp": lambda d: (d["T"], (2 * d["H"]),), }, lambda v, dt:
-            {'fp32_row_false': 'float8_e4m3fn', 'fp32_row_false_with_clamp': 'float8_e4m3fn',
-                'fp32_row_false_with_weights': 'float8_e4m3fn', 'fp32_row_false_with_weights_with_clamp':
-                'float8_e4m3fn', 'fp32_row_true': 'float8_e4m3fn', 'fp32_row_true_with_clamp': 'float8_e4m3fn',
-                'fp32_row_true_with_weights': 'float8_e4m3fn', 'fp32_row_true_with_weights_with_clamp': 'float8_e4m3fn',
-                'fp32_col_false': 'float8_e4m3fn', 'fp32_col_false_with_clamp': 'float8_e4m3fn',
-                'fp32_col_false_with_weights': 'float8_e4m3fn', 'fp32_col_false_with_weights_with_clamp':
-                'float8_e4m3fn', 'fp32_col_true': 'float8_e4m3fn', 'fp32_col_true_with_clamp': 'float8_e4m3fn',
-                'fp32_col_true_with_weights': 'float8_e4m3fn', 'fp32_col_true_with_weights_with_clamp': 'float8_e4m3fn',
-                'pow2_row_false': 'float8_e4m3fn', 'pow2_row_false_with_clamp': 'float8_e4m3fn',
-                'pow2_row_false_with_weights': 'float8_e4m3fn', 'pow2_row_false_with_weights_with_clamp':
-                'float8_e4m3fn', 'pow2_row_true': 'float8_e4m3fn', 'pow2_row_true_with_clamp': 'float8_e4m3fn',
-                'pow2_row_true_with_weights': 'float8_e4m3fn', 'pow2_row_true_with_weights_with_clamp': 'float8_e4m3fn',
-                'pow2_col_false': 'float8_e4m3fn', 'pow2_col_false_with_clamp': 'float8_e4m3fn',
-                'pow2_col_false_with_weights': 'float8_e4m3fn', 'pow2_col_false_with_weights_with_clamp':
-                'float8_e4m3fn', 'pow2_col_true': 'float8_e4m3fn', 'pow2_col_true_with_clamp': 'float8_e4m3fn',
-                'pow2_col_true_with_weights': 'float8_e4m3fn', 'pow2_col_true_with_weights_with_clamp': 'float8_e4m3fn',
-                'ue8m0_row_false': 'float8_e4m3fn', 'ue8m0_row_false_with_clamp': 'float8_e4m3fn',
-                'ue8m0_row_false_with_weights': 'float8_e4m3fn', 'ue8m0_row_false_with_weights_with_clamp':
-                'float8_e4m3fn', 'ue8m0_row_true': 'float8_e4m3fn', 'ue8m0_row_true_with_clamp': 'float8_e4m3fn',
-                'ue8m0_row_true_with_weights': 'float8_e4m3fn', 'ue8m0_row_true_with_weights_with_clamp':
-                'float8_e4m3fn', 'ue8m0_col_false': 'float8_e4m3fn', 'ue8m0_col_false_with_clamp': 'float8_e4m3fn',
-                'ue8m0_col_false_with_weights': 'float8_e4m3fn', 'ue8m0_col_false_with_weights_with_clamp':
-                'float8_e4m3fn', 'ue8m0_col_true': 'float8_e4m3fn', 'ue8m0_col_true_with_clamp': 'float8_e4m3fn',
-                'ue8m0_col_true_with_weights': 'float8_e4m3fn', 'ue8m0_col_true_with_weights_with_clamp':
-                'float8_e4m3fn'}[v], 'bit', None, False),
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d:
+                    (d["T"], (2 * d["H"]),)}), lambda v, dt:
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'float8_e4m3fn'})[v],
+            'bit', None, False),
         OutputInfo("x_grad_sf",
-            { "fp32_row_false": lambda d: (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_row_false_with_clamp":
-                lambda d: (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_row_false_with_weights": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_row_false_with_weights_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_row_true": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_row_true_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_row_true_with_weights": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_row_true_with_weights_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_col_false": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_col_false_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_col_false_with_weights": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_col_false_with_weights_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_col_true": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_col_true_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_col_true_with_weights": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "fp32_col_true_with_weights_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_row_false": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_row_false_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_row_false_with_weights": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_row_false_with_weights_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_row_true": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_row_true_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_row_true_with_weights": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_row_true_with_weights_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_col_false": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_col_false_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_col_false_with_weights": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_col_false_with_weights_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_col_true": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_col_true_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_col_true_with_weights": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "pow2_col_true_with_weights_with_clamp": lambda d:
-                (d["T"], ((2 * d["H"]) // d["group"]),), "ue8m0_row_false": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_row_false_with_clamp": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_row_false_with_weights": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_row_false_with_weights_with_clamp": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_row_true": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_row_true_with_clamp": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_row_true_with_weights": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_row_true_with_weights_with_clamp": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_col_false": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_col_false_with_clamp": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_col_false_with_weights": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_col_false_with_weights_with_clamp": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_col_true": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_col_true_with_clamp": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_col_true_with_weights": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), "ue8m0_col_true_with_weights_with_clamp": lambda d:
-                (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),), }, lambda v, dt:
-            {'fp32_row_false': 'float32', 'fp32_row_false_with_clamp': 'float32', 'fp32_row_false_with_weights':
-                'float32', 'fp32_row_false_with_weights_with_clamp': 'float32', 'fp32_row_true': 'float32',
-                'fp32_row_true_with_clamp': 'float32', 'fp32_row_true_with_weights': 'float32',
-                'fp32_row_true_with_weights_with_clamp': 'float32', 'fp32_col_false': 'float32',
-                'fp32_col_false_with_clamp': 'float32', 'fp32_col_false_with_weights': 'float32',
-                'fp32_col_false_with_weights_with_clamp': 'float32', 'fp32_col_true': 'float32',
-                'fp32_col_true_with_clamp': 'float32', 'fp32_col_true_with_weights': 'float32',
-                'fp32_col_true_with_weights_with_clamp': 'float32', 'pow2_row_false': 'float32',
-                'pow2_row_false_with_clamp': 'float32', 'pow2_row_false_with_weights': 'float32',
-                'pow2_row_false_with_weights_with_clamp': 'float32', 'pow2_row_true': 'float32',
-                'pow2_row_true_with_clamp': 'float32', 'pow2_row_true_with_weights': 'float32',
-                'pow2_row_true_with_weights_with_clamp': 'float32', 'pow2_col_false': 'float32',
-                'pow2_col_false_with_clamp': 'float32', 'pow2_col_false_with_weights': 'float32',
-                'pow2_col_false_with_weights_with_clamp': 'float32', 'pow2_col_true': 'float32',
-                'pow2_col_true_with_clamp': 'float32', 'pow2_col_true_with_weights': 'float32',
-                'pow2_col_true_with_weights_with_clamp': 'float32', 'ue8m0_row_false': 'int32',
-                'ue8m0_row_false_with_clamp': 'int32', 'ue8m0_row_false_with_weights': 'int32',
-                'ue8m0_row_false_with_weights_with_clamp': 'int32', 'ue8m0_row_true': 'int32',
-                'ue8m0_row_true_with_clamp': 'int32', 'ue8m0_row_true_with_weights': 'int32',
-                'ue8m0_row_true_with_weights_with_clamp': 'int32', 'ue8m0_col_false': 'int32',
-                'ue8m0_col_false_with_clamp': 'int32', 'ue8m0_col_false_with_weights': 'int32',
-                'ue8m0_col_false_with_weights_with_clamp': 'int32', 'ue8m0_col_true': 'int32',
-                'ue8m0_col_true_with_clamp': 'int32', 'ue8m0_col_true_with_weights': 'int32',
-                'ue8m0_col_true_with_weights_with_clamp': 'int32'}[v], 'bit', None, False, col_pad=lambda v:
-            {'fp32_row_false': None, 'fp32_row_false_with_clamp': None, 'fp32_row_false_with_weights': None,
-                'fp32_row_false_with_weights_with_clamp': None, 'fp32_row_true': None, 'fp32_row_true_with_clamp': None,
-                'fp32_row_true_with_weights': None, 'fp32_row_true_with_weights_with_clamp': None, 'fp32_col_false': 4,
-                'fp32_col_false_with_clamp': 4, 'fp32_col_false_with_weights': 4,
-                'fp32_col_false_with_weights_with_clamp': 4, 'fp32_col_true': 4, 'fp32_col_true_with_clamp': 4,
-                'fp32_col_true_with_weights': 4, 'fp32_col_true_with_weights_with_clamp': 4, 'pow2_row_false': None,
-                'pow2_row_false_with_clamp': None, 'pow2_row_false_with_weights': None,
-                'pow2_row_false_with_weights_with_clamp': None, 'pow2_row_true': None, 'pow2_row_true_with_clamp': None,
-                'pow2_row_true_with_weights': None, 'pow2_row_true_with_weights_with_clamp': None, 'pow2_col_false': 4,
-                'pow2_col_false_with_clamp': 4, 'pow2_col_false_with_weights': 4,
-                'pow2_col_false_with_weights_with_clamp': 4, 'pow2_col_true': 4, 'pow2_col_true_with_clamp': 4,
-                'pow2_col_true_with_weights': 4, 'pow2_col_true_with_weights_with_clamp': 4, 'ue8m0_row_false': None,
-                'ue8m0_row_false_with_clamp': None, 'ue8m0_row_false_with_weights': None,
-                'ue8m0_row_false_with_weights_with_clamp': None, 'ue8m0_row_true': None, 'ue8m0_row_true_with_clamp':
-                None, 'ue8m0_row_true_with_weights': None, 'ue8m0_row_true_with_weights_with_clamp': None,
-                'ue8m0_col_false': 4, 'ue8m0_col_false_with_clamp': 4, 'ue8m0_col_false_with_weights': 4,
-                'ue8m0_col_false_with_weights_with_clamp': 4, 'ue8m0_col_true': 4, 'ue8m0_col_true_with_clamp': 4,
-                'ue8m0_col_true_with_weights': 4, 'ue8m0_col_true_with_weights_with_clamp': 4}[v]),
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp'): lambda d:
+                    (d["T"], ((2 * d["H"]) // d["group"]),),
+                    ('ue8m0_row_false', 'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d:
+                    (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),)}), lambda v, dt:
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp'): 'float32',
+                    ('ue8m0_row_false', 'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'int32'})[v], 'bit',
+            None, False, col_pad=lambda v:
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp'): None,
+                    ('fp32_col_false', 'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 4})[v]),
         OutputInfo("weight_grad",
-            { "fp32_row_false": lambda d: (0,), "fp32_row_false_with_clamp": lambda d: (0,),
-                "fp32_row_false_with_weights": lambda d: (d["T"],), "fp32_row_false_with_weights_with_clamp": lambda d:
-                (d["T"],), "fp32_row_true": lambda d: (0,), "fp32_row_true_with_clamp": lambda d: (0,),
-                "fp32_row_true_with_weights": lambda d: (d["T"],), "fp32_row_true_with_weights_with_clamp": lambda d:
-                (d["T"],), "fp32_col_false": lambda d: (0,), "fp32_col_false_with_clamp": lambda d: (0,),
-                "fp32_col_false_with_weights": lambda d: (d["T"],), "fp32_col_false_with_weights_with_clamp": lambda d:
-                (d["T"],), "fp32_col_true": lambda d: (0,), "fp32_col_true_with_clamp": lambda d: (0,),
-                "fp32_col_true_with_weights": lambda d: (d["T"],), "fp32_col_true_with_weights_with_clamp": lambda d:
-                (d["T"],), "pow2_row_false": lambda d: (0,), "pow2_row_false_with_clamp": lambda d: (0,),
-                "pow2_row_false_with_weights": lambda d: (d["T"],), "pow2_row_false_with_weights_with_clamp": lambda d:
-                (d["T"],), "pow2_row_true": lambda d: (0,), "pow2_row_true_with_clamp": lambda d: (0,),
-                "pow2_row_true_with_weights": lambda d: (d["T"],), "pow2_row_true_with_weights_with_clamp": lambda d:
-                (d["T"],), "pow2_col_false": lambda d: (0,), "pow2_col_false_with_clamp": lambda d: (0,),
-                "pow2_col_false_with_weights": lambda d: (d["T"],), "pow2_col_false_with_weights_with_clamp": lambda d:
-                (d["T"],), "pow2_col_true": lambda d: (0,), "pow2_col_true_with_clamp": lambda d: (0,),
-                "pow2_col_true_with_weights": lambda d: (d["T"],), "pow2_col_true_with_weights_with_clamp": lambda d:
-                (d["T"],), "ue8m0_row_false": lambda d: (0,), "ue8m0_row_false_with_clamp": lambda d: (0,),
-                "ue8m0_row_false_with_weights": lambda d: (d["T"],), "ue8m0_row_false_with_weights_with_clamp":
-                lambda d: (d["T"],), "ue8m0_row_true": lambda d: (0,), "ue8m0_row_true_with_clamp": lambda d: (0,),
-                "ue8m0_row_true_with_weights": lambda d: (d["T"],), "ue8m0_row_true_with_weights_with_clamp": lambda d:
-                (d["T"],), "ue8m0_col_false": lambda d: (0,), "ue8m0_col_false_with_clamp": lambda d: (0,),
-                "ue8m0_col_false_with_weights": lambda d: (d["T"],), "ue8m0_col_false_with_weights_with_clamp":
-                lambda d: (d["T"],), "ue8m0_col_true": lambda d: (0,), "ue8m0_col_true_with_clamp": lambda d: (0,),
-                "ue8m0_col_true_with_weights": lambda d: (d["T"],), "ue8m0_col_true_with_weights_with_clamp": lambda d:
-                (d["T"],), }, lambda v, dt:
-            {'fp32_row_false': 'float32', 'fp32_row_false_with_clamp': 'float32', 'fp32_row_false_with_weights':
-                'float32', 'fp32_row_false_with_weights_with_clamp': 'float32', 'fp32_row_true': 'float32',
-                'fp32_row_true_with_clamp': 'float32', 'fp32_row_true_with_weights': 'float32',
-                'fp32_row_true_with_weights_with_clamp': 'float32', 'fp32_col_false': 'float32',
-                'fp32_col_false_with_clamp': 'float32', 'fp32_col_false_with_weights': 'float32',
-                'fp32_col_false_with_weights_with_clamp': 'float32', 'fp32_col_true': 'float32',
-                'fp32_col_true_with_clamp': 'float32', 'fp32_col_true_with_weights': 'float32',
-                'fp32_col_true_with_weights_with_clamp': 'float32', 'pow2_row_false': 'float32',
-                'pow2_row_false_with_clamp': 'float32', 'pow2_row_false_with_weights': 'float32',
-                'pow2_row_false_with_weights_with_clamp': 'float32', 'pow2_row_true': 'float32',
-                'pow2_row_true_with_clamp': 'float32', 'pow2_row_true_with_weights': 'float32',
-                'pow2_row_true_with_weights_with_clamp': 'float32', 'pow2_col_false': 'float32',
-                'pow2_col_false_with_clamp': 'float32', 'pow2_col_false_with_weights': 'float32',
-                'pow2_col_false_with_weights_with_clamp': 'float32', 'pow2_col_true': 'float32',
-                'pow2_col_true_with_clamp': 'float32', 'pow2_col_true_with_weights': 'float32',
-                'pow2_col_true_with_weights_with_clamp': 'float32', 'ue8m0_row_false': 'float32',
-                'ue8m0_row_false_with_clamp': 'float32', 'ue8m0_row_false_with_weights': 'float32',
-                'ue8m0_row_false_with_weights_with_clamp': 'float32', 'ue8m0_row_true': 'float32',
-                'ue8m0_row_true_with_clamp': 'float32', 'ue8m0_row_true_with_weights': 'float32',
-                'ue8m0_row_true_with_weights_with_clamp': 'float32', 'ue8m0_col_false': 'float32',
-                'ue8m0_col_false_with_clamp': 'float32', 'ue8m0_col_false_with_weights': 'float32',
-                'ue8m0_col_false_with_weights_with_clamp': 'float32', 'ue8m0_col_true': 'float32',
-                'ue8m0_col_true_with_clamp': 'float32', 'ue8m0_col_true_with_weights': 'float32',
-                'ue8m0_col_true_with_weights_with_clamp': 'float32'}[v],
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_col_false', 'fp32_col_false_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'pow2_row_false', 'pow2_row_false_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_col_false', 'pow2_col_false_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'ue8m0_row_false', 'ue8m0_row_false_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_col_false', 'ue8m0_col_false_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp'):
+                    lambda d: (0,),
+                    ('fp32_row_false_with_weights', 'fp32_row_false_with_weights_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp',
+                        'fp32_col_false_with_weights', 'fp32_col_false_with_weights_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp',
+                        'pow2_row_false_with_weights', 'pow2_row_false_with_weights_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp',
+                        'pow2_col_false_with_weights', 'pow2_col_false_with_weights_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp',
+                        'ue8m0_row_false_with_weights', 'ue8m0_row_false_with_weights_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp',
+                        'ue8m0_col_false_with_weights', 'ue8m0_col_false_with_weights_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d: (d["T"],)}),
+            lambda v, dt:
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'float32'})[v],
             {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, 'weights', False),
         OutputInfo("act_out",
-            { "fp32_row_false": lambda d: (0,), "fp32_row_false_with_clamp": lambda d: (0,),
-                "fp32_row_false_with_weights": lambda d: (0,), "fp32_row_false_with_weights_with_clamp": lambda d: (0,),
-                "fp32_row_true": lambda d: (d["T"], d["H"],), "fp32_row_true_with_clamp": lambda d: (d["T"], d["H"],),
-                "fp32_row_true_with_weights": lambda d: (d["T"], d["H"],), "fp32_row_true_with_weights_with_clamp":
-                lambda d: (d["T"], d["H"],), "fp32_col_false": lambda d: (0,), "fp32_col_false_with_clamp": lambda d:
-                (0,), "fp32_col_false_with_weights": lambda d: (0,), "fp32_col_false_with_weights_with_clamp": lambda d:
-                (0,), "fp32_col_true": lambda d: (d["T"], d["H"],), "fp32_col_true_with_clamp": lambda d:
-                (d["T"], d["H"],), "fp32_col_true_with_weights": lambda d: (d["T"], d["H"],),
-                "fp32_col_true_with_weights_with_clamp": lambda d: (d["T"], d["H"],), "pow2_row_false": lambda d: (0,),
-                "pow2_row_false_with_clamp": lambda d: (0,), "pow2_row_false_with_weights": lambda d: (0,),
-                "pow2_row_false_with_weights_with_clamp": lambda d: (0,), "pow2_row_true": lambda d: (d["T"], d["H"],),
-                "pow2_row_true_with_clamp": lambda d: (d["T"], d["H"],), "pow2_row_true_with_weights": lambda d:
-                (d["T"], d["H"],), "pow2_row_true_with_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "pow2_col_false": lambda d: (0,), "pow2_col_false_with_clamp": lambda d: (0,),
-                "pow2_col_false_with_weights": lambda d: (0,), "pow2_col_false_with_weights_with_clamp": lambda d: (0,),
-                "pow2_col_true": lambda d: (d["T"], d["H"],), "pow2_col_true_with_clamp": lambda d: (d["T"], d["H"],),
-                "pow2_col_true_with_weights": lambda d: (d["T"], d["H"],), "pow2_col_true_with_weights_with_clamp":
-                lambda d: (d["T"], d["H"],), "ue8m0_row_false": lambda d: (0,), "ue8m0_row_false_with_clamp": lambda d:
-                (0,), "ue8m0_row_false_with_weights": lambda d: (0,), "ue8m0_row_false_with_weights_with_clamp":
-                lambda d: (0,), "ue8m0_row_true": lambda d: (d["T"], d["H"],), "ue8m0_row_true_with_clamp": lambda d:
-                (d["T"], d["H"],), "ue8m0_row_true_with_weights": lambda d: (d["T"], d["H"],),
-                "ue8m0_row_true_with_weights_with_clamp": lambda d: (d["T"], d["H"],), "ue8m0_col_false": lambda d:
-                (0,), "ue8m0_col_false_with_clamp": lambda d: (0,), "ue8m0_col_false_with_weights": lambda d: (0,),
-                "ue8m0_col_false_with_weights_with_clamp": lambda d: (0,), "ue8m0_col_true": lambda d:
-                (d["T"], d["H"],), "ue8m0_col_true_with_clamp": lambda d: (d["T"], d["H"],),
-                "ue8m0_col_true_with_weights": lambda d: (d["T"], d["H"],), "ue8m0_col_true_with_weights_with_clamp":
-                lambda d: (d["T"], d["H"],), }, lambda v, dt:
-            {'fp32_row_false': 'bfloat16', 'fp32_row_false_with_clamp': 'bfloat16', 'fp32_row_false_with_weights':
-                'bfloat16', 'fp32_row_false_with_weights_with_clamp': 'bfloat16', 'fp32_row_true': 'bfloat16',
-                'fp32_row_true_with_clamp': 'bfloat16', 'fp32_row_true_with_weights': 'bfloat16',
-                'fp32_row_true_with_weights_with_clamp': 'bfloat16', 'fp32_col_false': 'bfloat16',
-                'fp32_col_false_with_clamp': 'bfloat16', 'fp32_col_false_with_weights': 'bfloat16',
-                'fp32_col_false_with_weights_with_clamp': 'bfloat16', 'fp32_col_true': 'bfloat16',
-                'fp32_col_true_with_clamp': 'bfloat16', 'fp32_col_true_with_weights': 'bfloat16',
-                'fp32_col_true_with_weights_with_clamp': 'bfloat16', 'pow2_row_false': 'bfloat16',
-                'pow2_row_false_with_clamp': 'bfloat16', 'pow2_row_false_with_weights': 'bfloat16',
-                'pow2_row_false_with_weights_with_clamp': 'bfloat16', 'pow2_row_true': 'bfloat16',
-                'pow2_row_true_with_clamp': 'bfloat16', 'pow2_row_true_with_weights': 'bfloat16',
-                'pow2_row_true_with_weights_with_clamp': 'bfloat16', 'pow2_col_false': 'bfloat16',
-                'pow2_col_false_with_clamp': 'bfloat16', 'pow2_col_false_with_weights': 'bfloat16',
-                'pow2_col_false_with_weights_with_clamp': 'bfloat16', 'pow2_col_true': 'bfloat16',
-                'pow2_col_true_with_clamp': 'bfloat16', 'pow2_col_true_with_weights': 'bfloat16',
-                'pow2_col_true_with_weights_with_clamp': 'bfloat16', 'ue8m0_row_false': 'bfloat16',
-                'ue8m0_row_false_with_clamp': 'bfloat16', 'ue8m0_row_false_with_weights': 'bfloat16',
-                'ue8m0_row_false_with_weights_with_clamp': 'bfloat16', 'ue8m0_row_true': 'bfloat16',
-                'ue8m0_row_true_with_clamp': 'bfloat16', 'ue8m0_row_true_with_weights': 'bfloat16',
-                'ue8m0_row_true_with_weights_with_clamp': 'bfloat16', 'ue8m0_col_false': 'bfloat16',
-                'ue8m0_col_false_with_clamp': 'bfloat16', 'ue8m0_col_false_with_weights': 'bfloat16',
-                'ue8m0_col_false_with_weights_with_clamp': 'bfloat16', 'ue8m0_col_true': 'bfloat16',
-                'ue8m0_col_true_with_clamp': 'bfloat16', 'ue8m0_col_true_with_weights': 'bfloat16',
-                'ue8m0_col_true_with_weights_with_clamp': 'bfloat16'}[v], 'bit', 'recompute', False),), dims=
-    (("T", True, 0, None), ("H", False, 1, 16384),), requires=
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_col_false', 'fp32_col_false_with_clamp',
+                        'fp32_col_false_with_weights', 'fp32_col_false_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_col_false', 'pow2_col_false_with_clamp',
+                        'pow2_col_false_with_weights', 'pow2_col_false_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_col_false', 'ue8m0_col_false_with_clamp',
+                        'ue8m0_col_false_with_weights', 'ue8m0_col_false_with_weights_with_clamp'): lambda d: (0,),
+                    ('fp32_row_true', 'fp32_row_true_with_clamp', 'fp32_row_true_with_weights',
+                        'fp32_row_true_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_true',
+                        'pow2_row_true_with_clamp', 'pow2_row_true_with_weights',
+                        'pow2_row_true_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_true',
+                        'ue8m0_row_true_with_clamp', 'ue8m0_row_true_with_weights',
+                        'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d:
+                    (d["T"], d["H"],)}), lambda v, dt:
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'bfloat16'})[v],
+            'bit', 'recompute', False),), dims=(("T", True, 0, None), ("H", False, 1, 16384),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),
         ("scale != \u0027ue8m0\u0027 or H / group % 4 == 0", lambda d:
             ((d["scale"] != 'ue8m0') or (((d["H"] // d["group"]) % 4) == 0))),), factory_args=

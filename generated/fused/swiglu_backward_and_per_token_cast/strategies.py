@@ -8,6 +8,7 @@ stored and replayed.
 """
 from hypothesis import strategies as st
 
+from tkgen.runtime.ops import by_variant  # noqa: F401
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
 EXAMPLES = 4   # the spec's `tests: examples`: property tests draw at most this many cases
@@ -36,204 +37,54 @@ def cases(draw, max_rows=12):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], (2 * d["H"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            {'fp32_row_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_row_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'fp32_col_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_row_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'pow2_col_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_row_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_false':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_false_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_false_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_false_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_true':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_true_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_true_with_weights':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'ue8m0_col_true_with_weights_with_clamp':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}}[v])(variant), (d["T"], (2 * d["H"]),))
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'):
+                    {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
+                        'store': 'codes'}})[v])(variant), (d["T"], (2 * d["H"]),))
     recipe = draw(tensor_recipe(('fp32',), ('tiny', 'ties'), True))
     inputs["sf"], shapes["sf"] = (None, (d["T"], ((2 * d["H"]) // d["group"]),)) if recipe is None else with_codec(
         recipe,
         (lambda v:
-            {'fp32_row_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_row_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'fp32_col_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_row_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'pow2_col_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_row_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_false':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_false_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_false_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_false_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_true':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_true_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_true_with_weights':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'ue8m0_col_true_with_weights_with_clamp':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}}[v])(variant), (d["T"], ((2 * d["H"]) // d["group"]),))
+            by_variant(
+                {
+                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+                        'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+                        'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
+                        'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
+                        'fp32_col_false_with_weights_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
+                        'fp32_col_true_with_weights', 'fp32_col_true_with_weights_with_clamp', 'pow2_row_false',
+                        'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
+                        'pow2_row_false_with_weights_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
+                        'pow2_row_true_with_weights', 'pow2_row_true_with_weights_with_clamp', 'pow2_col_false',
+                        'pow2_col_false_with_clamp', 'pow2_col_false_with_weights',
+                        'pow2_col_false_with_weights_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
+                        'pow2_col_true_with_weights', 'pow2_col_true_with_weights_with_clamp', 'ue8m0_row_false',
+                        'ue8m0_row_false_with_clamp', 'ue8m0_row_false_with_weights',
+                        'ue8m0_row_false_with_weights_with_clamp', 'ue8m0_row_true', 'ue8m0_row_true_with_clamp',
+                        'ue8m0_row_true_with_weights', 'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_false',
+                        'ue8m0_col_false_with_clamp', 'ue8m0_col_false_with_weights',
+                        'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
+                        'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'):
+                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                        'float'}})[v])(variant), (d["T"], ((2 * d["H"]) // d["group"]),))
     recipe = draw(tensor_recipe(('bf16', 'fp32'), ('zero_rows', 'neg_zero', 'tiny'), True))
     inputs["act_x_grad"], shapes["act_x_grad"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(
         recipe, None, (d["T"], d["H"],))

@@ -11,7 +11,7 @@ import torch
 from tkgen.runtime.autograd import _contiguous, _grad_like, _like, _present  # noqa: F401
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="swiglu_forward", package=__package__, params=
     (ParamInfo("fmt", ('bf16', 'fp32'), None, True, "output format", 'bf16', 'int'),
@@ -29,108 +29,109 @@ OP = OpInfo(name="swiglu_forward", package=__package__, params=
         InputInfo("pos_to_expert", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
         OutputInfo("out",
-            { "bf16": lambda d: (d["T"], d["H"],), "bf16_with_clamp": lambda d: (d["T"], d["H"],),
-                "bf16_with_pos_to_expert": lambda d: (d["T"], d["H"],), "bf16_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], d["H"],), "bf16_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "bf16_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], d["H"],), "bf16_with_weights": lambda d: (d["T"], d["H"],), "bf16_with_weights_with_clamp":
-                lambda d: (d["T"], d["H"],), "bf16_with_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "bf16_with_weights_with_pos_to_expert_with_clamp": lambda d: (d["T"], d["H"],),
-                "bf16_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], d["H"],),
-                "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], d["H"],), "fp32": lambda d: (d["T"], d["H"],), "fp32_with_clamp": lambda d: (d["T"], d["H"],),
-                "fp32_with_pos_to_expert": lambda d: (d["T"], d["H"],), "fp32_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], d["H"],), "fp32_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "fp32_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], d["H"],), "fp32_with_weights": lambda d: (d["T"], d["H"],), "fp32_with_weights_with_clamp":
-                lambda d: (d["T"], d["H"],), "fp32_with_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "fp32_with_weights_with_pos_to_expert_with_clamp": lambda d: (d["T"], d["H"],),
-                "fp32_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], d["H"],),
-                "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], d["H"],), }, lambda v, dt:
-            {'bf16': 'bfloat16', 'bf16_with_clamp': 'bfloat16', 'bf16_with_pos_to_expert': 'bfloat16',
-                'bf16_with_pos_to_expert_with_clamp': 'bfloat16', 'bf16_with_pos_to_token_topk_with_topk_weights':
-                'bfloat16', 'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp': 'bfloat16',
-                'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'bfloat16',
-                'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'bfloat16',
-                'bf16_with_weights': 'bfloat16', 'bf16_with_weights_with_clamp': 'bfloat16',
-                'bf16_with_weights_with_pos_to_expert': 'bfloat16', 'bf16_with_weights_with_pos_to_expert_with_clamp':
-                'bfloat16', 'bf16_with_weights_with_pos_to_token_topk_with_topk_weights': 'bfloat16',
-                'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'bfloat16',
-                'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'bfloat16',
-                'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'bfloat16',
-                'fp32': 'float32', 'fp32_with_clamp': 'float32', 'fp32_with_pos_to_expert': 'float32',
-                'fp32_with_pos_to_expert_with_clamp': 'float32', 'fp32_with_pos_to_token_topk_with_topk_weights':
-                'float32', 'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float32',
-                'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float32',
-                'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'float32',
-                'fp32_with_weights': 'float32', 'fp32_with_weights_with_clamp': 'float32',
-                'fp32_with_weights_with_pos_to_expert': 'float32', 'fp32_with_weights_with_pos_to_expert_with_clamp':
-                'float32', 'fp32_with_weights_with_pos_to_token_topk_with_topk_weights': 'float32',
-                'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float32',
-                'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float32',
-                'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'float32'}[
-                v], 'bit', None, False, row_dim=0),
+            by_variant(
+                {
+                    ('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
+                        'bf16_with_pos_to_token_topk_with_topk_weights',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'bf16_with_weights', 'bf16_with_weights_with_clamp', 'bf16_with_weights_with_pos_to_expert',
+                        'bf16_with_weights_with_pos_to_expert_with_clamp',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'fp32', 'fp32_with_clamp', 'fp32_with_pos_to_expert', 'fp32_with_pos_to_expert_with_clamp',
+                        'fp32_with_pos_to_token_topk_with_topk_weights',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_weights', 'fp32_with_weights_with_clamp', 'fp32_with_weights_with_pos_to_expert',
+                        'fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
+                    lambda d: (d["T"], d["H"],)}), lambda v, dt:
+            by_variant(
+                {
+                    ('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
+                        'bf16_with_pos_to_token_topk_with_topk_weights',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'bf16_with_weights', 'bf16_with_weights_with_clamp', 'bf16_with_weights_with_pos_to_expert',
+                        'bf16_with_weights_with_pos_to_expert_with_clamp',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
+                    'bfloat16',
+                    ('fp32', 'fp32_with_clamp', 'fp32_with_pos_to_expert', 'fp32_with_pos_to_expert_with_clamp',
+                        'fp32_with_pos_to_token_topk_with_topk_weights',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_weights', 'fp32_with_weights_with_clamp', 'fp32_with_weights_with_pos_to_expert',
+                        'fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
+                    'float32'})[v], 'bit', None, False, row_dim=0),
         OutputInfo("clamped_count",
-            { "bf16": lambda d: (0,), "bf16_with_clamp": lambda d: (3,), "bf16_with_pos_to_expert": lambda d: (0,),
-                "bf16_with_pos_to_expert_with_clamp": lambda d: (3,), "bf16_with_pos_to_token_topk_with_topk_weights":
-                lambda d: (0,), "bf16_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "bf16_with_weights": lambda d: (0,), "bf16_with_weights_with_clamp": lambda d: (3,),
-                "bf16_with_weights_with_pos_to_expert": lambda d: (0,),
-                "bf16_with_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "bf16_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (3,), "fp32": lambda d: (0,), "fp32_with_clamp": lambda d: (3,), "fp32_with_pos_to_expert": lambda d:
-                (0,), "fp32_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "fp32_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "fp32_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "fp32_with_weights": lambda d: (0,), "fp32_with_weights_with_clamp": lambda d: (3,),
-                "fp32_with_weights_with_pos_to_expert": lambda d: (0,),
-                "fp32_with_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "fp32_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (3,), }, lambda v, dt:
-            {'bf16': 'int64', 'bf16_with_clamp': 'int64', 'bf16_with_pos_to_expert': 'int64',
-                'bf16_with_pos_to_expert_with_clamp': 'int64', 'bf16_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'int64',
-                'bf16_with_weights': 'int64', 'bf16_with_weights_with_clamp': 'int64',
-                'bf16_with_weights_with_pos_to_expert': 'int64', 'bf16_with_weights_with_pos_to_expert_with_clamp':
-                'int64', 'bf16_with_weights_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'int64',
-                'fp32': 'int64', 'fp32_with_clamp': 'int64', 'fp32_with_pos_to_expert': 'int64',
-                'fp32_with_pos_to_expert_with_clamp': 'int64', 'fp32_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'int64',
-                'fp32_with_weights': 'int64', 'fp32_with_weights_with_clamp': 'int64',
-                'fp32_with_weights_with_pos_to_expert': 'int64', 'fp32_with_weights_with_pos_to_expert_with_clamp':
-                'int64', 'fp32_with_weights_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'int64'}[v],
-            'bit', 'clamp', True),), dims=
+            by_variant(
+                {
+                    ('bf16', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_token_topk_with_topk_weights',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert', 'bf16_with_weights',
+                        'bf16_with_weights_with_pos_to_expert',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert', 'fp32',
+                        'fp32_with_pos_to_expert', 'fp32_with_pos_to_token_topk_with_topk_weights',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert', 'fp32_with_weights',
+                        'fp32_with_weights_with_pos_to_expert',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert'): lambda d:
+                    (0,),
+                    ('bf16_with_clamp', 'bf16_with_pos_to_expert_with_clamp',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'bf16_with_weights_with_clamp', 'bf16_with_weights_with_pos_to_expert_with_clamp',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_clamp', 'fp32_with_pos_to_expert_with_clamp',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_weights_with_clamp', 'fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
+                    lambda d: (3,)}), lambda v, dt:
+            by_variant(
+                {
+                    ('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
+                        'bf16_with_pos_to_token_topk_with_topk_weights',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'bf16_with_weights', 'bf16_with_weights_with_clamp', 'bf16_with_weights_with_pos_to_expert',
+                        'bf16_with_weights_with_pos_to_expert_with_clamp',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'fp32', 'fp32_with_clamp', 'fp32_with_pos_to_expert', 'fp32_with_pos_to_expert_with_clamp',
+                        'fp32_with_pos_to_token_topk_with_topk_weights',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_weights', 'fp32_with_weights_with_clamp', 'fp32_with_weights_with_pos_to_expert',
+                        'fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
+                    'int64'})[v], 'bit', 'clamp', True),), dims=
     (("T", True, 0, None), ("H", False, 1, 16384), ("T_tok", False, 0, None), ("K", False, 1, None),), requires=(),
     factory_args=('H', 'routed_scaling_factor', 'clamp'),)
 

@@ -10,7 +10,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="swiglu_forward_and_per_token_cast", package=__package__, params=
     (ParamInfo("fmt", ('e4m3',), None, True, "element format of q", 'e4m3', 'int'),
@@ -31,281 +31,249 @@ OP = OpInfo(name="swiglu_forward_and_per_token_cast", package=__package__, param
         InputInfo("pos_to_expert", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
         OutputInfo("q",
-            { "e4m3_fp32": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_pos_to_expert": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], d["H"],), "e4m3_fp32_with_pos_to_token_topk_with_topk_weights": lambda d:
-                (d["T"], d["H"],), "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d:
-                (d["T"], d["H"],), "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], d["H"],), "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], d["H"],), "e4m3_fp32_with_weights": lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_weights_with_pos_to_expert_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d:
-                (d["T"], d["H"],), "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-                lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], d["H"],), "e4m3_pow2": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_clamp": lambda d:
-                (d["T"], d["H"],), "e4m3_pow2_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_pos_to_expert_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], d["H"],), "e4m3_pow2_with_weights": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_weights_with_pos_to_expert_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d:
-                (d["T"], d["H"],), "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-                lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], d["H"],), "e4m3_ue8m0": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_clamp":
-                lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_pos_to_expert_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], d["H"],), "e4m3_ue8m0_with_weights": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_weights_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_weights_with_pos_to_expert": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d:
-                (d["T"], d["H"],),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], d["H"],),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], d["H"],), }, lambda v, dt:
-            {'e4m3_fp32': 'float8_e4m3fn', 'e4m3_fp32_with_clamp': 'float8_e4m3fn', 'e4m3_fp32_with_pos_to_expert':
-                'float8_e4m3fn', 'e4m3_fp32_with_pos_to_expert_with_clamp': 'float8_e4m3fn',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights': 'float8_e4m3fn',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'float8_e4m3fn',
-                'e4m3_fp32_with_weights': 'float8_e4m3fn', 'e4m3_fp32_with_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_fp32_with_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp': 'float8_e4m3fn',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights': 'float8_e4m3fn',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'float8_e4m3fn', 'e4m3_pow2': 'float8_e4m3fn', 'e4m3_pow2_with_clamp': 'float8_e4m3fn',
-                'e4m3_pow2_with_pos_to_expert': 'float8_e4m3fn', 'e4m3_pow2_with_pos_to_expert_with_clamp':
-                'float8_e4m3fn', 'e4m3_pow2_with_pos_to_token_topk_with_topk_weights': 'float8_e4m3fn',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'float8_e4m3fn',
-                'e4m3_pow2_with_weights': 'float8_e4m3fn', 'e4m3_pow2_with_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_pow2_with_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp': 'float8_e4m3fn',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights': 'float8_e4m3fn',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'float8_e4m3fn', 'e4m3_ue8m0': 'float8_e4m3fn', 'e4m3_ue8m0_with_clamp': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_pos_to_expert': 'float8_e4m3fn', 'e4m3_ue8m0_with_pos_to_expert_with_clamp':
-                'float8_e4m3fn', 'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_weights': 'float8_e4m3fn', 'e4m3_ue8m0_with_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'float8_e4m3fn'}[v], 'bit', None, False, row_dim=0),
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights', 'e4m3_fp32_with_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2', 'e4m3_pow2_with_clamp', 'e4m3_pow2_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_expert_with_clamp', 'e4m3_pow2_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights', 'e4m3_pow2_with_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0', 'e4m3_ue8m0_with_clamp', 'e4m3_ue8m0_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights', 'e4m3_ue8m0_with_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
+                    ): lambda d: (d["T"], d["H"],)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights', 'e4m3_fp32_with_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2', 'e4m3_pow2_with_clamp', 'e4m3_pow2_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_expert_with_clamp', 'e4m3_pow2_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights', 'e4m3_pow2_with_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0', 'e4m3_ue8m0_with_clamp', 'e4m3_ue8m0_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights', 'e4m3_ue8m0_with_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
+                    ): 'float8_e4m3fn'})[v], 'bit', None, False, row_dim=0),
         OutputInfo("sf",
-            { "e4m3_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_pos_to_expert": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_pos_to_token_topk_with_topk_weights": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp":
-                lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], (d["H"] // d["group"]),),
-                "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weights": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weights_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weights_with_pos_to_expert": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights":
-                lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], (d["H"] // d["group"]),),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_pow2_with_clamp": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_pos_to_expert":
-                lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_pos_to_token_topk_with_topk_weights": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp":
-                lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], (d["H"] // d["group"]),),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weights": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weights_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weights_with_pos_to_expert": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights":
-                lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d:
-                (d["T"], (d["H"] // d["group"]),),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], (d["H"] // d["group"]),),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_clamp": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_pos_to_expert": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights":
-                lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weights": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weights_with_clamp": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weights_with_pos_to_expert": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), }, lambda v, dt:
-            {'e4m3_fp32': 'float32', 'e4m3_fp32_with_clamp': 'float32', 'e4m3_fp32_with_pos_to_expert': 'float32',
-                'e4m3_fp32_with_pos_to_expert_with_clamp': 'float32',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights': 'float32',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float32',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float32',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'float32',
-                'e4m3_fp32_with_weights': 'float32', 'e4m3_fp32_with_weights_with_clamp': 'float32',
-                'e4m3_fp32_with_weights_with_pos_to_expert': 'float32',
-                'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp': 'float32',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights': 'float32',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float32',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float32',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'float32', 'e4m3_pow2': 'float32', 'e4m3_pow2_with_clamp': 'float32', 'e4m3_pow2_with_pos_to_expert':
-                'float32', 'e4m3_pow2_with_pos_to_expert_with_clamp': 'float32',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights': 'float32',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float32',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float32',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'float32',
-                'e4m3_pow2_with_weights': 'float32', 'e4m3_pow2_with_weights_with_clamp': 'float32',
-                'e4m3_pow2_with_weights_with_pos_to_expert': 'float32',
-                'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp': 'float32',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights': 'float32',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'float32',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'float32',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'float32', 'e4m3_ue8m0': 'int32', 'e4m3_ue8m0_with_clamp': 'int32', 'e4m3_ue8m0_with_pos_to_expert':
-                'int32', 'e4m3_ue8m0_with_pos_to_expert_with_clamp': 'int32',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights': 'int32',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int32',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int32',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'int32',
-                'e4m3_ue8m0_with_weights': 'int32', 'e4m3_ue8m0_with_weights_with_clamp': 'int32',
-                'e4m3_ue8m0_with_weights_with_pos_to_expert': 'int32',
-                'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp': 'int32',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights': 'int32',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int32',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int32',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'int32'}[v], 'bit', None, False, row_dim=0),
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights', 'e4m3_fp32_with_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2', 'e4m3_pow2_with_clamp', 'e4m3_pow2_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_expert_with_clamp', 'e4m3_pow2_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights', 'e4m3_pow2_with_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
+                    ): lambda d: (d["T"], (d["H"] // d["group"]),),
+                    ('e4m3_ue8m0', 'e4m3_ue8m0_with_clamp', 'e4m3_ue8m0_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights', 'e4m3_ue8m0_with_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
+                    ): lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights', 'e4m3_fp32_with_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2', 'e4m3_pow2_with_clamp', 'e4m3_pow2_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_expert_with_clamp', 'e4m3_pow2_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights', 'e4m3_pow2_with_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
+                    ): 'float32',
+                    ('e4m3_ue8m0', 'e4m3_ue8m0_with_clamp', 'e4m3_ue8m0_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights', 'e4m3_ue8m0_with_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
+                    ): 'int32'})[v], 'bit', None, False, row_dim=0),
         OutputInfo("clamped_count",
-            { "e4m3_fp32": lambda d: (0,), "e4m3_fp32_with_clamp": lambda d: (3,), "e4m3_fp32_with_pos_to_expert":
-                lambda d: (0,), "e4m3_fp32_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "e4m3_fp32_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "e4m3_fp32_with_weights": lambda d: (0,), "e4m3_fp32_with_weights_with_clamp": lambda d: (3,),
-                "e4m3_fp32_with_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_fp32_with_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (3,), "e4m3_pow2": lambda d: (0,), "e4m3_pow2_with_clamp": lambda d: (3,),
-                "e4m3_pow2_with_pos_to_expert": lambda d: (0,), "e4m3_pow2_with_pos_to_expert_with_clamp": lambda d:
-                (3,), "e4m3_pow2_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "e4m3_pow2_with_weights": lambda d: (0,), "e4m3_pow2_with_weights_with_clamp": lambda d: (3,),
-                "e4m3_pow2_with_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_pow2_with_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (3,), "e4m3_ue8m0": lambda d: (0,), "e4m3_ue8m0_with_clamp": lambda d: (3,),
-                "e4m3_ue8m0_with_pos_to_expert": lambda d: (0,), "e4m3_ue8m0_with_pos_to_expert_with_clamp": lambda d:
-                (3,), "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "e4m3_ue8m0_with_weights": lambda d: (0,), "e4m3_ue8m0_with_weights_with_clamp": lambda d: (3,),
-                "e4m3_ue8m0_with_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp": lambda d: (3,),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights": lambda d: (0,),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp": lambda d: (3,),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert": lambda d: (0,),
-                "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-                lambda d: (3,), }, lambda v, dt:
-            {'e4m3_fp32': 'int64', 'e4m3_fp32_with_clamp': 'int64', 'e4m3_fp32_with_pos_to_expert': 'int64',
-                'e4m3_fp32_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_fp32_with_weights': 'int64', 'e4m3_fp32_with_weights_with_clamp': 'int64',
-                'e4m3_fp32_with_weights_with_pos_to_expert': 'int64',
-                'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'int64', 'e4m3_pow2': 'int64', 'e4m3_pow2_with_clamp': 'int64', 'e4m3_pow2_with_pos_to_expert': 'int64',
-                'e4m3_pow2_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_pow2_with_weights': 'int64', 'e4m3_pow2_with_weights_with_clamp': 'int64',
-                'e4m3_pow2_with_weights_with_pos_to_expert': 'int64',
-                'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'int64', 'e4m3_ue8m0': 'int64', 'e4m3_ue8m0_with_clamp': 'int64', 'e4m3_ue8m0_with_pos_to_expert':
-                'int64', 'e4m3_ue8m0_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_ue8m0_with_weights': 'int64', 'e4m3_ue8m0_with_weights_with_clamp': 'int64',
-                'e4m3_ue8m0_with_weights_with_pos_to_expert': 'int64',
-                'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp': 'int64',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights': 'int64',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp': 'int64',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert': 'int64',
-                'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp':
-                'int64'}[v], 'bit', 'clamp', True),), dims=
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_pos_to_expert', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights', 'e4m3_fp32_with_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2', 'e4m3_pow2_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights', 'e4m3_pow2_with_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0', 'e4m3_ue8m0_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights', 'e4m3_ue8m0_with_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert'):
+                    lambda d: (0,),
+                    ('e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights_with_clamp', 'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_clamp', 'e4m3_pow2_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights_with_clamp', 'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_clamp', 'e4m3_ue8m0_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_clamp', 'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
+                    ): lambda d: (3,)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights', 'e4m3_fp32_with_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2', 'e4m3_pow2_with_clamp', 'e4m3_pow2_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_expert_with_clamp', 'e4m3_pow2_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights', 'e4m3_pow2_with_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0', 'e4m3_ue8m0_with_clamp', 'e4m3_ue8m0_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights', 'e4m3_ue8m0_with_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
+                        'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
+                    ): 'int64'})[v], 'bit', 'clamp', True),), dims=
     (("T", True, 0, None), ("H", False, 1, 16384), ("T_tok", False, 0, None), ("K", False, 1, None),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=
     ('H', 'group', 'routed_scaling_factor', 'clamp'),)

@@ -8,7 +8,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(
     name="topk_gate",
@@ -22,7 +22,7 @@ OP = OpInfo(
                   (('T', 1), ('E', 1)), None),
     ),
     outputs=(
-        OutputInfo("idx", { "base": lambda d: (d["T"], d["k"],), },
+        OutputInfo("idx", {'base': lambda d: (d["T"], d["k"],)},
                    lambda v, dt: {'base': 'int64'}[v], 'bit', None, False),
     ),
     dims=(

@@ -10,7 +10,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="rmsnorm_backward", package=__package__, params=
     (ParamInfo("out_scale", None, None, False, "the forward\u0027s out_scale", 1.0, 'float'),), inputs=
@@ -24,20 +24,20 @@ OP = OpInfo(name="rmsnorm_backward", package=__package__, params=
             (('T', 1), ('H', 1)), 'grad_out'),), outputs=
     (
         OutputInfo("x_grad",
-            { "base": lambda d: (d["T"], d["H"],), "with_grad_residual": lambda d: (d["T"], d["H"],), "with_weight":
-                lambda d: (d["T"], d["H"],), "with_weight_with_grad_residual": lambda d: (d["T"], d["H"],), }, lambda v,
-            dt: dt['grad_out'], {'given': ['dot']}, None, False),
+            by_variant(
+                {('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d:
+                    (d["T"], d["H"],)}), lambda v, dt: dt['grad_out'], {'given': ['dot']}, None, False),
         OutputInfo("dot",
-            { "base": lambda d: (d["T"],), "with_grad_residual": lambda d: (d["T"],), "with_weight": lambda d:
-                (d["T"],), "with_weight_with_grad_residual": lambda d: (d["T"],), }, lambda v, dt:
-            {'base': 'float32', 'with_grad_residual': 'float32', 'with_weight': 'float32',
-                'with_weight_with_grad_residual': 'float32'}[v],
+            by_variant(
+                {('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d: (d["T"],)}),
+            lambda v, dt:
+            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): 'float32'})[v],
             {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
         OutputInfo("weight_grad",
-            { "base": lambda d: (d["H"],), "with_grad_residual": lambda d: (d["H"],), "with_weight": lambda d:
-                (d["H"],), "with_weight_with_grad_residual": lambda d: (d["H"],), }, lambda v, dt:
-            {'base': 'float32', 'with_grad_residual': 'float32', 'with_weight': 'float32',
-                'with_weight_with_grad_residual': 'float32'}[v],
+            by_variant(
+                {('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d: (d["H"],)}),
+            lambda v, dt:
+            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): 'float32'})[v],
             {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),), dims=
     (("T", True, 0, None), ("H", False, 1, 16384),), requires=(), factory_args=('H', 'out_scale'),)
 

@@ -11,7 +11,7 @@ import torch
 from tkgen.runtime.autograd import _contiguous, _grad_like, _like, _present  # noqa: F401
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="rmsnorm_forward", package=__package__, params=
     (ParamInfo("eps", None, None, False, "added to the mean square", 1e-06, 'float'),
@@ -22,19 +22,19 @@ OP = OpInfo(name="rmsnorm_forward", package=__package__, params=
             'x'),), outputs=
     (
         OutputInfo("out",
-            { "base": lambda d: (d["T"], d["H"],), "with_residual": lambda d: (d["T"], d["H"],), "with_weight":
-                lambda d: (d["T"], d["H"],), "with_weight_with_residual": lambda d: (d["T"], d["H"],), }, lambda v, dt:
-            dt['x'], {'given': ['rstd']}, None, False),
+            by_variant(
+                {('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): lambda d: (d["T"], d["H"],)}),
+            lambda v, dt: dt['x'], {'given': ['rstd']}, None, False),
         OutputInfo("rstd",
-            { "base": lambda d: (d["T"],), "with_residual": lambda d: (d["T"],), "with_weight": lambda d: (d["T"],),
-                "with_weight_with_residual": lambda d: (d["T"],), }, lambda v, dt:
-            {'base': 'float32', 'with_residual': 'float32', 'with_weight': 'float32', 'with_weight_with_residual':
-                'float32'}[v], {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
+            by_variant({('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): lambda d: (d["T"],)}),
+            lambda v, dt:
+            by_variant({('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): 'float32'})[v],
+            {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
         OutputInfo("residual_out",
-            { "base": lambda d: (0,), "with_residual": lambda d: (d["T"], d["H"],), "with_weight": lambda d: (0,),
-                "with_weight_with_residual": lambda d: (d["T"], d["H"],), }, lambda v, dt: dt['x'], 'bit', 'residual',
-            False),), dims=(("T", True, 0, None), ("H", False, 1, 16384),), requires=(), factory_args=
-    ('H', 'eps', 'out_scale'),)
+            by_variant(
+                {('base', 'with_weight'): lambda d: (0,), ('with_residual', 'with_weight_with_residual'): lambda d:
+                    (d["T"], d["H"],)}), lambda v, dt: dt['x'], 'bit', 'residual', False),), dims=
+    (("T", True, 0, None), ("H", False, 1, 16384),), requires=(), factory_args=('H', 'eps', 'out_scale'),)
 
 
 @torch.library.custom_op("tkgen::rmsnorm_forward", mutates_args=())

@@ -10,7 +10,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="rmsnorm_forward_and_per_token_cast", package=__package__, params=
     (ParamInfo("eps", None, None, False, "added to the mean square", 1e-06, 'float'),
@@ -25,58 +25,61 @@ OP = OpInfo(name="rmsnorm_forward_and_per_token_cast", package=__package__, para
             'x'),), outputs=
     (
         OutputInfo("q",
-            { "e4m3_fp32": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_residual": lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_weight": lambda d: (d["T"], d["H"],), "e4m3_fp32_with_weight_with_residual": lambda d:
-                (d["T"], d["H"],), "e4m3_pow2": lambda d: (d["T"], d["H"],), "e4m3_pow2_with_residual": lambda d:
-                (d["T"], d["H"],), "e4m3_pow2_with_weight": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0": lambda d:
-                (d["T"], d["H"],), "e4m3_ue8m0_with_residual": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_weight":
-                lambda d: (d["T"], d["H"],), "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"], d["H"],), },
-            lambda v, dt:
-            {'e4m3_fp32': 'float8_e4m3fn', 'e4m3_fp32_with_residual': 'float8_e4m3fn', 'e4m3_fp32_with_weight':
-                'float8_e4m3fn', 'e4m3_fp32_with_weight_with_residual': 'float8_e4m3fn', 'e4m3_pow2': 'float8_e4m3fn',
-                'e4m3_pow2_with_residual': 'float8_e4m3fn', 'e4m3_pow2_with_weight': 'float8_e4m3fn',
-                'e4m3_pow2_with_weight_with_residual': 'float8_e4m3fn', 'e4m3_ue8m0': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_residual': 'float8_e4m3fn', 'e4m3_ue8m0_with_weight': 'float8_e4m3fn',
-                'e4m3_ue8m0_with_weight_with_residual': 'float8_e4m3fn'}[v], {'given': ['rstd']}, None, False),
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
+                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
+                        'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
+                    lambda d: (d["T"], d["H"],)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
+                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
+                        'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
+                    'float8_e4m3fn'})[v], {'given': ['rstd']}, None, False),
         OutputInfo("sf",
-            { "e4m3_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_residual": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_with_weight": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2":
-                lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_residual": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_with_weight": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0":
-                lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_residual": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weight": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_with_weight_with_residual": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), }, lambda v, dt:
-            {'e4m3_fp32': 'float32', 'e4m3_fp32_with_residual': 'float32', 'e4m3_fp32_with_weight': 'float32',
-                'e4m3_fp32_with_weight_with_residual': 'float32', 'e4m3_pow2': 'float32', 'e4m3_pow2_with_residual':
-                'float32', 'e4m3_pow2_with_weight': 'float32', 'e4m3_pow2_with_weight_with_residual': 'float32',
-                'e4m3_ue8m0': 'int32', 'e4m3_ue8m0_with_residual': 'int32', 'e4m3_ue8m0_with_weight': 'int32',
-                'e4m3_ue8m0_with_weight_with_residual': 'int32'}[v], {'given': ['rstd']}, None, False),
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
+                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual'): lambda d:
+                    (d["T"], (d["H"] // d["group"]),),
+                    ('e4m3_ue8m0', 'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight',
+                        'e4m3_ue8m0_with_weight_with_residual'): lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}),
+            lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
+                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual'): 'float32',
+                    ('e4m3_ue8m0', 'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight',
+                        'e4m3_ue8m0_with_weight_with_residual'): 'int32'})[v], {'given': ['rstd']}, None, False),
         OutputInfo("rstd",
-            { "e4m3_fp32": lambda d: (d["T"],), "e4m3_fp32_with_residual": lambda d: (d["T"],), "e4m3_fp32_with_weight":
-                lambda d: (d["T"],), "e4m3_fp32_with_weight_with_residual": lambda d: (d["T"],), "e4m3_pow2": lambda d:
-                (d["T"],), "e4m3_pow2_with_residual": lambda d: (d["T"],), "e4m3_pow2_with_weight": lambda d: (d["T"],),
-                "e4m3_pow2_with_weight_with_residual": lambda d: (d["T"],), "e4m3_ue8m0": lambda d: (d["T"],),
-                "e4m3_ue8m0_with_residual": lambda d: (d["T"],), "e4m3_ue8m0_with_weight": lambda d: (d["T"],),
-                "e4m3_ue8m0_with_weight_with_residual": lambda d: (d["T"],), }, lambda v, dt:
-            {'e4m3_fp32': 'float32', 'e4m3_fp32_with_residual': 'float32', 'e4m3_fp32_with_weight': 'float32',
-                'e4m3_fp32_with_weight_with_residual': 'float32', 'e4m3_pow2': 'float32', 'e4m3_pow2_with_residual':
-                'float32', 'e4m3_pow2_with_weight': 'float32', 'e4m3_pow2_with_weight_with_residual': 'float32',
-                'e4m3_ue8m0': 'float32', 'e4m3_ue8m0_with_residual': 'float32', 'e4m3_ue8m0_with_weight': 'float32',
-                'e4m3_ue8m0_with_weight_with_residual': 'float32'}[v], {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None,
-            False),
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
+                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
+                        'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
+                    lambda d: (d["T"],)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
+                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
+                        'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
+                    'float32'})[v], {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
         OutputInfo("residual_out",
-            { "e4m3_fp32": lambda d: (0,), "e4m3_fp32_with_residual": lambda d: (d["T"], d["H"],),
-                "e4m3_fp32_with_weight": lambda d: (0,), "e4m3_fp32_with_weight_with_residual": lambda d:
-                (d["T"], d["H"],), "e4m3_pow2": lambda d: (0,), "e4m3_pow2_with_residual": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_with_weight": lambda d: (0,), "e4m3_pow2_with_weight_with_residual": lambda d:
-                (d["T"], d["H"],), "e4m3_ue8m0": lambda d: (0,), "e4m3_ue8m0_with_residual": lambda d:
-                (d["T"], d["H"],), "e4m3_ue8m0_with_weight": lambda d: (0,), "e4m3_ue8m0_with_weight_with_residual":
-                lambda d: (d["T"], d["H"],), }, lambda v, dt: dt['x'], 'bit', 'residual', False),), dims=
-    (("T", True, 0, None), ("H", False, 1, 16384),), requires=
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_fp32_with_weight', 'e4m3_pow2', 'e4m3_pow2_with_weight', 'e4m3_ue8m0',
+                        'e4m3_ue8m0_with_weight'): lambda d: (0,),
+                    ('e4m3_fp32_with_residual', 'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2_with_residual',
+                        'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0_with_residual',
+                        'e4m3_ue8m0_with_weight_with_residual'): lambda d: (d["T"], d["H"],)}), lambda v, dt: dt['x'],
+            'bit', 'residual', False),), dims=(("T", True, 0, None), ("H", False, 1, 16384),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'eps', 'out_scale', 'group'),)
 
 

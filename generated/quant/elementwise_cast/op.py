@@ -8,7 +8,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="elementwise_cast", package=__package__, params=
     (
@@ -16,9 +16,9 @@ OP = OpInfo(name="elementwise_cast", package=__package__, params=
             'int'),), inputs=
     (InputInfo("x", ('fp32', 'bf16', 'e4m3'), ('N',), lambda d: (d["N"],), False, (('N', 1),), None),), outputs=
     (
-        OutputInfo("y", { "fp32": lambda d: (d["N"],), "bf16": lambda d: (d["N"],), "e4m3": lambda d: (d["N"],), },
-            lambda v, dt: {'fp32': 'float32', 'bf16': 'bfloat16', 'e4m3': 'float8_e4m3fn'}[v], 'bit', None, False),),
-    dims=(("N", True, 0, 2147418112),), requires=(), factory_args=(),)
+        OutputInfo("y", by_variant({('fp32', 'bf16', 'e4m3'): lambda d: (d["N"],)}), lambda v, dt:
+            {'fp32': 'float32', 'bf16': 'bfloat16', 'e4m3': 'float8_e4m3fn'}[v], 'bit', None, False),), dims=
+    (("N", True, 0, 2147418112),), requires=(), factory_args=(),)
 
 
 @torch.library.custom_op("tkgen::elementwise_cast", mutates_args=())

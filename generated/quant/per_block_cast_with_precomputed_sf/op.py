@@ -8,7 +8,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="per_block_cast_with_precomputed_sf", package=__package__, params=
     (ParamInfo("fmt", ('e4m3',), None, True, "element format of q", 'e4m3', 'int'),
@@ -18,8 +18,8 @@ OP = OpInfo(name="per_block_cast_with_precomputed_sf", package=__package__, para
         InputInfo("sf", ('fp32',), ('ceildiv(T, block_rows)', 'H / block_cols'), lambda d:
             ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), False, (None, None), None),), outputs=
     (
-        OutputInfo("q", { "e4m3": lambda d: (d["T"], d["H"],), }, lambda v, dt: {'e4m3': 'float8_e4m3fn'}[v], 'bit',
-            None, False),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+        OutputInfo("q", {'e4m3': lambda d: (d["T"], d["H"],)}, lambda v, dt: {'e4m3': 'float8_e4m3fn'}[v], 'bit', None,
+            False),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % block_cols == 0", lambda d: ((d["H"] % d["block_cols"]) == 0)),), factory_args=
     ('H', 'block_rows', 'block_cols'),)
 

@@ -8,6 +8,7 @@ stored and replayed.
 """
 from hypothesis import strategies as st
 
+from tkgen.runtime.ops import by_variant  # noqa: F401
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
 EXAMPLES = 4   # the spec's `tests: examples`: property tests draw at most this many cases

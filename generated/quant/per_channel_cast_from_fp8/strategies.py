@@ -8,6 +8,7 @@ stored and replayed.
 """
 from hypothesis import strategies as st
 
+from tkgen.runtime.ops import by_variant  # noqa: F401
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
 EXAMPLES = 4   # the spec's `tests: examples`: property tests draw at most this many cases
@@ -32,47 +33,24 @@ def cases(draw, max_rows=300):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(recipe,
         (lambda v:
-            {'e4m3_fp32_fp32':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_fp32_pow2':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_fp32_ue8m0':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_ue8m0_fp32':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_ue8m0_pow2':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_ue8m0_ue8m0':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_e4m3_fp32':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_e4m3_pow2':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_e4m3_ue8m0':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}}[v])(variant), (d["T"], d["H"],))
+            by_variant(
+                {
+                    ('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
+                        'e4m3_ue8m0_ue8m0', 'e4m3_e4m3_fp32', 'e4m3_e4m3_pow2', 'e4m3_e4m3_ue8m0'):
+                    {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
+                        'store': 'codes'}})[v])(variant), (d["T"], d["H"],))
     recipe = draw(tensor_recipe(('fp32',), ('tiny', 'ties'), True))
     inputs["sf"], shapes["sf"] = (None, (d["T"], (d["H"] // d["in_group"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            {'e4m3_fp32_fp32':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'e4m3_fp32_pow2':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'e4m3_fp32_ue8m0':
-                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                    'float'}, 'e4m3_ue8m0_fp32':
-                {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
-                    (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'}, 'e4m3_ue8m0_pow2':
-                {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
-                    (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'}, 'e4m3_ue8m0_ue8m0':
-                {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
-                    (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'}, 'e4m3_e4m3_fp32':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_e4m3_pow2':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}, 'e4m3_e4m3_ue8m0':
-                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                    'store': 'codes'}}[v])(variant), (d["T"], (d["H"] // d["in_group"]),))
+            by_variant(
+                {('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0'):
+                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                        'float'}, ('e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2', 'e4m3_ue8m0_ue8m0'):
+                    {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
+                        (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
+                    ('e4m3_e4m3_fp32', 'e4m3_e4m3_pow2', 'e4m3_e4m3_ue8m0'):
+                    {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
+                        'store': 'codes'}})[v])(variant), (d["T"], (d["H"] // d["in_group"]),))
     return {"dims": { "T": d["T"], "H": d["H"], }, "params":
         { "fmt": d["fmt"], "group_tokens": d["group_tokens"], "in_group": d["in_group"], "in_scale": d["in_scale"],
             "scale": d["scale"], }, "shapes": shapes, "inputs": inputs,}

@@ -8,7 +8,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="per_token_cast", package=__package__, params=
     (
@@ -26,95 +26,73 @@ OP = OpInfo(name="per_token_cast", package=__package__, params=
     outputs=
     (
         OutputInfo("q",
-            { "e4m3_fp32_row": lambda d: (d["T"], d["H"],), "e4m3_fp32_col": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_row": lambda d: (d["T"], d["H"],), "e4m3_pow2_col": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_row": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_col": lambda d: (d["T"], d["H"],),
-                "e4m3_ue8m0_byte_row": lambda d: (d["T"], d["H"],), "e4m3_ue8m0_byte_col": lambda d: (d["T"], d["H"],),
-                "e4m3_e4m3_row": lambda d: (d["T"], d["H"],), "e4m3_e4m3_col": lambda d: (d["T"], d["H"],),
-                "e5m2_fp32_row": lambda d: (d["T"], d["H"],), "e5m2_fp32_col": lambda d: (d["T"], d["H"],),
-                "e5m2_pow2_row": lambda d: (d["T"], d["H"],), "e5m2_pow2_col": lambda d: (d["T"], d["H"],),
-                "e5m2_ue8m0_row": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_col": lambda d: (d["T"], d["H"],),
-                "e5m2_ue8m0_byte_row": lambda d: (d["T"], d["H"],), "e5m2_ue8m0_byte_col": lambda d: (d["T"], d["H"],),
-                "e5m2_e4m3_row": lambda d: (d["T"], d["H"],), "e5m2_e4m3_col": lambda d: (d["T"], d["H"],),
-                "e2m1_fp32_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_fp32_col": lambda d:
-                (d["T"], -(-d["H"] // 2),), "e2m1_pow2_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_pow2_col":
-                lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_row": lambda d: (d["T"], -(-d["H"] // 2),),
-                "e2m1_ue8m0_col": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_byte_row": lambda d:
-                (d["T"], -(-d["H"] // 2),), "e2m1_ue8m0_byte_col": lambda d: (d["T"], -(-d["H"] // 2),),
-                "e2m1_e4m3_row": lambda d: (d["T"], -(-d["H"] // 2),), "e2m1_e4m3_col": lambda d:
-                (d["T"], -(-d["H"] // 2),), "e5m6_fp32_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_fp32_col":
-                lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_pow2_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,),
-                "e5m6_pow2_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_row": lambda d:
-                (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,),
-                "e5m6_ue8m0_byte_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,), "e5m6_ue8m0_byte_col": lambda d:
-                (d["T"], -(-d["H"] // 8) * 12,), "e5m6_e4m3_row": lambda d: (d["T"], -(-d["H"] // 8) * 12,),
-                "e5m6_e4m3_col": lambda d: (d["T"], -(-d["H"] // 8) * 12,), }, lambda v, dt:
-            {'e4m3_fp32_row': 'float8_e4m3fn', 'e4m3_fp32_col': 'float8_e4m3fn', 'e4m3_pow2_row': 'float8_e4m3fn',
-                'e4m3_pow2_col': 'float8_e4m3fn', 'e4m3_ue8m0_row': 'float8_e4m3fn', 'e4m3_ue8m0_col': 'float8_e4m3fn',
-                'e4m3_ue8m0_byte_row': 'float8_e4m3fn', 'e4m3_ue8m0_byte_col': 'float8_e4m3fn', 'e4m3_e4m3_row':
-                'float8_e4m3fn', 'e4m3_e4m3_col': 'float8_e4m3fn', 'e5m2_fp32_row': 'float8_e5m2', 'e5m2_fp32_col':
-                'float8_e5m2', 'e5m2_pow2_row': 'float8_e5m2', 'e5m2_pow2_col': 'float8_e5m2', 'e5m2_ue8m0_row':
-                'float8_e5m2', 'e5m2_ue8m0_col': 'float8_e5m2', 'e5m2_ue8m0_byte_row': 'float8_e5m2',
-                'e5m2_ue8m0_byte_col': 'float8_e5m2', 'e5m2_e4m3_row': 'float8_e5m2', 'e5m2_e4m3_col': 'float8_e5m2',
-                'e2m1_fp32_row': 'int8', 'e2m1_fp32_col': 'int8', 'e2m1_pow2_row': 'int8', 'e2m1_pow2_col': 'int8',
-                'e2m1_ue8m0_row': 'int8', 'e2m1_ue8m0_col': 'int8', 'e2m1_ue8m0_byte_row': 'int8',
-                'e2m1_ue8m0_byte_col': 'int8', 'e2m1_e4m3_row': 'int8', 'e2m1_e4m3_col': 'int8', 'e5m6_fp32_row':
-                'uint8', 'e5m6_fp32_col': 'uint8', 'e5m6_pow2_row': 'uint8', 'e5m6_pow2_col': 'uint8', 'e5m6_ue8m0_row':
-                'uint8', 'e5m6_ue8m0_col': 'uint8', 'e5m6_ue8m0_byte_row': 'uint8', 'e5m6_ue8m0_byte_col': 'uint8',
-                'e5m6_e4m3_row': 'uint8', 'e5m6_e4m3_col': 'uint8'}[v], 'bit', None, False),
+            by_variant(
+                {
+                    ('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_row',
+                        'e4m3_ue8m0_col', 'e4m3_ue8m0_byte_row', 'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row',
+                        'e4m3_e4m3_col', 'e5m2_fp32_row', 'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col',
+                        'e5m2_ue8m0_row', 'e5m2_ue8m0_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col',
+                        'e5m2_e4m3_row', 'e5m2_e4m3_col'): lambda d: (d["T"], d["H"],),
+                    ('e2m1_fp32_row', 'e2m1_fp32_col', 'e2m1_pow2_row', 'e2m1_pow2_col', 'e2m1_ue8m0_row',
+                        'e2m1_ue8m0_col', 'e2m1_ue8m0_byte_row', 'e2m1_ue8m0_byte_col', 'e2m1_e4m3_row',
+                        'e2m1_e4m3_col'): lambda d: (d["T"], -(-d["H"] // 2),),
+                    ('e5m6_fp32_row', 'e5m6_fp32_col', 'e5m6_pow2_row', 'e5m6_pow2_col', 'e5m6_ue8m0_row',
+                        'e5m6_ue8m0_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col', 'e5m6_e4m3_row',
+                        'e5m6_e4m3_col'): lambda d: (d["T"], -(-d["H"] // 8) * 12,)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_row',
+                        'e4m3_ue8m0_col', 'e4m3_ue8m0_byte_row', 'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row',
+                        'e4m3_e4m3_col'): 'float8_e4m3fn',
+                    ('e5m2_fp32_row', 'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col', 'e5m2_ue8m0_row',
+                        'e5m2_ue8m0_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col', 'e5m2_e4m3_row',
+                        'e5m2_e4m3_col'): 'float8_e5m2',
+                    ('e2m1_fp32_row', 'e2m1_fp32_col', 'e2m1_pow2_row', 'e2m1_pow2_col', 'e2m1_ue8m0_row',
+                        'e2m1_ue8m0_col', 'e2m1_ue8m0_byte_row', 'e2m1_ue8m0_byte_col', 'e2m1_e4m3_row',
+                        'e2m1_e4m3_col'): 'int8',
+                    ('e5m6_fp32_row', 'e5m6_fp32_col', 'e5m6_pow2_row', 'e5m6_pow2_col', 'e5m6_ue8m0_row',
+                        'e5m6_ue8m0_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col', 'e5m6_e4m3_row',
+                        'e5m6_e4m3_col'): 'uint8'})[v], 'bit', None, False),
         OutputInfo("sf",
-            { "e4m3_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_fp32_col": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_pow2_row": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0_row": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_col": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e4m3_ue8m0_byte_row": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e4m3_e4m3_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_e4m3_col": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m2_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e5m2_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_pow2_row": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m2_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e5m2_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_col": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_byte_row": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m2_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e5m2_e4m3_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_e4m3_col": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e2m1_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e2m1_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_pow2_row": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e2m1_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e2m1_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e2m1_ue8m0_col": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e2m1_ue8m0_byte_row": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e2m1_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e2m1_e4m3_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_e4m3_col": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m6_fp32_row": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e5m6_fp32_col": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_pow2_row": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m6_pow2_col": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e5m6_ue8m0_row": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_col": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_byte_row": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m6_ue8m0_byte_col": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e5m6_e4m3_row": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_e4m3_col": lambda d:
-                (d["T"], (d["H"] // d["group"]),), }, lambda v, dt:
-            {'e4m3_fp32_row': 'float32', 'e4m3_fp32_col': 'float32', 'e4m3_pow2_row': 'float32', 'e4m3_pow2_col':
-                'float32', 'e4m3_ue8m0_row': 'int32', 'e4m3_ue8m0_col': 'int32', 'e4m3_ue8m0_byte_row': 'uint8',
-                'e4m3_ue8m0_byte_col': 'uint8', 'e4m3_e4m3_row': 'float8_e4m3fn', 'e4m3_e4m3_col': 'float8_e4m3fn',
-                'e5m2_fp32_row': 'float32', 'e5m2_fp32_col': 'float32', 'e5m2_pow2_row': 'float32', 'e5m2_pow2_col':
-                'float32', 'e5m2_ue8m0_row': 'int32', 'e5m2_ue8m0_col': 'int32', 'e5m2_ue8m0_byte_row': 'uint8',
-                'e5m2_ue8m0_byte_col': 'uint8', 'e5m2_e4m3_row': 'float8_e4m3fn', 'e5m2_e4m3_col': 'float8_e4m3fn',
-                'e2m1_fp32_row': 'float32', 'e2m1_fp32_col': 'float32', 'e2m1_pow2_row': 'float32', 'e2m1_pow2_col':
-                'float32', 'e2m1_ue8m0_row': 'int32', 'e2m1_ue8m0_col': 'int32', 'e2m1_ue8m0_byte_row': 'uint8',
-                'e2m1_ue8m0_byte_col': 'uint8', 'e2m1_e4m3_row': 'float8_e4m3fn', 'e2m1_e4m3_col': 'float8_e4m3fn',
-                'e5m6_fp32_row': 'float32', 'e5m6_fp32_col': 'float32', 'e5m6_pow2_row': 'float32', 'e5m6_pow2_col':
-                'float32', 'e5m6_ue8m0_row': 'int32', 'e5m6_ue8m0_col': 'int32', 'e5m6_ue8m0_byte_row': 'uint8',
-                'e5m6_ue8m0_byte_col': 'uint8', 'e5m6_e4m3_row': 'float8_e4m3fn', 'e5m6_e4m3_col': 'float8_e4m3fn'}[v],
-            'bit', None, False, col_pad=lambda v:
-            {'e4m3_fp32_row': None, 'e4m3_fp32_col': 4, 'e4m3_pow2_row': None, 'e4m3_pow2_col': 4, 'e4m3_ue8m0_row':
-                None, 'e4m3_ue8m0_col': 4, 'e4m3_ue8m0_byte_row': None, 'e4m3_ue8m0_byte_col': 16, 'e4m3_e4m3_row':
-                None, 'e4m3_e4m3_col': 16, 'e5m2_fp32_row': None, 'e5m2_fp32_col': 4, 'e5m2_pow2_row': None,
-                'e5m2_pow2_col': 4, 'e5m2_ue8m0_row': None, 'e5m2_ue8m0_col': 4, 'e5m2_ue8m0_byte_row': None,
-                'e5m2_ue8m0_byte_col': 16, 'e5m2_e4m3_row': None, 'e5m2_e4m3_col': 16, 'e2m1_fp32_row': None,
-                'e2m1_fp32_col': 4, 'e2m1_pow2_row': None, 'e2m1_pow2_col': 4, 'e2m1_ue8m0_row': None, 'e2m1_ue8m0_col':
-                4, 'e2m1_ue8m0_byte_row': None, 'e2m1_ue8m0_byte_col': 16, 'e2m1_e4m3_row': None, 'e2m1_e4m3_col': 16,
-                'e5m6_fp32_row': None, 'e5m6_fp32_col': 4, 'e5m6_pow2_row': None, 'e5m6_pow2_col': 4, 'e5m6_ue8m0_row':
-                None, 'e5m6_ue8m0_col': 4, 'e5m6_ue8m0_byte_row': None, 'e5m6_ue8m0_byte_col': 16, 'e5m6_e4m3_row':
-                None, 'e5m6_e4m3_col': 16}[v]),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+            by_variant(
+                {
+                    ('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_byte_row',
+                        'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row', 'e4m3_e4m3_col', 'e5m2_fp32_row', 'e5m2_fp32_col',
+                        'e5m2_pow2_row', 'e5m2_pow2_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col', 'e5m2_e4m3_row',
+                        'e5m2_e4m3_col', 'e2m1_fp32_row', 'e2m1_fp32_col', 'e2m1_pow2_row', 'e2m1_pow2_col',
+                        'e2m1_ue8m0_byte_row', 'e2m1_ue8m0_byte_col', 'e2m1_e4m3_row', 'e2m1_e4m3_col', 'e5m6_fp32_row',
+                        'e5m6_fp32_col', 'e5m6_pow2_row', 'e5m6_pow2_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col',
+                        'e5m6_e4m3_row', 'e5m6_e4m3_col'): lambda d: (d["T"], (d["H"] // d["group"]),),
+                    ('e4m3_ue8m0_row', 'e4m3_ue8m0_col', 'e5m2_ue8m0_row', 'e5m2_ue8m0_col', 'e2m1_ue8m0_row',
+                        'e2m1_ue8m0_col', 'e5m6_ue8m0_row', 'e5m6_ue8m0_col'): lambda d:
+                    (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e5m2_fp32_row',
+                        'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col', 'e2m1_fp32_row', 'e2m1_fp32_col',
+                        'e2m1_pow2_row', 'e2m1_pow2_col', 'e5m6_fp32_row', 'e5m6_fp32_col', 'e5m6_pow2_row',
+                        'e5m6_pow2_col'): 'float32',
+                    ('e4m3_ue8m0_row', 'e4m3_ue8m0_col', 'e5m2_ue8m0_row', 'e5m2_ue8m0_col', 'e2m1_ue8m0_row',
+                        'e2m1_ue8m0_col', 'e5m6_ue8m0_row', 'e5m6_ue8m0_col'): 'int32',
+                    ('e4m3_ue8m0_byte_row', 'e4m3_ue8m0_byte_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col',
+                        'e2m1_ue8m0_byte_row', 'e2m1_ue8m0_byte_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col'):
+                    'uint8',
+                    ('e4m3_e4m3_row', 'e4m3_e4m3_col', 'e5m2_e4m3_row', 'e5m2_e4m3_col', 'e2m1_e4m3_row',
+                        'e2m1_e4m3_col', 'e5m6_e4m3_row', 'e5m6_e4m3_col'): 'float8_e4m3fn'})[v], 'bit', None, False,
+            col_pad=lambda v:
+            by_variant(
+                {
+                    ('e4m3_fp32_row', 'e4m3_pow2_row', 'e4m3_ue8m0_row', 'e4m3_ue8m0_byte_row', 'e4m3_e4m3_row',
+                        'e5m2_fp32_row', 'e5m2_pow2_row', 'e5m2_ue8m0_row', 'e5m2_ue8m0_byte_row', 'e5m2_e4m3_row',
+                        'e2m1_fp32_row', 'e2m1_pow2_row', 'e2m1_ue8m0_row', 'e2m1_ue8m0_byte_row', 'e2m1_e4m3_row',
+                        'e5m6_fp32_row', 'e5m6_pow2_row', 'e5m6_ue8m0_row', 'e5m6_ue8m0_byte_row', 'e5m6_e4m3_row'):
+                    None,
+                    ('e4m3_fp32_col', 'e4m3_pow2_col', 'e4m3_ue8m0_col', 'e5m2_fp32_col', 'e5m2_pow2_col',
+                        'e5m2_ue8m0_col', 'e2m1_fp32_col', 'e2m1_pow2_col', 'e2m1_ue8m0_col', 'e5m6_fp32_col',
+                        'e5m6_pow2_col', 'e5m6_ue8m0_col'): 4,
+                    ('e4m3_ue8m0_byte_col', 'e4m3_e4m3_col', 'e5m2_ue8m0_byte_col', 'e5m2_e4m3_col',
+                        'e2m1_ue8m0_byte_col', 'e2m1_e4m3_col', 'e5m6_ue8m0_byte_col', 'e5m6_e4m3_col'): 16})[v]),),
+    dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="per_token_cast_and_cast_back", package=__package__, params=
     (
@@ -25,27 +25,22 @@ OP = OpInfo(name="per_token_cast_and_cast_back", package=__package__, params=
     outputs=
     (
         OutputInfo("y",
-            { "e4m3_fp32_bf16": lambda d: (d["T"], d["H"],), "e4m3_fp32_fp32": lambda d: (d["T"], d["H"],),
-                "e4m3_pow2_bf16": lambda d: (d["T"], d["H"],), "e4m3_pow2_fp32": lambda d: (d["T"], d["H"],),
-                "e4m3_e4m3_bf16": lambda d: (d["T"], d["H"],), "e4m3_e4m3_fp32": lambda d: (d["T"], d["H"],),
-                "e5m2_fp32_bf16": lambda d: (d["T"], d["H"],), "e5m2_fp32_fp32": lambda d: (d["T"], d["H"],),
-                "e5m2_pow2_bf16": lambda d: (d["T"], d["H"],), "e5m2_pow2_fp32": lambda d: (d["T"], d["H"],),
-                "e5m2_e4m3_bf16": lambda d: (d["T"], d["H"],), "e5m2_e4m3_fp32": lambda d: (d["T"], d["H"],),
-                "e2m1_fp32_bf16": lambda d: (d["T"], d["H"],), "e2m1_fp32_fp32": lambda d: (d["T"], d["H"],),
-                "e2m1_pow2_bf16": lambda d: (d["T"], d["H"],), "e2m1_pow2_fp32": lambda d: (d["T"], d["H"],),
-                "e2m1_e4m3_bf16": lambda d: (d["T"], d["H"],), "e2m1_e4m3_fp32": lambda d: (d["T"], d["H"],),
-                "e5m6_fp32_bf16": lambda d: (d["T"], d["H"],), "e5m6_fp32_fp32": lambda d: (d["T"], d["H"],),
-                "e5m6_pow2_bf16": lambda d: (d["T"], d["H"],), "e5m6_pow2_fp32": lambda d: (d["T"], d["H"],),
-                "e5m6_e4m3_bf16": lambda d: (d["T"], d["H"],), "e5m6_e4m3_fp32": lambda d: (d["T"], d["H"],), },
-            lambda v, dt:
-            {'e4m3_fp32_bf16': 'bfloat16', 'e4m3_fp32_fp32': 'float32', 'e4m3_pow2_bf16': 'bfloat16', 'e4m3_pow2_fp32':
-                'float32', 'e4m3_e4m3_bf16': 'bfloat16', 'e4m3_e4m3_fp32': 'float32', 'e5m2_fp32_bf16': 'bfloat16',
-                'e5m2_fp32_fp32': 'float32', 'e5m2_pow2_bf16': 'bfloat16', 'e5m2_pow2_fp32': 'float32',
-                'e5m2_e4m3_bf16': 'bfloat16', 'e5m2_e4m3_fp32': 'float32', 'e2m1_fp32_bf16': 'bfloat16',
-                'e2m1_fp32_fp32': 'float32', 'e2m1_pow2_bf16': 'bfloat16', 'e2m1_pow2_fp32': 'float32',
-                'e2m1_e4m3_bf16': 'bfloat16', 'e2m1_e4m3_fp32': 'float32', 'e5m6_fp32_bf16': 'bfloat16',
-                'e5m6_fp32_fp32': 'float32', 'e5m6_pow2_bf16': 'bfloat16', 'e5m6_pow2_fp32': 'float32',
-                'e5m6_e4m3_bf16': 'bfloat16', 'e5m6_e4m3_fp32': 'float32'}[v], 'bit', None, False),), dims=
+            by_variant(
+                {
+                    ('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_pow2_bf16', 'e4m3_pow2_fp32', 'e4m3_e4m3_bf16',
+                        'e4m3_e4m3_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_pow2_bf16', 'e5m2_pow2_fp32',
+                        'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32', 'e2m1_fp32_bf16', 'e2m1_fp32_fp32', 'e2m1_pow2_bf16',
+                        'e2m1_pow2_fp32', 'e2m1_e4m3_bf16', 'e2m1_e4m3_fp32', 'e5m6_fp32_bf16', 'e5m6_fp32_fp32',
+                        'e5m6_pow2_bf16', 'e5m6_pow2_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'): lambda d:
+                    (d["T"], d["H"],)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32_bf16', 'e4m3_pow2_bf16', 'e4m3_e4m3_bf16', 'e5m2_fp32_bf16', 'e5m2_pow2_bf16',
+                        'e5m2_e4m3_bf16', 'e2m1_fp32_bf16', 'e2m1_pow2_bf16', 'e2m1_e4m3_bf16', 'e5m6_fp32_bf16',
+                        'e5m6_pow2_bf16', 'e5m6_e4m3_bf16'): 'bfloat16',
+                    ('e4m3_fp32_fp32', 'e4m3_pow2_fp32', 'e4m3_e4m3_fp32', 'e5m2_fp32_fp32', 'e5m2_pow2_fp32',
+                        'e5m2_e4m3_fp32', 'e2m1_fp32_fp32', 'e2m1_pow2_fp32', 'e2m1_e4m3_fp32', 'e5m6_fp32_fp32',
+                        'e5m6_pow2_fp32', 'e5m6_e4m3_fp32'): 'float32'})[v], 'bit', None, False),), dims=
     (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
 

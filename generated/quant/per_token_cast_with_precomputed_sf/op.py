@@ -8,7 +8,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="per_token_cast_with_precomputed_sf", package=__package__, params=
     (
@@ -21,8 +21,9 @@ OP = OpInfo(name="per_token_cast_with_precomputed_sf", package=__package__, para
             (('T', 1), None), None),), outputs=
     (
         OutputInfo("q",
-            { "e4m3": lambda d: (d["T"], d["H"],), "e5m2": lambda d: (d["T"], d["H"],), "e2m1": lambda d:
-                (d["T"], -(-d["H"] // 2),), "e5m6": lambda d: (d["T"], -(-d["H"] // 8) * 12,), }, lambda v, dt:
+            by_variant(
+                {('e4m3', 'e5m2'): lambda d: (d["T"], d["H"],), ('e2m1',): lambda d: (d["T"], -(-d["H"] // 2),),
+                    ('e5m6',): lambda d: (d["T"], -(-d["H"] // 8) * 12,)}), lambda v, dt:
             {'e4m3': 'float8_e4m3fn', 'e5m2': 'float8_e5m2', 'e2m1': 'int8', 'e5m6': 'uint8'}[v], 'bit', None, False),),
     dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)

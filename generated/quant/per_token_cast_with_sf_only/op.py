@@ -8,7 +8,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(name="per_token_cast_with_sf_only", package=__package__, params=
     (ParamInfo("fmt", ('e4m3', 'e5m2', 'e2m1', 'e5m6'), None, True, "element format the scales are for", 'e4m3', 'int'),
@@ -21,28 +21,21 @@ OP = OpInfo(name="per_token_cast_with_sf_only", package=__package__, params=
     outputs=
     (
         OutputInfo("sf",
-            { "e4m3_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_pow2": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e4m3_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e4m3_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), "e4m3_e4m3": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m2_fp32": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e5m2_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m2_ue8m0": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m2_ue8m0_byte": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m2_e4m3": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e2m1_fp32": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_pow2": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e2m1_ue8m0": lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),),
-                "e2m1_ue8m0_byte": lambda d: (d["T"], (d["H"] // d["group"]),), "e2m1_e4m3": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m6_fp32": lambda d: (d["T"], (d["H"] // d["group"]),),
-                "e5m6_pow2": lambda d: (d["T"], (d["H"] // d["group"]),), "e5m6_ue8m0": lambda d:
-                (d["T"], -(-(d["H"] // d["group"]) // 4),), "e5m6_ue8m0_byte": lambda d:
-                (d["T"], (d["H"] // d["group"]),), "e5m6_e4m3": lambda d: (d["T"], (d["H"] // d["group"]),), },
-            lambda v, dt:
-            {'e4m3_fp32': 'float32', 'e4m3_pow2': 'float32', 'e4m3_ue8m0': 'int32', 'e4m3_ue8m0_byte': 'uint8',
-                'e4m3_e4m3': 'float8_e4m3fn', 'e5m2_fp32': 'float32', 'e5m2_pow2': 'float32', 'e5m2_ue8m0': 'int32',
-                'e5m2_ue8m0_byte': 'uint8', 'e5m2_e4m3': 'float8_e4m3fn', 'e2m1_fp32': 'float32', 'e2m1_pow2':
-                'float32', 'e2m1_ue8m0': 'int32', 'e2m1_ue8m0_byte': 'uint8', 'e2m1_e4m3': 'float8_e4m3fn', 'e5m6_fp32':
-                'float32', 'e5m6_pow2': 'float32', 'e5m6_ue8m0': 'int32', 'e5m6_ue8m0_byte': 'uint8', 'e5m6_e4m3':
-                'float8_e4m3fn'}[v], 'bit', None, False),), dims=(("T", True, 0, None), ("H", False, 1, 65536),),
-    requires=(("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_pow2', 'e4m3_ue8m0_byte', 'e4m3_e4m3', 'e5m2_fp32', 'e5m2_pow2',
+                        'e5m2_ue8m0_byte', 'e5m2_e4m3', 'e2m1_fp32', 'e2m1_pow2', 'e2m1_ue8m0_byte', 'e2m1_e4m3',
+                        'e5m6_fp32', 'e5m6_pow2', 'e5m6_ue8m0_byte', 'e5m6_e4m3'): lambda d:
+                    (d["T"], (d["H"] // d["group"]),), ('e4m3_ue8m0', 'e5m2_ue8m0', 'e2m1_ue8m0', 'e5m6_ue8m0'):
+                    lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
+            by_variant(
+                {
+                    ('e4m3_fp32', 'e4m3_pow2', 'e5m2_fp32', 'e5m2_pow2', 'e2m1_fp32', 'e2m1_pow2', 'e5m6_fp32',
+                        'e5m6_pow2'): 'float32', ('e4m3_ue8m0', 'e5m2_ue8m0', 'e2m1_ue8m0', 'e5m6_ue8m0'): 'int32',
+                    ('e4m3_ue8m0_byte', 'e5m2_ue8m0_byte', 'e2m1_ue8m0_byte', 'e5m6_ue8m0_byte'): 'uint8',
+                    ('e4m3_e4m3', 'e5m2_e4m3', 'e2m1_e4m3', 'e5m6_e4m3'): 'float8_e4m3fn'})[v], 'bit', None, False),),
+    dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+    (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
 
 
 @torch.library.custom_op("tkgen::per_token_cast_with_sf_only", mutates_args=())

@@ -8,6 +8,7 @@ stored and replayed.
 """
 from hypothesis import strategies as st
 
+from tkgen.runtime.ops import by_variant  # noqa: F401
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
 EXAMPLES = 6   # the spec's `tests: examples`: property tests draw at most this many cases
@@ -28,11 +29,10 @@ def cases(draw, max_rows=20):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(recipe,
         (lambda v:
-            {'fp32':
-                {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
-                    (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}, 'bf16':
-                {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
-                    (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}}[v])(variant), (d["T"], d["H"],))
+            by_variant(
+                {('fp32', 'bf16'):
+                    {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
+                        (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}})[v])(variant), (d["T"], d["H"],))
     return {
         "dims": { "T": d["T"], "H": d["H"], },
         "params": { "out": d["out"], },

@@ -8,7 +8,7 @@ import torch
 
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
-from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, check
+from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
 OP = OpInfo(
     name="batched_transpose",
@@ -20,7 +20,7 @@ OP = OpInfo(
                   (('B', 1), ('M', 1), ('N', 1)), None),
     ),
     outputs=(
-        OutputInfo("out", { "base": lambda d: (d["B"], d["N"], d["M"],), },
+        OutputInfo("out", {'base': lambda d: (d["B"], d["N"], d["M"],)},
                    lambda v, dt: dt['x'], 'bytes', None, False),
     ),
     dims=(
