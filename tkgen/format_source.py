@@ -132,9 +132,11 @@ def _operand_end(t: _Tok) -> bool:
 
 def _breaks(body, depths):
     """The token indices a line may start at: inside brackets, after a comma, a colon, a keyword's `=` or an
-    opening bracket, before a binary operator that follows an operand, between adjacent strings; negated,
-    before a closing bracket (a last resort)."""
+    opening bracket (not another one), before a binary operator that follows an operand, between adjacent
+    strings; negated, the last resorts: before a closing bracket, and within an assignment's target."""
     out = []
+    # the target of an assignment breaks only where nothing else fits
+    target = next((i for i, (t, d) in enumerate(zip(body, depths)) if d == 0 and t.string == "="), 0)
     for i in range(1, len(body)):
         if depths[i] == 0 and not (body[i].type == tokenize.OP and body[i].string in _CLOSE):
             continue
@@ -144,10 +146,12 @@ def _breaks(body, depths):
                 continue
             out.append(-i)                 # before a closing bracket: only where nothing else fits
             continue
+        if a.type == tokenize.OP and a.string in _OPEN and b.type == tokenize.OP and b.string in _OPEN:
+            continue                       # not between opening brackets: no line of a lone `(`
         if (a.type == tokenize.OP and (a.string in (",", ":", "=") or a.string in _OPEN)) or \
                 (b.string in _OPERATORS and b.type in (tokenize.OP, tokenize.NAME) and _operand_end(a)) or \
                 (a.type == tokenize.STRING and b.type == tokenize.STRING):
-            out.append(i)
+            out.append(i if i > target else -i)
     return out
 
 

@@ -38,9 +38,8 @@ def encode_e2m1(x):
     a = (u & T.uint32(0x7fffffff))
     sign = ((u >> T.uint32(31)) << T.uint32(3))
     e32 = (a >> T.uint32(23))
-    nrm = T.min(
-        ((((a - T.uint32(0x3f000000)) + T.uint32(0x1fffff)) + ((a >> T.uint32(22)) & T.uint32(1))) >> T.uint32(22)),
-        T.uint32(7))
+    nrm = T.min(((((a - T.uint32(0x3f000000)) + T.uint32(0x1fffff)) + ((a >> T.uint32(22)) & T.uint32(1)))
+            >> T.uint32(22)), T.uint32(7))
     sh = (T.uint32(149) - T.min(T.max(e32, T.uint32(125)), T.uint32(126)))
     q = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) >> sh)
     rem = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) & ((T.uint32(1) << sh) - T.uint32(1)))
@@ -77,9 +76,8 @@ def encode_e4m3(x):
     a = (u & T.uint32(0x7fffffff))
     sign = ((u >> T.uint32(31)) << T.uint32(7))
     e32 = (a >> T.uint32(23))
-    nrm = T.min(
-        ((((a - T.uint32(0x3c000000)) + T.uint32(0x7ffff)) + ((a >> T.uint32(20)) & T.uint32(1))) >> T.uint32(20)),
-        T.uint32(126))
+    nrm = T.min(((((a - T.uint32(0x3c000000)) + T.uint32(0x7ffff)) + ((a >> T.uint32(20)) & T.uint32(1)))
+            >> T.uint32(20)), T.uint32(126))
     sh = (T.uint32(141) - T.min(T.max(e32, T.uint32(117)), T.uint32(120)))
     q = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) >> sh)
     rem = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) & ((T.uint32(1) << sh) - T.uint32(1)))
@@ -118,9 +116,8 @@ def encode_e5m2(x):
     a = (u & T.uint32(0x7fffffff))
     sign = ((u >> T.uint32(31)) << T.uint32(7))
     e32 = (a >> T.uint32(23))
-    nrm = T.min(
-        ((((a - T.uint32(0x38000000)) + T.uint32(0xfffff)) + ((a >> T.uint32(21)) & T.uint32(1))) >> T.uint32(21)),
-        T.uint32(123))
+    nrm = T.min(((((a - T.uint32(0x38000000)) + T.uint32(0xfffff)) + ((a >> T.uint32(21)) & T.uint32(1)))
+            >> T.uint32(21)), T.uint32(123))
     sh = (T.uint32(134) - T.min(T.max(e32, T.uint32(110)), T.uint32(112)))
     q = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) >> sh)
     rem = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) & ((T.uint32(1) << sh) - T.uint32(1)))
@@ -142,8 +139,7 @@ def decode_e5m2(code):
         T.Select((mf == T.uint32(0)), T.reinterpret((sign | T.uint32(0x7f800000)), "float32"),
             T.reinterpret(T.uint32(0x7fc00000), "float32")),
         T.Select((ef == T.uint32(0)),
-            T.reinterpret(
-                (sign
+            T.reinterpret((sign
                     | T.reinterpret((T.cast(mf, "float32") * T.reinterpret(T.uint32(0x37800000), "float32")),
                         "uint32")), "float32"),
             T.reinterpret((sign | (((ef + T.uint32(112)) << T.uint32(23)) | (mf << T.uint32(21)))), "float32")))

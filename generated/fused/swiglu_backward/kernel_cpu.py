@@ -341,9 +341,8 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -431,9 +430,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -517,9 +515,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -612,9 +609,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -982,9 +978,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
@@ -1077,9 +1072,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
@@ -1168,9 +1162,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
@@ -1268,9 +1261,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                 g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):

@@ -344,9 +344,8 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
                     LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -435,9 +434,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
                     LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -522,9 +520,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
                     LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -618,9 +615,8 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
                     LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -994,9 +990,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
                     LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
@@ -1090,9 +1085,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
                     LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
@@ -1182,9 +1176,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
                     LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
@@ -1283,9 +1276,8 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
                     LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else(
-                    (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights)) & ((b_t * B_t + i_t) < N_t)),
-                    topk_weights[_t1[i_t]], T.float32(0.0))
+                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):

@@ -27,9 +27,7 @@ OP = OpInfo(name="swiglu_backward", package=__package__, params=
         InputInfo("pos_to_expert", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
         OutputInfo("x_grad",
-            by_variant(
-                {
-                    ('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
+            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
                         'with_pos_to_token_topk_with_topk_weights',
                         'with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -42,9 +40,7 @@ OP = OpInfo(name="swiglu_backward", package=__package__, params=
                         'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
                     lambda d: (d["T"], (2 * d["H"]),)}), lambda v, dt: dt['x'], 'bit', None, False),
         OutputInfo("weight_grad",
-            by_variant(
-                {
-                    ('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
+            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
                         'with_pos_to_token_topk_with_topk_weights',
                         'with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -56,9 +52,7 @@ OP = OpInfo(name="swiglu_backward", package=__package__, params=
                         'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
                         'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
                     lambda d: (d["T"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
+            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
                         'with_pos_to_token_topk_with_topk_weights',
                         'with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -71,9 +65,7 @@ OP = OpInfo(name="swiglu_backward", package=__package__, params=
                         'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
                     'float32'})[v], {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
         OutputInfo("topk_weights_grad",
-            by_variant(
-                {
-                    ('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp', 'with_weights',
+            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp', 'with_weights',
                         'with_weights_with_clamp', 'with_weights_with_pos_to_expert',
                         'with_weights_with_pos_to_expert_with_clamp'): lambda d: (0,),
                     ('with_pos_to_token_topk_with_topk_weights', 'with_pos_to_token_topk_with_topk_weights_with_clamp',
@@ -84,9 +76,7 @@ OP = OpInfo(name="swiglu_backward", package=__package__, params=
                         'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
                         'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
                     lambda d: (d["T_tok"], d["K"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
+            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
                         'with_pos_to_token_topk_with_topk_weights',
                         'with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',

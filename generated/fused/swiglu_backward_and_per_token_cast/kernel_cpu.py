@@ -103,25 +103,18 @@ def make_false(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_g
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -205,9 +198,9 @@ def make_false_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, cla
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -224,25 +217,18 @@ def make_false_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, cla
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -351,25 +337,18 @@ def make_false_with_weights(scale, sf_layout, H, group, routed_scaling_factor, c
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -473,9 +452,9 @@ def make_false_with_weights_with_clamp(scale, sf_layout, H, group, routed_scalin
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -492,25 +471,18 @@ def make_false_with_weights_with_clamp(scale, sf_layout, H, group, routed_scalin
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -615,25 +587,18 @@ def make_true(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_gr
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -724,9 +689,9 @@ def make_true_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clam
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -743,25 +708,18 @@ def make_true_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clam
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -875,25 +833,18 @@ def make_true_with_weights(scale, sf_layout, H, group, routed_scaling_factor, cl
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1002,9 +953,9 @@ def make_true_with_weights_with_clamp(scale, sf_layout, H, group, routed_scaling
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1021,25 +972,18 @@ def make_true_with_weights_with_clamp(scale, sf_layout, H, group, routed_scaling
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1145,20 +1089,15 @@ def make_ue8m0_false(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gr
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1174,10 +1113,7 @@ def make_ue8m0_false(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gr
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1193,11 +1129,8 @@ def make_ue8m0_false(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gr
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1287,9 +1220,9 @@ def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clam
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1300,20 +1233,15 @@ def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clam
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1329,10 +1257,7 @@ def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clam
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1348,11 +1273,8 @@ def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clam
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1461,20 +1383,15 @@ def make_ue8m0_false_with_weights(sf_layout, H, group, routed_scaling_factor, cl
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1490,10 +1407,7 @@ def make_ue8m0_false_with_weights(sf_layout, H, group, routed_scaling_factor, cl
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1509,11 +1423,8 @@ def make_ue8m0_false_with_weights(sf_layout, H, group, routed_scaling_factor, cl
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1623,9 +1534,9 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1636,20 +1547,15 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1665,10 +1571,7 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1684,11 +1587,8 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1793,20 +1693,15 @@ def make_ue8m0_true(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gra
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1822,10 +1717,7 @@ def make_ue8m0_true(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gra
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1841,11 +1733,8 @@ def make_ue8m0_true(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gra
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1942,9 +1831,9 @@ def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -1955,20 +1844,15 @@ def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1984,10 +1868,7 @@ def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2003,11 +1884,8 @@ def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -2121,20 +1999,15 @@ def make_ue8m0_true_with_weights(sf_layout, H, group, routed_scaling_factor, cla
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2150,10 +2023,7 @@ def make_ue8m0_true_with_weights(sf_layout, H, group, routed_scaling_factor, cla
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2169,11 +2039,8 @@ def make_ue8m0_true_with_weights(sf_layout, H, group, routed_scaling_factor, cla
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -2288,9 +2155,9 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
                 if ((b_t * B_t + i_t) < N_t):
@@ -2301,20 +2168,15 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2330,10 +2192,7 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2349,11 +2208,8 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):

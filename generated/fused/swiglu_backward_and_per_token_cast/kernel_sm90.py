@@ -101,30 +101,23 @@ def make_false(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_g
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -203,9 +196,9 @@ def make_false_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, cla
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
@@ -221,30 +214,23 @@ def make_false_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, cla
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -347,30 +333,23 @@ def make_false_with_weights(scale, sf_layout, H, group, routed_scaling_factor, c
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
@@ -470,9 +449,9 @@ def make_false_with_weights_with_clamp(scale, sf_layout, H, group, routed_scalin
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
@@ -488,30 +467,23 @@ def make_false_with_weights_with_clamp(scale, sf_layout, H, group, routed_scalin
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
@@ -613,34 +585,27 @@ def make_true(scale, sf_layout, H, group, routed_scaling_factor, clamp, act_x_gr
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                            * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -724,9 +689,9 @@ def make_true_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clam
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
@@ -742,34 +707,27 @@ def make_true_with_clamp(scale, sf_layout, H, group, routed_scaling_factor, clam
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                            * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -875,30 +833,23 @@ def make_true_with_weights(scale, sf_layout, H, group, routed_scaling_factor, cl
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
@@ -1004,9 +955,9 @@ def make_true_with_weights_with_clamp(scale, sf_layout, H, group, routed_scaling
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
@@ -1022,30 +973,23 @@ def make_true_with_weights_with_clamp(scale, sf_layout, H, group, routed_scaling
                     if (scale, sf_layout) == ('fp32', 'col'):
                         x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
@@ -1145,20 +1089,15 @@ def make_ue8m0_false(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gr
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1174,10 +1113,7 @@ def make_ue8m0_false(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gr
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1193,16 +1129,13 @@ def make_ue8m0_false(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gr
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1287,9 +1220,9 @@ def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clam
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
@@ -1299,20 +1232,15 @@ def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clam
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1328,10 +1256,7 @@ def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clam
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1347,16 +1272,13 @@ def make_ue8m0_false_with_clamp(sf_layout, H, group, routed_scaling_factor, clam
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1459,20 +1381,15 @@ def make_ue8m0_false_with_weights(sf_layout, H, group, routed_scaling_factor, cl
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1488,10 +1405,7 @@ def make_ue8m0_false_with_weights(sf_layout, H, group, routed_scaling_factor, cl
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1507,16 +1421,13 @@ def make_ue8m0_false_with_weights(sf_layout, H, group, routed_scaling_factor, cl
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
@@ -1622,9 +1533,9 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
@@ -1634,20 +1545,15 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1663,10 +1569,7 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1682,16 +1585,13 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, H, group, routed_scaling
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
@@ -1793,20 +1693,15 @@ def make_ue8m0_true(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gra
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1822,10 +1717,7 @@ def make_ue8m0_true(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gra
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1841,20 +1733,17 @@ def make_ue8m0_true(sf_layout, H, group, routed_scaling_factor, clamp, act_x_gra
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                            * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -1944,9 +1833,9 @@ def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
@@ -1956,20 +1845,15 @@ def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1985,10 +1869,7 @@ def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2004,20 +1885,17 @@ def make_ue8m0_true_with_clamp(sf_layout, H, group, routed_scaling_factor, clamp
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)), "bfloat16")
+                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                            * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
 
@@ -2123,20 +2001,15 @@ def make_ue8m0_true_with_weights(sf_layout, H, group, routed_scaling_factor, cla
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2152,10 +2025,7 @@ def make_ue8m0_true_with_weights(sf_layout, H, group, routed_scaling_factor, cla
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2171,16 +2041,13 @@ def make_ue8m0_true_with_weights(sf_layout, H, group, routed_scaling_factor, cla
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
@@ -2292,9 +2159,9 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_
                 da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
                     ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c])
                         * (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))))
-                db[i_t, i_g, i_c] = T.Select(
-                    ((b0[i_t, i_g, i_c] > T.float32(clamp)) | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))),
-                    T.float32(0.0), (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
+                db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
+                        | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
+                    (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
@@ -2304,20 +2171,15 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                x_grad_sf_codes[i_t, i_s, i_g] = (
-                    (T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
+                        >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2333,10 +2195,7 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2352,16 +2211,13 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, H, group, routed_scaling_
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                inv[i_t, i_s, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
-                        (dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
+                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))

@@ -31,9 +31,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
     (
         InputInfo("q", (), ('T', '2 * H'), lambda d: (d["T"], (2 * d["H"]),), False, (('T', 1), ('H', 2)), None, codec=
             lambda v:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -55,9 +53,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'store': 'codes'}})[v]),
         InputInfo("sf", (), ('T', '2 * H / group'), lambda d: (d["T"], ((2 * d["H"]) // d["group"]),), False,
             (('T', 1), None), None, codec=lambda v:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -81,9 +77,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
             None), InputInfo("weights", ('fp32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
         OutputInfo("x_grad",
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -102,9 +96,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d:
                     (d["T"], (2 * d["H"]),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -124,9 +116,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'bfloat16'})[v],
             'bit', None, False),
         OutputInfo("x_grad_fp8",
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -145,9 +135,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d:
                     (d["T"], (2 * d["H"]),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -167,9 +155,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'float8_e4m3fn'})[v],
             'bit', None, False),
         OutputInfo("x_grad_sf",
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -189,9 +175,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d:
                     (d["T"], -(-((2 * d["H"]) // d["group"]) // 4),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -210,9 +194,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'int32'})[v], 'bit',
             None, False, col_pad=lambda v:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'pow2_row_false',
                         'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
@@ -231,9 +213,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_false_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 4})[v]),
         OutputInfo("weight_grad",
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_col_false', 'fp32_col_false_with_clamp', 'fp32_col_true', 'fp32_col_true_with_clamp',
                         'pow2_row_false', 'pow2_row_false_with_clamp', 'pow2_row_true', 'pow2_row_true_with_clamp',
                         'pow2_col_false', 'pow2_col_false_with_clamp', 'pow2_col_true', 'pow2_col_true_with_clamp',
@@ -253,9 +233,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_false_with_weights', 'ue8m0_col_false_with_weights_with_clamp',
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d: (d["T"],)}),
             lambda v, dt:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -275,9 +253,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): 'float32'})[v],
             {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, 'weights', False),
         OutputInfo("act_out",
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_col_false', 'fp32_col_false_with_clamp',
                         'fp32_col_false_with_weights', 'fp32_col_false_with_weights_with_clamp', 'pow2_row_false',
                         'pow2_row_false_with_clamp', 'pow2_row_false_with_weights',
@@ -296,9 +272,7 @@ OP = OpInfo(name="swiglu_backward_and_per_token_cast", package=__package__, para
                         'ue8m0_row_true_with_weights_with_clamp', 'ue8m0_col_true', 'ue8m0_col_true_with_clamp',
                         'ue8m0_col_true_with_weights', 'ue8m0_col_true_with_weights_with_clamp'): lambda d:
                     (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',

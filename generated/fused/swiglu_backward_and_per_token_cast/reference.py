@@ -59,8 +59,7 @@ def make_reference_false(scale, sf_layout, q, sf, act_x_grad, weights, group, ro
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
         if scale == 'pow2':
             x_grad_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
@@ -72,10 +71,7 @@ def make_reference_false(scale, sf_layout, q, sf, act_x_grad, weights, group, ro
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -141,8 +137,7 @@ def make_reference_false_with_clamp(scale, sf_layout, q, sf, act_x_grad, weights
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
         if scale == 'pow2':
             x_grad_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
@@ -154,10 +149,7 @@ def make_reference_false_with_clamp(scale, sf_layout, q, sf, act_x_grad, weights
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -222,8 +214,7 @@ def make_reference_false_with_weights(scale, sf_layout, q, sf, act_x_grad, weigh
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
         if scale == 'pow2':
             x_grad_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
@@ -235,10 +226,7 @@ def make_reference_false_with_weights(scale, sf_layout, q, sf, act_x_grad, weigh
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -313,8 +301,7 @@ def make_reference_false_with_weights_with_clamp(scale, sf_layout, q, sf, act_x_
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
         if scale == 'pow2':
             x_grad_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
@@ -326,10 +313,7 @@ def make_reference_false_with_weights_with_clamp(scale, sf_layout, q, sf, act_x_
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -396,8 +380,7 @@ def make_reference_true(scale, sf_layout, q, sf, act_x_grad, weights, group, rou
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
         if scale == 'pow2':
             x_grad_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
@@ -409,10 +392,7 @@ def make_reference_true(scale, sf_layout, q, sf, act_x_grad, weights, group, rou
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -482,8 +462,7 @@ def make_reference_true_with_clamp(scale, sf_layout, q, sf, act_x_grad, weights,
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
         if scale == 'pow2':
             x_grad_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
@@ -495,10 +474,7 @@ def make_reference_true_with_clamp(scale, sf_layout, q, sf, act_x_grad, weights,
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -566,8 +542,7 @@ def make_reference_true_with_weights(scale, sf_layout, q, sf, act_x_grad, weight
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
         if scale == 'pow2':
             x_grad_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
@@ -579,10 +554,7 @@ def make_reference_true_with_weights(scale, sf_layout, q, sf, act_x_grad, weight
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -659,8 +631,7 @@ def make_reference_true_with_weights_with_clamp(scale, sf_layout, q, sf, act_x_g
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
         if scale == 'pow2':
             x_grad_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
@@ -672,10 +643,7 @@ def make_reference_true_with_weights_with_clamp(scale, sf_layout, q, sf, act_x_g
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -740,34 +708,27 @@ def make_reference_ue8m0_false(sf_layout, q, sf, act_x_grad, weights, group, rou
         _t5 = _absmax(dx, 3)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         x_grad_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_s, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _scatter(_s_x_grad_sf,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
@@ -776,37 +737,28 @@ def make_reference_ue8m0_false(sf_layout, q, sf, act_x_grad, weights, group, rou
         if sf_layout == 'col':
             _scatter(_s_x_grad_sf,
                 (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -871,34 +823,27 @@ def make_reference_ue8m0_false_with_clamp(sf_layout, q, sf, act_x_grad, weights,
         _t5 = _absmax(dx, 3)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         x_grad_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_s, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _scatter(_s_x_grad_sf,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
@@ -907,37 +852,28 @@ def make_reference_ue8m0_false_with_clamp(sf_layout, q, sf, act_x_grad, weights,
         if sf_layout == 'col':
             _scatter(_s_x_grad_sf,
                 (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -1001,34 +937,27 @@ def make_reference_ue8m0_false_with_weights(sf_layout, q, sf, act_x_grad, weight
         _t5 = _absmax(dx, 3)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         x_grad_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_s, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _scatter(_s_x_grad_sf,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
@@ -1037,37 +966,28 @@ def make_reference_ue8m0_false_with_weights(sf_layout, q, sf, act_x_grad, weight
         if sf_layout == 'col':
             _scatter(_s_x_grad_sf,
                 (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -1141,34 +1061,27 @@ def make_reference_ue8m0_false_with_weights_with_clamp(sf_layout, q, sf, act_x_g
         _t5 = _absmax(dx, 3)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         x_grad_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_s, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _scatter(_s_x_grad_sf,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
@@ -1177,37 +1090,28 @@ def make_reference_ue8m0_false_with_weights_with_clamp(sf_layout, q, sf, act_x_g
         if sf_layout == 'col':
             _scatter(_s_x_grad_sf,
                 (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -1273,34 +1177,27 @@ def make_reference_ue8m0_true(sf_layout, q, sf, act_x_grad, weights, group, rout
         _t5 = _absmax(dx, 3)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         x_grad_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_s, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _scatter(_s_x_grad_sf,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
@@ -1309,37 +1206,28 @@ def make_reference_ue8m0_true(sf_layout, q, sf, act_x_grad, weights, group, rout
         if sf_layout == 'col':
             _scatter(_s_x_grad_sf,
                 (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -1408,34 +1296,27 @@ def make_reference_ue8m0_true_with_clamp(sf_layout, q, sf, act_x_grad, weights, 
         _t5 = _absmax(dx, 3)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         x_grad_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_s, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _scatter(_s_x_grad_sf,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
@@ -1444,37 +1325,28 @@ def make_reference_ue8m0_true_with_clamp(sf_layout, q, sf, act_x_grad, weights, 
         if sf_layout == 'col':
             _scatter(_s_x_grad_sf,
                 (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -1541,34 +1413,27 @@ def make_reference_ue8m0_true_with_weights(sf_layout, q, sf, act_x_grad, weights
         _t5 = _absmax(dx, 3)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         x_grad_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_s, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _scatter(_s_x_grad_sf,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
@@ -1577,37 +1442,28 @@ def make_reference_ue8m0_true_with_weights(sf_layout, q, sf, act_x_grad, weights
         if sf_layout == 'col':
             _scatter(_s_x_grad_sf,
                 (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
@@ -1683,34 +1539,27 @@ def make_reference_ue8m0_true_with_weights_with_clamp(sf_layout, q, sf, act_x_gr
         _t5 = _absmax(dx, 3)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         x_grad_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_s, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
         if sf_layout == 'row':
             _scatter(_s_x_grad_sf,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
@@ -1719,37 +1568,28 @@ def make_reference_ue8m0_true_with_weights_with_clamp(sf_layout, q, sf, act_x_gr
         if sf_layout == 'col':
             _scatter(_s_x_grad_sf,
                 (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(x_grad_sf_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
         x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),

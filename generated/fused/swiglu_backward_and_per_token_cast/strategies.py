@@ -37,9 +37,7 @@ def cases(draw, max_rows=12):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], (2 * d["H"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',
@@ -63,9 +61,7 @@ def cases(draw, max_rows=12):
     inputs["sf"], shapes["sf"] = (None, (d["T"], ((2 * d["H"]) // d["group"]),)) if recipe is None else with_codec(
         recipe,
         (lambda v:
-            by_variant(
-                {
-                    ('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
+            by_variant({('fp32_row_false', 'fp32_row_false_with_clamp', 'fp32_row_false_with_weights',
                         'fp32_row_false_with_weights_with_clamp', 'fp32_row_true', 'fp32_row_true_with_clamp',
                         'fp32_row_true_with_weights', 'fp32_row_true_with_weights_with_clamp', 'fp32_col_false',
                         'fp32_col_false_with_clamp', 'fp32_col_false_with_weights',

@@ -51,13 +51,11 @@ def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1, block
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                            encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * T.float32(routed_scaling_factor))), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                            * T.float32(routed_scaling_factor))
+                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                                * b0[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -129,13 +127,11 @@ def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=1,
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                            encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * T.float32(routed_scaling_factor))), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                            * T.float32(routed_scaling_factor))
+                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                                * b[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -181,13 +177,11 @@ def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, th
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                            encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * T.float32(routed_scaling_factor))), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                            * T.float32(routed_scaling_factor))
+                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                                * b0[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -267,13 +261,11 @@ def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_d
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                            encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * T.float32(routed_scaling_factor))), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                            * T.float32(routed_scaling_factor))
+                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                                * b[i_t, i_h]) * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -321,8 +313,7 @@ def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor,
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
                     LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -330,12 +321,11 @@ def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor,
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                                * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -418,8 +408,7 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -427,12 +416,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                                * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -485,8 +473,7 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, rou
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
                     LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -494,12 +481,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, rou
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                                * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -587,8 +573,7 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -596,12 +581,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                                * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -646,12 +630,11 @@ def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                                * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -731,12 +714,11 @@ def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, 
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                                * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -790,12 +772,11 @@ def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                                * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -885,12 +866,11 @@ def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_facto
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                                * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -943,8 +923,7 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_sc
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -952,12 +931,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_sc
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                                * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -1045,8 +1023,7 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -1054,12 +1031,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                                * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -1117,8 +1093,7 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -1126,12 +1101,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                                * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -1224,8 +1198,7 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -1233,12 +1206,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
                         out[(b_t * B_t + i_t), i_h] = T.cast(
-                            encode_bf16(
-                                (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])),
-                            "uint16")
+                            encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                                * b[i_t, i_h]) * w[i_t])
 
     return kernel
 

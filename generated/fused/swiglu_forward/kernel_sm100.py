@@ -51,12 +51,12 @@ def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=128, blo
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                 * T.float32(routed_scaling_factor)), "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                             * T.float32(routed_scaling_factor))
 
     return kernel
@@ -130,12 +130,12 @@ def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=12
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                 * T.float32(routed_scaling_factor)), "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                             * T.float32(routed_scaling_factor))
 
     return kernel
@@ -183,12 +183,12 @@ def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, th
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                 * T.float32(routed_scaling_factor)), "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                             * T.float32(routed_scaling_factor))
 
     return kernel
@@ -271,12 +271,12 @@ def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_d
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                 * T.float32(routed_scaling_factor)), "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                             * T.float32(routed_scaling_factor))
 
     return kernel
@@ -327,20 +327,19 @@ def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor,
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
                     LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -425,20 +424,19 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -493,20 +491,19 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, rou
                 b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
                     LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -596,20 +593,19 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -655,12 +651,12 @@ def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads=
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -742,12 +738,12 @@ def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, 
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -803,12 +799,12 @@ def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -899,12 +895,12 @@ def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_facto
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -959,20 +955,19 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_sc
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -1062,20 +1057,19 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -1135,20 +1129,19 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
 
@@ -1243,20 +1236,19 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(
-                            (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (
-                            ((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 

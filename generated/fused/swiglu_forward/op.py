@@ -29,9 +29,7 @@ OP = OpInfo(name="swiglu_forward", package=__package__, params=
         InputInfo("pos_to_expert", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
         OutputInfo("out",
-            by_variant(
-                {
-                    ('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
+            by_variant({('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
                         'bf16_with_pos_to_token_topk_with_topk_weights',
                         'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -54,9 +52,7 @@ OP = OpInfo(name="swiglu_forward", package=__package__, params=
                         'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
                         'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
                     lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
+            by_variant({('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
                         'bf16_with_pos_to_token_topk_with_topk_weights',
                         'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -81,9 +77,7 @@ OP = OpInfo(name="swiglu_forward", package=__package__, params=
                         'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
                     'float32'})[v], 'bit', None, False, row_dim=0),
         OutputInfo("clamped_count",
-            by_variant(
-                {
-                    ('bf16', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_token_topk_with_topk_weights',
+            by_variant({('bf16', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_token_topk_with_topk_weights',
                         'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert', 'bf16_with_weights',
                         'bf16_with_weights_with_pos_to_expert',
                         'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
@@ -107,9 +101,7 @@ OP = OpInfo(name="swiglu_forward", package=__package__, params=
                         'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
                     lambda d: (3,)}), lambda v, dt:
-            by_variant(
-                {
-                    ('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
+            by_variant({('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
                         'bf16_with_pos_to_token_topk_with_topk_weights',
                         'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',

@@ -68,19 +68,14 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads=1, block_k
                     if scale == 'fp32':
                         sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
@@ -146,19 +141,14 @@ def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads
                     if scale == 'fp32':
                         sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
@@ -218,19 +208,14 @@ def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads=1, block_
                     if scale == 'fp32':
                         sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
@@ -292,19 +277,14 @@ def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, thread
                     if scale == 'fp32':
                         sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
@@ -364,17 +344,12 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads=1, block_k
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.grid(B_k, B_h_p):
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -390,11 +365,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads=1, block_k
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.grid(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
@@ -460,17 +432,12 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.grid(B_k, B_h_p):
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -486,11 +453,8 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.grid(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
@@ -550,17 +514,12 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads=1, block_
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.grid(B_k, B_h_p):
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -576,11 +535,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads=1, block_
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.grid(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
@@ -642,17 +598,12 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.grid(B_k, B_h_p):
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -668,11 +619,8 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.grid(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):

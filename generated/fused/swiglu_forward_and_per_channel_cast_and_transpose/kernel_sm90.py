@@ -67,19 +67,14 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads=256, block
                     if scale == 'fp32':
                         sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
@@ -145,19 +140,14 @@ def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads
                     if scale == 'fp32':
                         sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
@@ -217,24 +207,19 @@ def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads=256, bloc
                     if scale == 'fp32':
                         sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast(
-                        (act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h]
+                            * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -291,24 +276,19 @@ def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, thread
                     if scale == 'fp32':
                         sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast(
-                        (act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h]
+                            * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -363,17 +343,12 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads=256, block
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.Parallel(B_k, B_h_p):
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
                                     T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
@@ -389,11 +364,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads=256, block
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
@@ -459,17 +431,12 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.Parallel(B_k, B_h_p):
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
                                     T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
@@ -485,11 +452,8 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
@@ -549,17 +513,12 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads=256, bloc
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.Parallel(B_k, B_h_p):
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
                                     T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
@@ -575,16 +534,13 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads=256, bloc
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast(
-                        (act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h]
+                            * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 
@@ -641,17 +597,12 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.Parallel(B_k, B_h_p):
                 if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
                                     T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
@@ -667,16 +618,13 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast(
-                        (act[i_k, i_r, i_h] * inv[i_k, i_h]), "float8_e4m3fn")
+                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h]
+                            * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
 

@@ -26,30 +26,22 @@ OP = OpInfo(name="swiglu_forward_and_per_channel_cast_and_transpose", package=__
             None),), outputs=
     (
         OutputInfo("q",
-            by_variant(
-                {
-                    ('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp',
+            by_variant({('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp',
                         'e4m3_ue8m0_true', 'e4m3_ue8m0_true_with_clamp'): lambda d: (d["H"], d["T"],),
                     ('e4m3_fp32_false', 'e4m3_fp32_false_with_clamp', 'e4m3_pow2_false', 'e4m3_pow2_false_with_clamp',
                         'e4m3_ue8m0_false', 'e4m3_ue8m0_false_with_clamp'): lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
+            by_variant({('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
                         'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp', 'e4m3_pow2_false', 'e4m3_pow2_false_with_clamp',
                         'e4m3_ue8m0_true', 'e4m3_ue8m0_true_with_clamp', 'e4m3_ue8m0_false',
                         'e4m3_ue8m0_false_with_clamp'): 'float8_e4m3fn'})[v], 'bit', None, False),
         OutputInfo("sf",
-            by_variant(
-                {
-                    ('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
+            by_variant({('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
                         'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp', 'e4m3_pow2_false', 'e4m3_pow2_false_with_clamp'):
                     lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],),
                     ('e4m3_ue8m0_true', 'e4m3_ue8m0_true_with_clamp', 'e4m3_ue8m0_false',
                         'e4m3_ue8m0_false_with_clamp'): lambda d:
                     ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
+            by_variant({('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
                         'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp', 'e4m3_pow2_false', 'e4m3_pow2_false_with_clamp'):
                     'float32',
                     ('e4m3_ue8m0_true', 'e4m3_ue8m0_true_with_clamp', 'e4m3_ue8m0_false',

@@ -35,9 +35,8 @@ def make_reference_e4m3(scale, transpose, x, group_tokens, clamp, _given=None):
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
                 _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 1),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
                     torch.float32), 0), (N_k, N_r, N_h))
-        act = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((a0 / (_f32(1.0) + _exp((-a0)))) * b0)).to(torch.float32), (N_k, N_r, N_h))
+        act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((a0 / (_f32(1.0) + _exp((-a0)))) * b0)).to(torch.float32), (N_k, N_r, N_h))
         act_for_absmax_over_r = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), act, _f32(0.0)),
             (N_k, N_r, N_h))
@@ -47,18 +46,14 @@ def make_reference_e4m3(scale, transpose, x, group_tokens, clamp, _given=None):
             sf_tile = _fit((amax / _f32(448.0)), (N_k, N_h))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_k, N_h))
         _store_view(_s_sf, (N_k, N_h), (N_k, N_h), ('k', 'h'), ('k', 'h'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_k, N_h))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_k, N_h))
         q_tile = _fit((act * inv[:, None, :]), (N_k, N_r, N_h))
         if transpose == True:
@@ -98,9 +93,8 @@ def make_reference_e4m3_with_clamp(scale, transpose, x, group_tokens, clamp, _gi
         a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_k, N_r, N_h))
         b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
             (N_k, N_r, N_h))
-        act = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((a / (_f32(1.0) + _exp((-a)))) * b)).to(torch.float32), (N_k, N_r, N_h))
+        act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((a / (_f32(1.0) + _exp((-a)))) * b)).to(torch.float32), (N_k, N_r, N_h))
         act_for_absmax_over_r = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), act, _f32(0.0)),
             (N_k, N_r, N_h))
@@ -110,18 +104,14 @@ def make_reference_e4m3_with_clamp(scale, transpose, x, group_tokens, clamp, _gi
             sf_tile = _fit((amax / _f32(448.0)), (N_k, N_h))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_k, N_h))
         _store_view(_s_sf, (N_k, N_h), (N_k, N_h), ('k', 'h'), ('k', 'h'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_k, N_h))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_k, N_h))
         q_tile = _fit((act * inv[:, None, :]), (N_k, N_r, N_h))
         if transpose == True:
@@ -159,47 +149,36 @@ def make_reference_e4m3_ue8m0(transpose, x, group_tokens, clamp, _given=None):
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
                 _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 1),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
                     torch.float32), 0), (N_k, N_r, N_h))
-        act = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((a0 / (_f32(1.0) + _exp((-a0)))) * b0)).to(torch.float32), (N_k, N_r, N_h))
+        act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((a0 / (_f32(1.0) + _exp((-a0)))) * b0)).to(torch.float32), (N_k, N_r, N_h))
         act_for_absmax_over_r = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), act, _f32(0.0)),
             (N_k, N_r, N_h))
         _t0 = _absmax(act_for_absmax_over_r, 1)
         amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_k, N_h))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_k, N_h))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_k, N_h))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_k, N_h))
         _scatter(_s_sf, (_ix(N_k, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_k, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_k, N_h))
         q_tile = _fit((act * inv[:, None, :]), (N_k, N_r, N_h))
         if transpose == True:
@@ -240,47 +219,36 @@ def make_reference_e4m3_ue8m0_with_clamp(transpose, x, group_tokens, clamp, _giv
         a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_k, N_r, N_h))
         b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
             (N_k, N_r, N_h))
-        act = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((a / (_f32(1.0) + _exp((-a)))) * b)).to(torch.float32), (N_k, N_r, N_h))
+        act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((a / (_f32(1.0) + _exp((-a)))) * b)).to(torch.float32), (N_k, N_r, N_h))
         act_for_absmax_over_r = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), act, _f32(0.0)),
             (N_k, N_r, N_h))
         _t0 = _absmax(act_for_absmax_over_r, 1)
         amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_k, N_h))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_k, N_h))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_k, N_h))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_k, N_h))
         _scatter(_s_sf, (_ix(N_k, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_k, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_k, N_h))
         q_tile = _fit((act * inv[:, None, :]), (N_k, N_r, N_h))
         if transpose == True:

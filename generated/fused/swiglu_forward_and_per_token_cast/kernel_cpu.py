@@ -65,19 +65,14 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -174,19 +169,14 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -251,19 +241,14 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -370,19 +355,14 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -440,8 +420,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
                     LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -458,19 +437,14 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -570,8 +544,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -588,19 +561,14 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -663,8 +631,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
                     LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -681,19 +648,14 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -798,8 +760,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -816,19 +777,14 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -892,19 +848,14 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1009,19 +960,14 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1095,19 +1041,14 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -1223,19 +1164,14 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -1298,8 +1234,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -1316,19 +1251,14 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -1433,8 +1363,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -1451,19 +1380,14 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -1531,8 +1455,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -1549,19 +1472,14 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -1671,8 +1589,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -1689,19 +1606,14 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -1758,17 +1670,12 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -1784,11 +1691,8 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1885,17 +1789,12 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -1911,11 +1810,8 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -1980,17 +1876,12 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2006,11 +1897,8 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -2117,17 +2005,12 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2143,11 +2026,8 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -2209,8 +2089,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
                     LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2223,17 +2102,12 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2249,11 +2123,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -2357,8 +2228,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2371,17 +2241,12 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2397,11 +2262,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -2468,8 +2330,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
                     LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2482,17 +2343,12 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2508,11 +2364,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -2621,8 +2474,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
@@ -2635,17 +2487,12 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2661,11 +2508,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -2729,17 +2573,12 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2755,11 +2594,8 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -2864,17 +2700,12 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2890,11 +2721,8 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -2968,17 +2796,12 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2994,11 +2817,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -3114,17 +2934,12 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3140,11 +2955,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -3211,8 +3023,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -3225,17 +3036,12 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3251,11 +3057,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -3364,8 +3167,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -3378,17 +3180,12 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3404,11 +3201,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -3480,8 +3274,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -3494,17 +3287,12 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3520,11 +3308,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
@@ -3638,8 +3423,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else(
-                    (((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
+                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
                         & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
@@ -3652,17 +3436,12 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3678,11 +3457,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):

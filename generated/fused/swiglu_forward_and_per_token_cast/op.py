@@ -31,9 +31,7 @@ OP = OpInfo(name="swiglu_forward_and_per_token_cast", package=__package__, param
         InputInfo("pos_to_expert", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
         OutputInfo("q",
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
                         'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -71,9 +69,7 @@ OP = OpInfo(name="swiglu_forward_and_per_token_cast", package=__package__, param
                         'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
                         'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
                     ): lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
                         'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -112,9 +108,7 @@ OP = OpInfo(name="swiglu_forward_and_per_token_cast", package=__package__, param
                         'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
                     ): 'float8_e4m3fn'})[v], 'bit', None, False, row_dim=0),
         OutputInfo("sf",
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
                         'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -153,9 +147,7 @@ OP = OpInfo(name="swiglu_forward_and_per_token_cast", package=__package__, param
                         'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
                         'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
                     ): lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
                         'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
@@ -195,9 +187,8 @@ OP = OpInfo(name="swiglu_forward_and_per_token_cast", package=__package__, param
                         'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
                     ): 'int32'})[v], 'bit', None, False, row_dim=0),
         OutputInfo("clamped_count",
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_pos_to_expert', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_pos_to_expert',
+                        'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
                         'e4m3_fp32_with_weights', 'e4m3_fp32_with_weights_with_pos_to_expert',
                         'e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
@@ -234,9 +225,7 @@ OP = OpInfo(name="swiglu_forward_and_per_token_cast", package=__package__, param
                         'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'
                     ): lambda d: (3,)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_clamp', 'e4m3_fp32_with_pos_to_expert',
                         'e4m3_fp32_with_pos_to_expert_with_clamp', 'e4m3_fp32_with_pos_to_token_topk_with_topk_weights',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
                         'e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',

@@ -73,8 +73,8 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=1024, block_t=1, blocks=
                         dot[(b_t * B_t + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(
-                            ((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((g[i_t, i_h]
+                                    - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
                     q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.Parallel(B_h):
@@ -90,8 +90,7 @@ def build_base(H, out_scale, grad_out_dtype, *, threads=1024, block_t=1, blocks=
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
                     carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else(
-                            ((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                        + T.if_then_else(((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
                                 < N_blocksum_weight_grad),
                             scratch_weight_grad[part,
                                 (b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
@@ -167,9 +166,8 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=1024, bloc
                         LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(
-                            (((g[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t])
-                                + _t3[i_t, i_h]))
+                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((g[i_t, i_h]
+                                        - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
                     q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.Parallel(B_h):
@@ -185,8 +183,7 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads=1024, bloc
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
                     carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else(
-                            ((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                        + T.if_then_else(((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
                                 < N_blocksum_weight_grad),
                             scratch_weight_grad[part,
                                 (b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
@@ -263,8 +260,8 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=1024, block_t=1, 
                         dot[(b_t * B_t + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(
-                            ((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h]
+                                    - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
                     q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.Parallel(B_h):
@@ -280,8 +277,7 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads=1024, block_t=1, 
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
                     carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else(
-                            ((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                        + T.if_then_else(((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
                                 < N_blocksum_weight_grad),
                             scratch_weight_grad[part,
                                 (b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
@@ -363,9 +359,8 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
                         LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(
-                            (((gw[i_t, i_h] - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t])
-                                + _t3[i_t, i_h]))
+                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h]
+                                        - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
                     q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.Parallel(B_h):
@@ -381,8 +376,7 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
                     carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else(
-                            ((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                        + T.if_then_else(((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
                                 < N_blocksum_weight_grad),
                             scratch_weight_grad[part,
                                 (b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],

@@ -24,19 +24,16 @@ OP = OpInfo(name="rmsnorm_backward", package=__package__, params=
             (('T', 1), ('H', 1)), 'grad_out'),), outputs=
     (
         OutputInfo("x_grad",
-            by_variant(
-                {('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d:
+            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d:
                     (d["T"], d["H"],)}), lambda v, dt: dt['grad_out'], {'given': ['dot']}, None, False),
         OutputInfo("dot",
-            by_variant(
-                {('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d: (d["T"],)}),
-            lambda v, dt:
+            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d:
+                    (d["T"],)}), lambda v, dt:
             by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): 'float32'})[v],
             {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
         OutputInfo("weight_grad",
-            by_variant(
-                {('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d: (d["H"],)}),
-            lambda v, dt:
+            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d:
+                    (d["H"],)}), lambda v, dt:
             by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): 'float32'})[v],
             {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),), dims=
     (("T", True, 0, None), ("H", False, 1, 16384),), requires=(), factory_args=('H', 'out_scale'),)

@@ -145,8 +145,8 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads=1, block_t=1):
                 _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(
-                        ((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                            * (_t3[i_h] * T.float32(out_scale))))
 
     return kernel
 
@@ -198,7 +198,7 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads=1, bl
                 _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
                 if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(
-                        ((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                            * (_t3[i_h] * T.float32(out_scale))))
 
     return kernel

@@ -144,8 +144,8 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads=128, block_t=1):
                 _t3[i_h] = T.if_then_else((i_h < N_h), LOAD_x(weight[i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(
-                        ((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                            * (_t3[i_h] * T.float32(out_scale))))
 
     return kernel
 
@@ -197,7 +197,7 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads=128, 
                 _t3[i_h] = T.if_then_else((i_h < N_h), LOAD_x(weight[i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(
-                        ((s[i_t, i_h] * rstd_tile[i_t]) * (_t3[i_h] * T.float32(out_scale))))
+                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                            * (_t3[i_h] * T.float32(out_scale))))
 
     return kernel

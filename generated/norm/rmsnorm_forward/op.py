@@ -22,18 +22,16 @@ OP = OpInfo(name="rmsnorm_forward", package=__package__, params=
             'x'),), outputs=
     (
         OutputInfo("out",
-            by_variant(
-                {('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): lambda d: (d["T"], d["H"],)}),
-            lambda v, dt: dt['x'], {'given': ['rstd']}, None, False),
+            by_variant({('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): lambda d:
+                    (d["T"], d["H"],)}), lambda v, dt: dt['x'], {'given': ['rstd']}, None, False),
         OutputInfo("rstd",
             by_variant({('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): lambda d: (d["T"],)}),
             lambda v, dt:
             by_variant({('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): 'float32'})[v],
             {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
         OutputInfo("residual_out",
-            by_variant(
-                {('base', 'with_weight'): lambda d: (0,), ('with_residual', 'with_weight_with_residual'): lambda d:
-                    (d["T"], d["H"],)}), lambda v, dt: dt['x'], 'bit', 'residual', False),), dims=
+            by_variant({('base', 'with_weight'): lambda d: (0,), ('with_residual', 'with_weight_with_residual'):
+                    lambda d: (d["T"], d["H"],)}), lambda v, dt: dt['x'], 'bit', 'residual', False),), dims=
     (("T", True, 0, None), ("H", False, 1, 16384),), requires=(), factory_args=('H', 'eps', 'out_scale'),)
 
 

@@ -22,9 +22,8 @@ def reference_base(x, weight, residual, eps, out_scale, _given=None):
         _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
         _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](_t0).to(torch.float32), (N_t, N_h))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_h))
         s2 = _fit((s * s), (N_t, N_h))
         _t2 = _sum(s2, 1)
         rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
@@ -52,9 +51,8 @@ def reference_with_residual(x, weight, residual, eps, out_scale, _given=None):
         _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
         _t1 = _fit(_view(residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
         residual_out_tile = _fit(s, (N_t, N_h))
         _store_view(_s_residual_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
@@ -84,9 +82,8 @@ def reference_with_weight(x, weight, residual, eps, out_scale, _given=None):
         _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
         _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](_t0).to(torch.float32), (N_t, N_h))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_h))
         s2 = _fit((s * s), (N_t, N_h))
         _t2 = _sum(s2, 1)
         rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
@@ -115,9 +112,8 @@ def reference_with_weight_with_residual(x, weight, residual, eps, out_scale, _gi
         _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
         _t1 = _fit(_view(residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
         residual_out_tile = _fit(s, (N_t, N_h))
         _store_view(_s_residual_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[

@@ -72,19 +72,14 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1)
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -156,19 +151,14 @@ def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -237,19 +227,14 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads=1
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -326,19 +311,14 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -402,17 +382,12 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1)
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -428,11 +403,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=1, block_t=1)
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -504,17 +476,12 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -530,11 +497,8 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -603,17 +567,12 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -629,11 +588,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -710,17 +666,12 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -736,11 +687,8 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):

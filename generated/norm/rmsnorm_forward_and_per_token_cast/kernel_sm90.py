@@ -70,19 +70,14 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
@@ -153,19 +148,14 @@ def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
@@ -234,19 +224,14 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads=1
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
@@ -323,19 +308,14 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
                     if scale == 'fp32':
                         sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
@@ -398,17 +378,12 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
             T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -424,11 +399,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads=128, block_t=
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
@@ -499,17 +471,12 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -525,11 +492,8 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
@@ -598,17 +562,12 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
             T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -624,11 +583,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads=1
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
@@ -705,17 +661,12 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -731,11 +682,8 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):

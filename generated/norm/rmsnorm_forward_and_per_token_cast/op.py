@@ -25,56 +25,42 @@ OP = OpInfo(name="rmsnorm_forward_and_per_token_cast", package=__package__, para
             'x'),), outputs=
     (
         OutputInfo("q",
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
                         'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
                         'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
                         'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
                     lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
                         'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
                         'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
                         'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
                     'float8_e4m3fn'})[v], {'given': ['rstd']}, None, False),
         OutputInfo("sf",
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
                         'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
                         'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual'): lambda d:
                     (d["T"], (d["H"] // d["group"]),),
                     ('e4m3_ue8m0', 'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight',
                         'e4m3_ue8m0_with_weight_with_residual'): lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}),
             lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
                         'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
                         'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual'): 'float32',
                     ('e4m3_ue8m0', 'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight',
                         'e4m3_ue8m0_with_weight_with_residual'): 'int32'})[v], {'given': ['rstd']}, None, False),
         OutputInfo("rstd",
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
                         'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
                         'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
                         'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
                     lambda d: (d["T"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
                         'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
                         'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
                         'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
                     'float32'})[v], {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
         OutputInfo("residual_out",
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_fp32_with_weight', 'e4m3_pow2', 'e4m3_pow2_with_weight', 'e4m3_ue8m0',
+            by_variant({('e4m3_fp32', 'e4m3_fp32_with_weight', 'e4m3_pow2', 'e4m3_pow2_with_weight', 'e4m3_ue8m0',
                         'e4m3_ue8m0_with_weight'): lambda d: (0,),
                     ('e4m3_fp32_with_residual', 'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2_with_residual',
                         'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0_with_residual',

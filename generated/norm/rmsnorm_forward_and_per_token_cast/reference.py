@@ -26,9 +26,8 @@ def make_reference_e4m3(scale, x, weight, residual, eps, out_scale, group, _give
         _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
         s2 = _fit((s * s), (N_t, N_g, N_c))
         _t2 = _sum(s2, 2)
         _t3 = _sum(_t2, 1)
@@ -37,27 +36,23 @@ def make_reference_e4m3(scale, x, weight, residual, eps, out_scale, group, _give
         if _given and 'rstd' in _given:
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        y = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
+            (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
         if scale == 'fp32':
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_t, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
@@ -83,9 +78,8 @@ def make_reference_e4m3_with_residual(scale, x, weight, residual, eps, out_scale
         _t1 = _fit(
             _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
         residual_out_tile = _fit(s, (N_t, N_g, N_c))
         _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
@@ -98,27 +92,23 @@ def make_reference_e4m3_with_residual(scale, x, weight, residual, eps, out_scale
         if _given and 'rstd' in _given:
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        y = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
+            (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
         if scale == 'fp32':
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_t, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
@@ -140,9 +130,8 @@ def make_reference_e4m3_with_weight(scale, x, weight, residual, eps, out_scale, 
         _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
         s2 = _fit((s * s), (N_t, N_g, N_c))
         _t2 = _sum(s2, 2)
         _t3 = _sum(_t2, 1)
@@ -152,9 +141,8 @@ def make_reference_e4m3_with_weight(scale, x, weight, residual, eps, out_scale, 
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
         _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
-        y = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
                 torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
@@ -162,18 +150,14 @@ def make_reference_e4m3_with_weight(scale, x, weight, residual, eps, out_scale, 
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_t, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
@@ -199,9 +183,8 @@ def make_reference_e4m3_with_weight_with_residual(scale, x, weight, residual, ep
         _t1 = _fit(
             _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
         residual_out_tile = _fit(s, (N_t, N_g, N_c))
         _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
@@ -215,9 +198,8 @@ def make_reference_e4m3_with_weight_with_residual(scale, x, weight, residual, ep
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
         _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
-        y = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
                 torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
@@ -225,18 +207,14 @@ def make_reference_e4m3_with_weight_with_residual(scale, x, weight, residual, ep
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_t, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
@@ -259,9 +237,8 @@ def reference_e4m3_ue8m0(x, weight, residual, eps, out_scale, group, _given=None
         _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
         s2 = _fit((s * s), (N_t, N_g, N_c))
         _t2 = _sum(s2, 2)
         _t3 = _sum(_t2, 1)
@@ -270,44 +247,34 @@ def reference_e4m3_ue8m0(x, weight, residual, eps, out_scale, group, _given=None
         if _given and 'rstd' in _given:
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        y = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
+            (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
         _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
@@ -334,9 +301,8 @@ def reference_e4m3_ue8m0_with_residual(x, weight, residual, eps, out_scale, grou
         _t1 = _fit(
             _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
         residual_out_tile = _fit(s, (N_t, N_g, N_c))
         _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
@@ -349,44 +315,34 @@ def reference_e4m3_ue8m0_with_residual(x, weight, residual, eps, out_scale, grou
         if _given and 'rstd' in _given:
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        y = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32), (N_t, N_g, N_c))
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
+            (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
         _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
@@ -409,9 +365,8 @@ def reference_e4m3_ue8m0_with_weight(x, weight, residual, eps, out_scale, group,
         _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
         s2 = _fit((s * s), (N_t, N_g, N_c))
         _t2 = _sum(s2, 2)
         _t3 = _sum(_t2, 1)
@@ -421,45 +376,34 @@ def reference_e4m3_ue8m0_with_weight(x, weight, residual, eps, out_scale, group,
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
         _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
-        y = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
                 torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
         _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
@@ -486,9 +430,8 @@ def reference_e4m3_ue8m0_with_weight_with_residual(x, weight, residual, eps, out
         _t1 = _fit(
             _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
         residual_out_tile = _fit(s, (N_t, N_g, N_c))
         _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
@@ -502,45 +445,34 @@ def reference_e4m3_ue8m0_with_weight_with_residual(x, weight, residual, eps, out
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
         _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
-        y = _fit(
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
+        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
                 torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
         _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),

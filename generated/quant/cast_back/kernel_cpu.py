@@ -61,18 +61,14 @@ def make_variants(fmt, scale, out, H, block, block_rows, *, threads=1, block_b=1
                 if scale == 'fp32':
                     s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), i_g], T.float32(0.0))
                 if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    s[i_b, i_g] = T.reinterpret((((
                                     T.if_then_else(((b_b * B_b + i_b) < N_b),
                                         (T.cast(sf[(b_b * B_b + i_b), T.floordiv(i_g, T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
                                     >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255))
                             << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
+                    s[i_b, i_g] = T.reinterpret((
                             T.if_then_else(((b_b * B_b + i_b) < N_b),
                                 (T.cast(sf[(b_b * B_b + i_b), i_g], "uint32") & T.uint32(0xff)), T.uint32(0))
                             << T.uint32(23)), "float32")
@@ -128,8 +124,7 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads=1, block_b
             s = T.alloc_local((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 if fmt == 'e2m1':
-                    q_code[i_b, i_r, i_g, i_c] = (
-                        (
+                    q_code[i_b, i_r, i_g, i_c] = ((
                             T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                 (
                                     T.cast(
@@ -139,46 +134,39 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads=1, block_b
                             >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
                         & T.uint32(15))
                 if fmt == 'e5m6':
-                    q_code[i_b, i_r, i_g, i_c] = (
-                        (
-                            (
+                    q_code[i_b, i_r, i_g, i_c] = (((
                                 T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                     (
                                         T.cast(
                                             q[(((b_b * B_b + i_b) * N_r) + i_r),
                                             ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3))
                                             + (T.int32(2)
-                                            - T.floordiv(
-                                            (T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                            - T.floordiv((T.int32(84)
+                                            - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                             T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
                                 >> T.cast(
-                                    T.floormod(
-                                        (T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                    T.floormod((T.int32(84)
+                                            - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32)), "uint32"))
-                            | T.Select(
-                                (
-                                    (
-                                        T.floormod(
-                                            (T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                            T.int32(32)) + T.int32(12)) > T.int32(32)),
-                                (
-                                    (
+                            | T.Select(((
+                                        T.floormod((T.int32(84)
+                                            - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))
+                                        + T.int32(12)) > T.int32(32)),
+                                ((
                                         T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                             (
                                             T.cast(
                                             q[(((b_b * B_b + i_b) * N_r) + i_r),
                                             ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3))
                                             + (
-                                            T.max(
-                                            (T.int32(2)
-                                            - T.floordiv(
-                                            (T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                            T.max((T.int32(2)
+                                            - T.floordiv((T.int32(84)
+                                            - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                             T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
-                                        << T.cast(
-                                            (T.int32(31)
-                                            - T.floormod(
-                                            (T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                        << T.cast((T.int32(31)
+                                            - T.floormod((T.int32(84)
+                                            - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                             T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 if fmt == 'e2m1':
@@ -189,18 +177,14 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads=1, block_b
                 if scale == 'fp32':
                     s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), i_g], T.float32(0.0))
                 if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    s[i_b, i_g] = T.reinterpret((((
                                     T.if_then_else(((b_b * B_b + i_b) < N_b),
                                         (T.cast(sf[(b_b * B_b + i_b), T.floordiv(i_g, T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
                                     >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255))
                             << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
+                    s[i_b, i_g] = T.reinterpret((
                             T.if_then_else(((b_b * B_b + i_b) < N_b),
                                 (T.cast(sf[(b_b * B_b + i_b), i_g], "uint32") & T.uint32(0xff)), T.uint32(0))
                             << T.uint32(23)), "float32")

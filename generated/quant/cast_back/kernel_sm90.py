@@ -62,10 +62,7 @@ def make_bf16(fmt, scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                     s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
                         T.float32(0.0))
                 if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    s[i_b, i_g] = T.reinterpret((((
                                     T.if_then_else(((b_b * B_b + i_b) < N_b),
                                         (
                                             T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
@@ -73,8 +70,7 @@ def make_bf16(fmt, scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                                     >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
+                    s[i_b, i_g] = T.reinterpret((
                             T.if_then_else(((b_b * B_b + i_b) < N_b),
                                 (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
@@ -83,8 +79,8 @@ def make_bf16(fmt, scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                         T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
+                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                            qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
 
     return kernel
 
@@ -133,10 +129,7 @@ def make_fp32(fmt, scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                     s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
                         T.float32(0.0))
                 if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    s[i_b, i_g] = T.reinterpret((((
                                     T.if_then_else(((b_b * B_b + i_b) < N_b),
                                         (
                                             T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
@@ -144,8 +137,7 @@ def make_fp32(fmt, scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                                     >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
+                    s[i_b, i_g] = T.reinterpret((
                             T.if_then_else(((b_b * B_b + i_b) < N_b),
                                 (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
@@ -193,8 +185,7 @@ def make_e2m1_bf16(scale, H, block, block_rows, *, threads=128, block_b=4, tile_
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
                     (T.int32(8) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
+                q_code[i_b, i_r, i_g, i_c] = ((
                         T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                             (
                                 T.cast(
@@ -210,10 +201,7 @@ def make_e2m1_bf16(scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                     s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
                         T.float32(0.0))
                 if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    s[i_b, i_g] = T.reinterpret((((
                                     T.if_then_else(((b_b * B_b + i_b) < N_b),
                                         (
                                             T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
@@ -221,8 +209,7 @@ def make_e2m1_bf16(scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                                     >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
+                    s[i_b, i_g] = T.reinterpret((
                             T.if_then_else(((b_b * B_b + i_b) < N_b),
                                 (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
@@ -231,8 +218,8 @@ def make_e2m1_bf16(scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                         T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
+                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                            qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
 
     return kernel
 
@@ -270,8 +257,7 @@ def make_e2m1_fp32(scale, H, block, block_rows, *, threads=128, block_b=4, tile_
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
                     (T.int32(4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
+                q_code[i_b, i_r, i_g, i_c] = ((
                         T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                             (
                                 T.cast(
@@ -287,10 +273,7 @@ def make_e2m1_fp32(scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                     s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
                         T.float32(0.0))
                 if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    s[i_b, i_g] = T.reinterpret((((
                                     T.if_then_else(((b_b * B_b + i_b) < N_b),
                                         (
                                             T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
@@ -298,8 +281,7 @@ def make_e2m1_fp32(scale, H, block, block_rows, *, threads=128, block_b=4, tile_
                                     >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
+                    s[i_b, i_g] = T.reinterpret((
                             T.if_then_else(((b_b * B_b + i_b) < N_b),
                                 (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
@@ -350,50 +332,38 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads=128, block_b=4, tile_
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                q_code[i_b, i_r, i_g, i_c] = (
-                    (
-                        (
+                q_code[i_b, i_r, i_g, i_c] = (((
                             T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                 (
                                     T.cast(
                                         q[(((b_b * B_b + i_b) * N_r) + i_r),
                                         ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
                                         + (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
+                                        - T.floordiv((T.int32(84)
                                         - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
                             >> T.cast(
-                                T.floormod(
-                                    (T.int32(84)
+                                T.floormod((T.int32(84)
                                         - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                     T.int32(32)), "uint32"))
-                        | T.Select(
-                            (
-                                (
-                                    T.floormod(
-                                        (T.int32(84)
+                        | T.Select(((
+                                    T.floormod((T.int32(84)
                                         - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32)) + T.int32(12)) > T.int32(32)),
-                            (
-                                (
+                            ((
                                     T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                         (
                                         T.cast(
                                         q[(((b_b * B_b + i_b) * N_r) + i_r),
                                         ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
                                         + (
-                                        T.max(
-                                        (T.int32(2)
-                                        - T.floordiv(
-                                        (T.int32(84)
+                                        T.max((T.int32(2)
+                                        - T.floordiv((T.int32(84)
                                         - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
                                         T.uint32(0))
-                                    << T.cast(
-                                        (T.int32(31)
-                                        - T.floormod(
-                                        (T.int32(84)
+                                    << T.cast((T.int32(31)
+                                        - T.floormod((T.int32(84)
                                         - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
@@ -403,10 +373,7 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads=128, block_b=4, tile_
                     s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
                         T.float32(0.0))
                 if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    s[i_b, i_g] = T.reinterpret((((
                                     T.if_then_else(((b_b * B_b + i_b) < N_b),
                                         (
                                             T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
@@ -414,8 +381,7 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads=128, block_b=4, tile_
                                     >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret(
-                        (
+                    s[i_b, i_g] = T.reinterpret((
                             T.if_then_else(((b_b * B_b + i_b) < N_b),
                                 (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
@@ -425,8 +391,8 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads=128, block_b=4, tile_
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
                     if out == 'bf16':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
+                        y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                                qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
                     if out == 'fp32':
                         y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (
                             qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])

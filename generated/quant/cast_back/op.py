@@ -22,10 +22,8 @@ OP = OpInfo(name="cast_back", package=__package__, params=
         ParamInfo("block_rows", (1, 32, 128), None, False, "rows per scale", 1, 'int'),), inputs=
     (
         InputInfo("q", (), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None, codec=lambda v:
-            by_variant(
-                {
-                    ('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_byte_bf16',
-                        'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32'):
+            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32',
+                        'e4m3_ue8m0_byte_bf16', 'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32'):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
                         'store': 'codes'},
                     ('e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32', 'e5m2_ue8m0_byte_bf16',
@@ -42,9 +40,7 @@ OP = OpInfo(name="cast_back", package=__package__, params=
                         (8, 12, 3, 'int32', 'msb_first'), 'store': 'codes'}})[v]),
         InputInfo("sf", (), ('ceildiv(T, block_rows)', 'H / block'), lambda d:
             ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block"]),), False, (None, None), None, codec=lambda v:
-            by_variant(
-                {
-                    ('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e2m1_fp32_bf16',
+            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e2m1_fp32_bf16',
                         'e2m1_fp32_fp32', 'e5m6_fp32_bf16', 'e5m6_fp32_fp32'):
                     {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
                         'float'},
@@ -62,20 +58,17 @@ OP = OpInfo(name="cast_back", package=__package__, params=
                         'store': 'codes'}})[v]),), outputs=
     (
         OutputInfo("y",
-            by_variant(
-                {
-                    ('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_byte_bf16',
-                        'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32',
-                        'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32', 'e5m2_ue8m0_byte_bf16', 'e5m2_ue8m0_byte_fp32',
-                        'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32', 'e2m1_fp32_bf16', 'e2m1_fp32_fp32', 'e2m1_ue8m0_bf16',
-                        'e2m1_ue8m0_fp32', 'e2m1_ue8m0_byte_bf16', 'e2m1_ue8m0_byte_fp32', 'e2m1_e4m3_bf16',
-                        'e2m1_e4m3_fp32', 'e5m6_fp32_bf16', 'e5m6_fp32_fp32', 'e5m6_ue8m0_bf16', 'e5m6_ue8m0_fp32',
+            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32',
+                        'e4m3_ue8m0_byte_bf16', 'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32',
+                        'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32',
+                        'e5m2_ue8m0_byte_bf16', 'e5m2_ue8m0_byte_fp32', 'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32',
+                        'e2m1_fp32_bf16', 'e2m1_fp32_fp32', 'e2m1_ue8m0_bf16', 'e2m1_ue8m0_fp32',
+                        'e2m1_ue8m0_byte_bf16', 'e2m1_ue8m0_byte_fp32', 'e2m1_e4m3_bf16', 'e2m1_e4m3_fp32',
+                        'e5m6_fp32_bf16', 'e5m6_fp32_fp32', 'e5m6_ue8m0_bf16', 'e5m6_ue8m0_fp32',
                         'e5m6_ue8m0_byte_bf16', 'e5m6_ue8m0_byte_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'): lambda d:
                     (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_bf16', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_byte_bf16', 'e4m3_e4m3_bf16', 'e5m2_fp32_bf16',
-                        'e5m2_ue8m0_bf16', 'e5m2_ue8m0_byte_bf16', 'e5m2_e4m3_bf16', 'e2m1_fp32_bf16',
+            by_variant({('e4m3_fp32_bf16', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_byte_bf16', 'e4m3_e4m3_bf16',
+                        'e5m2_fp32_bf16', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_byte_bf16', 'e5m2_e4m3_bf16', 'e2m1_fp32_bf16',
                         'e2m1_ue8m0_bf16', 'e2m1_ue8m0_byte_bf16', 'e2m1_e4m3_bf16', 'e5m6_fp32_bf16',
                         'e5m6_ue8m0_bf16', 'e5m6_ue8m0_byte_bf16', 'e5m6_e4m3_bf16'): 'bfloat16',
                     ('e4m3_fp32_fp32', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_fp32', 'e5m2_fp32_fp32',

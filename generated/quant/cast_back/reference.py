@@ -34,11 +34,7 @@ def make_reference_variants(fmt, scale, out, q, sf, block, block_rows, _given=No
             s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
         if scale == 'ue8m0':
             s = _fit(
-                _from_bits(
-                    (
-                        (
-                            (
-                                (
+                _from_bits(((((
                                     _codes_of(
                                     _gather(sf,
                                     (_ix(N_b, 0, 2, _dev),
@@ -47,9 +43,8 @@ def make_reference_variants(fmt, scale, out, q, sf, block, block_rows, _given=No
                                 & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
         if scale == 'ue8m0_byte':
             s = _fit(
-                _from_bits(
-                    ((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-                (N_b, N_g))
+                _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23)
+                        & 0xFFFFFFFF)), (N_b, N_g))
         y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
         if out == 'bf16':
             _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
@@ -79,9 +74,7 @@ def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=
         if out == 'fp32':
             _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         if fmt == 'e2m1':
-            q_code = _fit(
-                (
-                    (
+            q_code = _fit(((
                         torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
                             _codes_of(
                                 _gather(q.view(torch.uint8),
@@ -97,10 +90,7 @@ def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=
                                 * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_c))
             qf = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_c))
         if fmt == 'e5m6':
-            q_code = _fit(
-                (
-                    (
-                        (
+            q_code = _fit((((
                             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
                                 _codes_of(
                                     _gather(q.view(torch.int32),
@@ -127,8 +117,7 @@ def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=
                                     torch.remainder(
                                     _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
                                     * 12))), _t(32)) & 0xFFFFFFFF))
-                        | torch.where(
-                            (
+                        | torch.where((
                                 _wrap_i32(
                                     torch.remainder(
                                     _t(
@@ -137,12 +126,9 @@ def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=
                                     torch.remainder(
                                     _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_c) + _ix(N_c, 3, 4, _dev))), _t(8))
                                     * 12))), _t(32)) + 12) > 32),
-                            (
-                                (
-                                    (
-                                    (
-                                    torch.where(
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
+                            ((((
+                                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev))
+                                    < T_),
                                     _codes_of(
                                     _gather(q.view(torch.int32),
                                     (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
@@ -178,11 +164,7 @@ def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=
             s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
         if scale == 'ue8m0':
             s = _fit(
-                _from_bits(
-                    (
-                        (
-                            (
-                                (
+                _from_bits(((((
                                     _codes_of(
                                     _gather(sf,
                                     (_ix(N_b, 0, 2, _dev),
@@ -191,9 +173,8 @@ def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=
                                 & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
         if scale == 'ue8m0_byte':
             s = _fit(
-                _from_bits(
-                    ((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23) & 0xFFFFFFFF)),
-                (N_b, N_g))
+                _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23)
+                        & 0xFFFFFFFF)), (N_b, N_g))
         y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
         if out == 'bf16':
             _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),

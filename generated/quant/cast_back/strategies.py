@@ -33,10 +33,8 @@ def cases(draw, max_rows=20):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'tiny', 'huge', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant(
-                {
-                    ('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_byte_bf16',
-                        'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32'):
+            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32',
+                        'e4m3_ue8m0_byte_bf16', 'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32'):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
                         'store': 'codes'},
                     ('e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32', 'e5m2_ue8m0_byte_bf16',
@@ -55,9 +53,7 @@ def cases(draw, max_rows=20):
     inputs["sf"], shapes["sf"] = (None,
         ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant(
-                {
-                    ('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e2m1_fp32_bf16',
+            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e2m1_fp32_bf16',
                         'e2m1_fp32_fp32', 'e5m6_fp32_bf16', 'e5m6_fp32_fp32'):
                     {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
                         'float'},

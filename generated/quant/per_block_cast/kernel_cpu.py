@@ -62,19 +62,14 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1
                     if scale == 'fp32':
                         sf[(b_b * B_b + i_b), i_g] = (amax[i_b, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_b * B_b + i_b), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_b, i_g] = (T.float32(448.0) / amax[i_b, i_g])
                 if scale == 'pow2':
-                    inv[i_b, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_b, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
@@ -128,17 +123,12 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1
             T.reduce_absmax(_t0_for_absmax_over_r, _t1, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                sf_tile[i_b, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_b, i_g] = T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_g] = ((T.reinterpret(sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_g_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_b * B_b + i_b), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_b, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -154,11 +144,8 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads=1, block_b=1
                                     sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_b, i_g in T.grid(B_b, B_g):
-                inv[i_b, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_b, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):

@@ -22,9 +22,8 @@ OP = OpInfo(name="per_block_cast", package=__package__, params=
         OutputInfo("q", by_variant({('e4m3_fp32', 'e4m3_pow2', 'e4m3_ue8m0'): lambda d: (d["T"], d["H"],)}), lambda v,
             dt: by_variant({('e4m3_fp32', 'e4m3_pow2', 'e4m3_ue8m0'): 'float8_e4m3fn'})[v], 'bit', None, False),
         OutputInfo("sf",
-            by_variant(
-                {('e4m3_fp32', 'e4m3_pow2'): lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),),
-                    ('e4m3_ue8m0',): lambda d:
+            by_variant({('e4m3_fp32', 'e4m3_pow2'): lambda d:
+                    ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), ('e4m3_ue8m0',): lambda d:
                     ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}), lambda v, dt:
             by_variant({('e4m3_fp32', 'e4m3_pow2'): 'float32', ('e4m3_ue8m0',): 'int32'})[v], 'bit', None, False),),
     dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=

@@ -35,18 +35,14 @@ def make_reference_e4m3(scale, x, block_rows, block_cols, _given=None):
             sf_tile = _fit((amax / _f32(448.0)), (N_b, N_g))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_b, N_g))
         _store_view(_s_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_b, N_g))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_g))
         q_tile = _fit((xf * inv[:, None, :, None]), (N_b, N_r, N_g, N_c))
         _store_view(_s_q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
@@ -76,38 +72,28 @@ def reference_e4m3_ue8m0(x, block_rows, block_cols, _given=None):
         _t1 = _absmax(_t0, 1)
         amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_b, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_g))
         _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_g))
         q_tile = _fit((xf * inv[:, None, :, None]), (N_b, N_r, N_g, N_c))
         _store_view(_s_q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),

@@ -67,10 +67,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                     _t0[i_b, i_r, i_g, i_k] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                         sf[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], T.float32(0.0))
                 if in_scale == 'ue8m0':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret(
-                        (
-                            (
-                                (
+                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
                                     T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                         (
                                             T.cast(
@@ -80,14 +77,13 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                     >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'ue8m0_byte':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret(
-                        (
+                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
                             T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                 (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], "uint32")
                                     & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(
-                    ((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
+                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32")
+                            >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
                 _t1_for_max_over_r[i_b, i_r, i_g] = T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
@@ -97,21 +93,16 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)),
-                    T.reinterpret(
-                        (
-                            T.cast(
-                                (T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
+                    T.reinterpret((
+                            T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
                                     + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                     T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)),
-                        T.reinterpret(
-                            (T.uint32(1)
-                                << T.cast(
-                                    (
+                        T.reinterpret((T.uint32(1)
+                                << T.cast((
                                         T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)),
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = (
-                    (
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((
                         T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                             (
                                 T.cast(
@@ -130,69 +121,49 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                 if ((b_b * B_b + i_b) < N_b):
                     if (scale, sf_layout) == ('fp32', 'row'):
                         out_sf[(b_b * B_b + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                            T.reinterpret(
-                                (
-                                    T.cast(
-                                        (T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
+                            T.reinterpret((
+                                    T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
                                             + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                             T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                T.reinterpret(
-                                    (T.uint32(1)
-                                        << T.cast(
-                                            (
+                                T.reinterpret((T.uint32(1)
+                                        << T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                     if (scale, sf_layout) == ('fp32', 'col'):
                         out_sf[i_g, (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                            T.reinterpret(
-                                (
-                                    T.cast(
-                                        (T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
+                            T.reinterpret((
+                                    T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
                                             + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                             T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                T.reinterpret(
-                                    (T.uint32(1)
-                                        << T.cast(
-                                            (
+                                T.reinterpret((T.uint32(1)
+                                        << T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        out_sf[(b_b * B_b + i_b), i_g] = T.cast(
-                            (
-                                (
+                        out_sf[(b_b * B_b + i_b), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                                            T.reinterpret(
-                                                (
-                                                T.cast(
-                                                (
+                                            T.reinterpret((
+                                                T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)),
                                                 T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                                             T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                                T.reinterpret(
-                                                (T.uint32(1)
-                                                << T.cast(
-                                                (
+                                                T.reinterpret((T.uint32(1)
+                                                << T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                                 T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        out_sf[i_g, (b_b * B_b + i_b)] = T.cast(
-                            (
-                                (
+                        out_sf[i_g, (b_b * B_b + i_b)] = T.cast(((
                                     T.reinterpret(
                                         T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                                            T.reinterpret(
-                                                (
-                                                T.cast(
-                                                (
+                                            T.reinterpret((
+                                                T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)),
                                                 T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                                             T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                                T.reinterpret(
-                                                (T.uint32(1)
-                                                << T.cast(
-                                                (
+                                                T.reinterpret((T.uint32(1)
+                                                << T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                                 T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
@@ -250,10 +221,7 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                     _t0[i_b, i_r, i_g, i_k] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                         sf[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], T.float32(0.0))
                 if in_scale == 'ue8m0':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret(
-                        (
-                            (
-                                (
+                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
                                     T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                         (
                                             T.cast(
@@ -263,14 +231,13 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                                     >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'ue8m0_byte':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret(
-                        (
+                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
                             T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                                 (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], "uint32")
                                     & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(
-                    ((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32") >> T.uint32(23)) & T.uint32(255)), "int32")
+                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32")
+                            >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
                 _t1_for_max_over_r[i_b, i_r, i_g] = T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
@@ -280,21 +247,16 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)),
-                    T.reinterpret(
-                        (
-                            T.cast(
-                                (T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
+                    T.reinterpret((
+                            T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
                                     + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                     T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)),
-                        T.reinterpret(
-                            (T.uint32(1)
-                                << T.cast(
-                                    (
+                        T.reinterpret((T.uint32(1)
+                                << T.cast((
                                         T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)),
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = (
-                    (
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((
                         T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
                             (
                                 T.cast(
@@ -311,26 +273,19 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                         encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                    T.reinterpret(
-                        (
-                            T.cast(
-                                (T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
+                    T.reinterpret((
+                            T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
                                     + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                     T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                        T.reinterpret(
-                            (T.uint32(1)
-                                << T.cast(
-                                    (T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127))
+                        T.reinterpret((T.uint32(1)
+                                << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127))
                                         + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
                     if sf_layout == 'row':
-                        out_sf[(b_b * B_b + i_b), i_g_p] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        out_sf[(b_b * B_b + i_b), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -346,10 +301,7 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                                         out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        out_sf[i_g_p, (b_b * B_b + i_b)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        out_sf[i_g_p, (b_b * B_b + i_b)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (

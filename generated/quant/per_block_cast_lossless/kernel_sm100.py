@@ -67,16 +67,13 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
             _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 if in_scale == 'fp32':
-                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else(
-                        (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
+                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                            & ((i_r < N_r) & (i_k < N_k))),
                         sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
                 if in_scale == 'ue8m0':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(
-                                        (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
+                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
+                                    T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                                            & ((i_r < N_r) & (i_k < N_k))),
                                         (
                                             T.cast(
                                             sf[(((b_b * B_b + i_b) * N_r) + i_r),
@@ -85,8 +82,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                     >> T.cast((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)),
                                         "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'ue8m0_byte':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret(
-                        (
+                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
                             T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
                                 (
                                     T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)],
@@ -105,105 +101,79 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)),
-                    T.reinterpret(
-                        (
-                            T.cast(
-                                (T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
+                    T.reinterpret((
+                            T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
                                     + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                     T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)),
-                        T.reinterpret(
-                            (T.uint32(1)
-                                << T.cast(
-                                    (
+                        T.reinterpret((T.uint32(1)
+                                << T.cast((
                                         T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)),
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = (
-                    (
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((
                         T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
                             (
                                 T.cast(
                                     q[(((b_b * B_b + i_b) * N_r) + i_r),
                                         T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))],
                                     "uint32") & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast(
-                            (T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)),
-                            "uint32")) & T.uint32(15))
+                        >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))
+                                * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast(
-                        (_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((
+                            _t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
                 if ((b_b * B_b + i_b) < N_b):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.Select(
-                            ((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                            T.reinterpret(
-                                (
-                                    T.cast(
-                                        (T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
+                        out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.Select(((e_out[i_b, i_g] - T.int32(127))
+                                >= T.int32(-126)),
+                            T.reinterpret((
+                                    T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
                                             + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                             T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                T.reinterpret(
-                                    (T.uint32(1)
-                                        << T.cast(
-                                            (
+                                T.reinterpret((T.uint32(1)
+                                        << T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.Select(
-                            ((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                            T.reinterpret(
-                                (
-                                    T.cast(
-                                        (T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
+                        out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127))
+                                >= T.int32(-126)),
+                            T.reinterpret((
+                                    T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
                                             + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                             T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                T.reinterpret(
-                                    (T.uint32(1)
-                                        << T.cast(
-                                            (
+                                T.reinterpret((T.uint32(1)
+                                        << T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
                                         T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                                            T.reinterpret(
-                                                (
-                                                T.cast(
-                                                (
+                                            T.reinterpret((
+                                                T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)),
                                                 T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                                             T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                                T.reinterpret(
-                                                (T.uint32(1)
-                                                << T.cast(
-                                                (
+                                                T.reinterpret((T.uint32(1)
+                                                << T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                                 T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.cast(
-                            (
-                                (
+                        out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.cast(((
                                     T.reinterpret(
                                         T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                                            T.reinterpret(
-                                                (
-                                                T.cast(
-                                                (
+                                            T.reinterpret((
+                                                T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)),
                                                 T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                                             T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                                T.reinterpret(
-                                                (T.uint32(1)
-                                                << T.cast(
-                                                (
+                                                T.reinterpret((T.uint32(1)
+                                                << T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                                 T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
@@ -260,16 +230,13 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
             out_sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 if in_scale == 'fp32':
-                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else(
-                        (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
+                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                            & ((i_r < N_r) & (i_k < N_k))),
                         sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
                 if in_scale == 'ue8m0':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    T.if_then_else(
-                                        (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
+                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
+                                    T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                                            & ((i_r < N_r) & (i_k < N_k))),
                                         (
                                             T.cast(
                                             sf[(((b_b * B_b + i_b) * N_r) + i_r),
@@ -278,8 +245,7 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                                     >> T.cast((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)),
                                         "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'ue8m0_byte':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret(
-                        (
+                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
                             T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
                                 (
                                     T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)],
@@ -298,58 +264,45 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                 e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)),
-                    T.reinterpret(
-                        (
-                            T.cast(
-                                (T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
+                    T.reinterpret((
+                            T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
                                     + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                     T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)),
-                        T.reinterpret(
-                            (T.uint32(1)
-                                << T.cast(
-                                    (
+                        T.reinterpret((T.uint32(1)
+                                << T.cast((
                                         T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)),
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = (
-                    (
+                q_code[i_b, i_r, i_g, i_k, i_c] = ((
                         T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
                             (
                                 T.cast(
                                     q[(((b_b * B_b + i_b) * N_r) + i_r),
                                         T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))],
                                     "uint32") & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast(
-                            (T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)),
-                            "uint32")) & T.uint32(15))
+                        >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))
+                                * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast(
-                        (_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((
+                            _t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
                 out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                    T.reinterpret(
-                        (
-                            T.cast(
-                                (T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
+                    T.reinterpret((
+                            T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
                                     + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
                     T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                        T.reinterpret(
-                            (T.uint32(1)
-                                << T.cast(
-                                    (T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127))
+                        T.reinterpret((T.uint32(1)
+                                << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127))
                                         + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_b, i_g_p in T.Parallel(B_b, B_g_p):
                 if ((b_b * B_b + i_b) < N_b):
                     if sf_layout == 'row':
-                        out_sf[(b_b * B_b + i_b), (b_g * B_g_p + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        out_sf[(b_b * B_b + i_b), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
                                         T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                             out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -365,10 +318,7 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                                         out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        out_sf[(b_g * B_g_p + i_g_p), (b_b * B_b + i_b)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        out_sf[(b_g * B_g_p + i_g_p), (b_b * B_b + i_b)] = T.reinterpret((((
                                         T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                             out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (

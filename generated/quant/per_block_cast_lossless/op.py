@@ -25,9 +25,7 @@ OP = OpInfo(name="per_block_cast_lossless", package=__package__, params=
             'int'),), inputs=
     (
         InputInfo("q", (), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None, codec=lambda v:
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
+            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
                         'fp32_ue8m0_byte_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col',
                         'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col',
                         'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col', 'ue8m0_byte_ue8m0_byte_row',
@@ -36,9 +34,7 @@ OP = OpInfo(name="per_block_cast_lossless", package=__package__, params=
                         (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}})[v]),
         InputInfo("sf", (), ('T', 'H / in_cols'), lambda d: (d["T"], (d["H"] // d["in_cols"]),), False,
             (('T', 1), None), None, codec=lambda v:
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
+            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
                         'fp32_ue8m0_byte_col'):
                     {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
                         'float'},
@@ -52,42 +48,33 @@ OP = OpInfo(name="per_block_cast_lossless", package=__package__, params=
                         'store': 'exponent_byte'}})[v]),), outputs=
     (
         OutputInfo("out",
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
+            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
                         'fp32_ue8m0_byte_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col',
                         'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col',
                         'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col', 'ue8m0_byte_ue8m0_byte_row',
                         'ue8m0_byte_ue8m0_byte_col'): lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
+            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
                         'fp32_ue8m0_byte_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col',
                         'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col',
                         'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col', 'ue8m0_byte_ue8m0_byte_row',
                         'ue8m0_byte_ue8m0_byte_col'): 'float8_e4m3fn'})[v], 'bit', None, False),
         OutputInfo("out_sf",
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_byte_row', 'fp32_ue8m0_byte_col', 'ue8m0_fp32_row',
-                        'ue8m0_fp32_col', 'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row',
-                        'ue8m0_byte_fp32_col', 'ue8m0_byte_ue8m0_byte_row', 'ue8m0_byte_ue8m0_byte_col'): lambda d:
+            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_byte_row', 'fp32_ue8m0_byte_col',
+                        'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col',
+                        'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col', 'ue8m0_byte_ue8m0_byte_row',
+                        'ue8m0_byte_ue8m0_byte_col'): lambda d:
                     ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),),
                     ('fp32_ue8m0_row', 'fp32_ue8m0_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col', 'ue8m0_byte_ue8m0_row',
                         'ue8m0_byte_ue8m0_col'): lambda d:
                     ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_fp32_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_byte_fp32_row',
+            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_byte_fp32_row',
                         'ue8m0_byte_fp32_col'): 'float32',
                     ('fp32_ue8m0_row', 'fp32_ue8m0_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col', 'ue8m0_byte_ue8m0_row',
                         'ue8m0_byte_ue8m0_col'): 'int32',
                     ('fp32_ue8m0_byte_row', 'fp32_ue8m0_byte_col', 'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col',
                         'ue8m0_byte_ue8m0_byte_row', 'ue8m0_byte_ue8m0_byte_col'): 'uint8'})[v], 'bit', None, False,
             col_pad=lambda v:
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_ue8m0_row', 'fp32_ue8m0_byte_row', 'ue8m0_fp32_row', 'ue8m0_ue8m0_row',
+            by_variant({('fp32_fp32_row', 'fp32_ue8m0_row', 'fp32_ue8m0_byte_row', 'ue8m0_fp32_row', 'ue8m0_ue8m0_row',
                         'ue8m0_ue8m0_byte_row', 'ue8m0_byte_fp32_row', 'ue8m0_byte_ue8m0_row',
                         'ue8m0_byte_ue8m0_byte_row'): None,
                     ('fp32_fp32_col', 'fp32_ue8m0_col', 'ue8m0_fp32_col', 'ue8m0_ue8m0_col', 'ue8m0_byte_fp32_col',

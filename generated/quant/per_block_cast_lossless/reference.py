@@ -41,13 +41,9 @@ def make_reference_variants(in_scale, scale, sf_layout, q, sf, block_rows, block
                         ('b', 'r', 'g', 'k')).to(torch.float32), 0), (N_b, N_r, N_g, N_k))
         if in_scale == 'ue8m0':
             _t0 = _fit(
-                _from_bits(
-                    (
-                        (
-                            (
-                                (
-                                    torch.where(
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
+                _from_bits(((((
+                                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev))
+                                    < T_),
                                     _codes_of(
                                     _gather(sf,
                                     (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
@@ -62,9 +58,7 @@ def make_reference_variants(in_scale, scale, sf_layout, q, sf, block_rows, block
                                     * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_b, N_r, N_g, N_k))
         if in_scale == 'ue8m0_byte':
             _t0 = _fit(
-                _from_bits(
-                    (
-                        (
+                _from_bits(((
                             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
                                 _codes_of(
                                     _view(sf, (N_b * N_r, N_g * N_k), (N_b, N_r, N_g, N_k), (), ('b', 'r', 'g', 'k'),
@@ -78,24 +72,17 @@ def make_reference_variants(in_scale, scale, sf_layout, q, sf, block_rows, block
         e_out = _fit(torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0)), (N_b, N_g))
         m = _fit(
             torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126),
-                _from_bits(
-                    (
-                        (
-                            (
+                _from_bits((((
                                 _wrap_i32(
                                 torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))),
                                 _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
                 torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149),
-                    _from_bits(
-                        (
-                            (1
+                    _from_bits(((1
                                 << (
                                 _wrap_i32(
                                 torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))),
                                 _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0))), (N_b, N_r, N_g, N_k))
-        q_code = _fit(
-            (
-                (
+        q_code = _fit(((
                     torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 5, _dev) * N_r) + _ix(N_r, 1, 5, _dev)) < T_),
                         _codes_of(
                             _gather(q.view(torch.uint8),
@@ -120,17 +107,12 @@ def make_reference_variants(in_scale, scale, sf_layout, q, sf, block_rows, block
             (_wrap_i32(_wrap_i32(_ix(N_b, 0, 5, _dev) * N_r) + _ix(N_r, 1, 5, _dev)) < T_), False)
         out_sf_tile = _fit(
             torch.where((_wrap_i32(e_out - 127) >= -126),
-                _from_bits(
-                    (
-                        (
-                            (
+                _from_bits((((
                                 _wrap_i32(
                                 torch.minimum(_t(torch.maximum(_t(_wrap_i32(e_out - 127)), _t(-126))), _t(128)) + 127)
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
                 torch.where((_wrap_i32(e_out - 127) >= -149),
-                    _from_bits(
-                        (
-                            (1
+                    _from_bits(((1
                                 << (
                                 _wrap_i32(
                                 torch.minimum(_t(torch.maximum(_t(_wrap_i32(e_out - 127)), _t(-149))), _t(-127)) + 149)
@@ -177,13 +159,9 @@ def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_
                         ('b', 'r', 'g', 'k')).to(torch.float32), 0), (N_b, N_r, N_g, N_k))
         if in_scale == 'ue8m0':
             _t0 = _fit(
-                _from_bits(
-                    (
-                        (
-                            (
-                                (
-                                    torch.where(
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
+                _from_bits(((((
+                                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev))
+                                    < T_),
                                     _codes_of(
                                     _gather(sf,
                                     (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
@@ -198,9 +176,7 @@ def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_
                                     * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_b, N_r, N_g, N_k))
         if in_scale == 'ue8m0_byte':
             _t0 = _fit(
-                _from_bits(
-                    (
-                        (
+                _from_bits(((
                             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
                                 _codes_of(
                                     _view(sf, (N_b * N_r, N_g * N_k), (N_b, N_r, N_g, N_k), (), ('b', 'r', 'g', 'k'),
@@ -214,24 +190,17 @@ def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_
         e_out = _fit(torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0)), (N_b, N_g))
         m = _fit(
             torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126),
-                _from_bits(
-                    (
-                        (
-                            (
+                _from_bits((((
                                 _wrap_i32(
                                 torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))),
                                 _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
                 torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149),
-                    _from_bits(
-                        (
-                            (1
+                    _from_bits(((1
                                 << (
                                 _wrap_i32(
                                 torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))),
                                 _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0))), (N_b, N_r, N_g, N_k))
-        q_code = _fit(
-            (
-                (
+        q_code = _fit(((
                     torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 5, _dev) * N_r) + _ix(N_r, 1, 5, _dev)) < T_),
                         _codes_of(
                             _gather(q.view(torch.uint8),
@@ -256,17 +225,12 @@ def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_
             (_wrap_i32(_wrap_i32(_ix(N_b, 0, 5, _dev) * N_r) + _ix(N_r, 1, 5, _dev)) < T_), False)
         out_sf_tile = _fit(
             torch.where((_wrap_i32(e_out - 127) >= -126),
-                _from_bits(
-                    (
-                        (
-                            (
+                _from_bits((((
                                 _wrap_i32(
                                 torch.minimum(_t(torch.maximum(_t(_wrap_i32(e_out - 127)), _t(-126))), _t(128)) + 127)
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
                 torch.where((_wrap_i32(e_out - 127) >= -149),
-                    _from_bits(
-                        (
-                            (1
+                    _from_bits(((1
                                 << (
                                 _wrap_i32(
                                 torch.minimum(_t(torch.maximum(_t(_wrap_i32(e_out - 127)), _t(-149))), _t(-127)) + 149)
@@ -274,24 +238,18 @@ def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_
         out_sf_codes = _fit(((_bits(out_sf_tile) >> 23) & 255), (N_b, N_g))
         if sf_layout == 'row':
             _scatter(_s_out_sf, (_ix(N_b, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(out_sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(out_sf_codes,
                                     (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(out_sf_codes,
                                     (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(out_sf_codes,
                                     (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
@@ -299,24 +257,18 @@ def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_
             return _s_out, _s_out_sf
         if sf_layout == 'col':
             _scatter(_s_out_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_b, 0, 2, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(out_sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(out_sf_codes,
                                     (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(out_sf_codes,
                                     (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(out_sf_codes,
                                     (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)

@@ -35,9 +35,7 @@ def cases(draw, max_rows=300):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
+            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
                         'fp32_ue8m0_byte_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col',
                         'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col',
                         'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col', 'ue8m0_byte_ue8m0_byte_row',
@@ -47,9 +45,7 @@ def cases(draw, max_rows=300):
     recipe = draw(tensor_recipe(('fp32',), ('tiny', 'huge', 'ties'), True))
     inputs["sf"], shapes["sf"] = (None, (d["T"], (d["H"] // d["in_cols"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant(
-                {
-                    ('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
+            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
                         'fp32_ue8m0_byte_col'):
                     {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
                         'float'},

@@ -52,7 +52,7 @@ def build_e4m3(H, block_rows, block_cols, x_dtype, *, threads=256, block_b=1, ti
                 inv[i_b, i_g] = (T.float32(1.0) / _t0[i_b, i_g])
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
+                    q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                            xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
 
     return kernel

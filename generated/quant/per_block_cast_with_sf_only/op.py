@@ -20,9 +20,8 @@ OP = OpInfo(name="per_block_cast_with_sf_only", package=__package__, params=
     outputs=
     (
         OutputInfo("sf",
-            by_variant(
-                {('e4m3_fp32', 'e4m3_pow2'): lambda d: ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),),
-                    ('e4m3_ue8m0',): lambda d:
+            by_variant({('e4m3_fp32', 'e4m3_pow2'): lambda d:
+                    ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), ('e4m3_ue8m0',): lambda d:
                     ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}), lambda v, dt:
             by_variant({('e4m3_fp32', 'e4m3_pow2'): 'float32', ('e4m3_ue8m0',): 'int32'})[v], 'bit', None, False),),
     dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=

@@ -33,8 +33,7 @@ def make_reference_e4m3(scale, x, block_rows, block_cols, _given=None):
             sf_tile = _fit((amax / _f32(448.0)), (N_b, N_g))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_b, N_g))
         _store_view(_s_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), sf_tile, None, False)
         return _s_sf,
@@ -60,29 +59,22 @@ def reference_e4m3_ue8m0(x, block_rows, block_cols, _given=None):
         _t1 = _absmax(_t0, 1)
         amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_b, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_g))
         _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(

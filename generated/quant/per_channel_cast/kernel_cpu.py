@@ -54,19 +54,14 @@ def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads=1, block_b=1):
                     if scale == 'fp32':
                         sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), i_h] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_b * B_b + i_b), i_h] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
                 if scale == 'pow2':
-                    inv[i_b, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_b, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
@@ -114,19 +109,14 @@ def make_e4m3_true(scale, H, group_tokens, x_dtype, *, threads=1, block_b=1):
                     if scale == 'fp32':
                         sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), i_h] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_b * B_b + i_b), i_h] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
                 if scale == 'pow2':
-                    inv[i_b, i_h] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_b, i_h] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
@@ -174,17 +164,12 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                sf_tile[i_b, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_h_p in T.grid(B_b, B_h_p):
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_h_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_b * B_b + i_b), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -200,11 +185,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads=1, block_b=1):
                                     sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_b, i_h in T.grid(B_b, B_h):
-                inv[i_b, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_b, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
@@ -252,17 +234,12 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                sf_tile[i_b, i_h] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_h_p in T.grid(B_b, B_h_p):
                 if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_h_p] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_b * B_b + i_b), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -278,11 +255,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads=1, block_b=1):
                                     sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_b, i_h in T.grid(B_b, B_h):
-                inv[i_b, i_h] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_b, i_h] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])

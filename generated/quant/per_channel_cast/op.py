@@ -20,21 +20,16 @@ OP = OpInfo(name="per_channel_cast", package=__package__, params=
     outputs=
     (
         OutputInfo("q",
-            by_variant(
-                {('e4m3_fp32_false', 'e4m3_pow2_false', 'e4m3_ue8m0_false'): lambda d: (d["T"], d["H"],),
+            by_variant({('e4m3_fp32_false', 'e4m3_pow2_false', 'e4m3_ue8m0_false'): lambda d: (d["T"], d["H"],),
                     ('e4m3_fp32_true', 'e4m3_pow2_true', 'e4m3_ue8m0_true'): lambda d: (d["H"], d["T"],)}), lambda v,
             dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true', 'e4m3_ue8m0_false',
+            by_variant({('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true', 'e4m3_ue8m0_false',
                         'e4m3_ue8m0_true'): 'float8_e4m3fn'})[v], 'bit', None, False),
         OutputInfo("sf",
-            by_variant(
-                {('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true'): lambda d:
+            by_variant({('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true'): lambda d:
                     ((-(-d["T"] // d["group_tokens"])), d["H"],), ('e4m3_ue8m0_false', 'e4m3_ue8m0_true'): lambda d:
                     ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),)}), lambda v, dt:
-            by_variant(
-                {('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true'): 'float32',
+            by_variant({('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true'): 'float32',
                     ('e4m3_ue8m0_false', 'e4m3_ue8m0_true'): 'int32'})[v], 'bit', None, False),), dims=
     (("T", True, 0, None), ("H", False, 1, 65536),), requires=(), factory_args=('H', 'group_tokens'),)
 

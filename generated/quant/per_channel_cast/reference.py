@@ -36,18 +36,14 @@ def make_reference_e4m3(scale, transpose, x, group_tokens, _given=None):
             sf_tile = _fit((amax / _f32(448.0)), (N_b, N_h))
         if scale == 'pow2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_b, N_h))
         _store_view(_s_sf, (N_b, N_h), (N_b, N_h), ('b', 'h'), ('b', 'h'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_b, N_h))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
         q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
         if transpose == False:
@@ -83,38 +79,28 @@ def make_reference_e4m3_ue8m0(transpose, x, group_tokens, _given=None):
         _t0 = _absmax(xf, 1)
         amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_b, N_h))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_b, N_h))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_b, N_h))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_h))
         _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24) & 0xFFFFFFFF))).to(
                 torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
         q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
         if transpose == False:

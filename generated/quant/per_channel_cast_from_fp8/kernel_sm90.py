@@ -60,10 +60,7 @@ def make_e4m3(in_scale, scale, H, group_tokens, in_group, *, threads=256, block_
                     _t1[i_b, i_r, i_g] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
                         sf[(((b_b * B_b + i_b) * N_r) + i_r), (b_g * B_g + i_g)], T.float32(0.0))
                 if in_scale == 'ue8m0':
-                    _t1[i_b, i_r, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    _t1[i_b, i_r, i_g] = T.reinterpret((((
                                     T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
                                         (
                                             T.cast(
@@ -88,24 +85,19 @@ def make_e4m3(in_scale, scale, H, group_tokens, in_group, *, threads=256, block_
                         out_sf[(b_b * B_b + i_b), (((b_g * B_g + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
                             / T.float32(448.0))
                     if scale == 'pow2':
-                        out_sf[(b_b * B_b + i_b), (((b_g * B_g + i_g) * N_c) + i_c)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        out_sf[(b_b * B_b + i_b), (((b_g * B_g + i_g) * N_c) + i_c)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
                     inv[i_b, i_g, i_c] = (T.float32(448.0) / amax[i_b, i_g, i_c])
                 if scale == 'pow2':
-                    inv[i_b, i_g, i_c] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                            v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
 
     return kernel
 
@@ -157,10 +149,7 @@ def make_e4m3_ue8m0(in_scale, H, group_tokens, in_group, *, threads=256, block_b
                     _t1[i_b, i_r, i_g] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
                         sf[(((b_b * B_b + i_b) * N_r) + i_r), (b_g * B_g + i_g)], T.float32(0.0))
                 if in_scale == 'ue8m0':
-                    _t1[i_b, i_r, i_g] = T.reinterpret(
-                        (
-                            (
-                                (
+                    _t1[i_b, i_r, i_g] = T.reinterpret((((
                                     T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
                                         (
                                             T.cast(
@@ -180,18 +169,13 @@ def make_e4m3_ue8m0(in_scale, H, group_tokens, in_group, *, threads=256, block_b
             T.reduce_absmax(v_for_absmax_over_r, _t2, dim=1)
             for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
                 amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(9.999999747378752e-05))
-                out_sf_tile[i_b, i_g, i_c] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
+                out_sf_tile[i_b, i_g, i_c] = T.reinterpret(((((
+                                    T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
                                 >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 out_sf_codes[i_b, i_g, i_c] = ((T.reinterpret(out_sf_tile[i_b, i_g, i_c], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_b_p, i_g, i_c in T.Parallel(B_b_p, B_g, B_c):
-                out_sf[(b_b * B_b_p + i_b_p), (((b_g * B_g + i_g) * N_c) + i_c)] = T.reinterpret(
-                    (
-                        (
-                            (
+                out_sf[(b_b * B_b_p + i_b_p), (((b_g * B_g + i_g) * N_c) + i_c)] = T.reinterpret((((
                                 T.if_then_else((((b_b * B_b_p + i_b_p) * T.int32(4)) < N_b),
                                     out_sf_codes[(i_b_p * T.int32(4)), i_g, i_c], T.uint32(0))
                                 | (
@@ -207,16 +191,13 @@ def make_e4m3_ue8m0(in_scale, H, group_tokens, in_group, *, threads=256, block_b
                                 out_sf_codes[((i_b_p * T.int32(4)) + T.int32(3)), i_g, i_c], T.uint32(0))
                             << T.uint32(24))), "int32")
             for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
-                inv[i_b, i_g, i_c] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
+                inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                        (v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
+                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                            v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
 
     return kernel
 

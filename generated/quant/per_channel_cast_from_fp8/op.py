@@ -21,16 +21,13 @@ OP = OpInfo(name="per_channel_cast_from_fp8", package=__package__, params=
             'int'),), inputs=
     (
         InputInfo("q", (), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None, codec=lambda v:
-            by_variant(
-                {
-                    ('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
+            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
                         'e4m3_ue8m0_ue8m0', 'e4m3_e4m3_fp32', 'e4m3_e4m3_pow2', 'e4m3_e4m3_ue8m0'):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
                         'store': 'codes'}})[v]),
         InputInfo("sf", (), ('T', 'H / in_group'), lambda d: (d["T"], (d["H"] // d["in_group"]),), False,
             (('T', 1), None), None, codec=lambda v:
-            by_variant(
-                {('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0'):
+            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0'):
                     {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
                         'float'}, ('e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2', 'e4m3_ue8m0_ue8m0'):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
@@ -40,31 +37,21 @@ OP = OpInfo(name="per_channel_cast_from_fp8", package=__package__, params=
                         'store': 'codes'}})[v]),), outputs=
     (
         OutputInfo("out",
-            by_variant(
-                {
-                    ('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
+            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
                         'e4m3_ue8m0_ue8m0', 'e4m3_e4m3_fp32', 'e4m3_e4m3_pow2', 'e4m3_e4m3_ue8m0'): lambda d:
                     (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
+            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
                         'e4m3_ue8m0_ue8m0', 'e4m3_e4m3_fp32', 'e4m3_e4m3_pow2', 'e4m3_e4m3_ue8m0'): 'float8_e4m3fn'})[
                 v], 'bit', None, False),
         OutputInfo("out_sf",
-            by_variant(
-                {
-                    ('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2', 'e4m3_e4m3_fp32',
+            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2', 'e4m3_e4m3_fp32',
                         'e4m3_e4m3_pow2'): lambda d: (d["H"], (-(-d["T"] // d["group_tokens"])),),
                     ('e4m3_fp32_ue8m0', 'e4m3_ue8m0_ue8m0', 'e4m3_e4m3_ue8m0'): lambda d:
                     (d["H"], -(-(-(-d["T"] // d["group_tokens"])) // 4),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2', 'e4m3_e4m3_fp32',
+            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2', 'e4m3_e4m3_fp32',
                         'e4m3_e4m3_pow2'): 'float32', ('e4m3_fp32_ue8m0', 'e4m3_ue8m0_ue8m0', 'e4m3_e4m3_ue8m0'):
                     'int32'})[v], 'bit', None, False, col_pad=lambda v:
-            by_variant(
-                {
-                    ('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
+            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_pow2', 'e4m3_fp32_ue8m0', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_pow2',
                         'e4m3_ue8m0_ue8m0', 'e4m3_e4m3_fp32', 'e4m3_e4m3_pow2', 'e4m3_e4m3_ue8m0'): 4})[v]),), dims=
     (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % in_group == 0", lambda d: ((d["H"] % d["in_group"]) == 0)),), factory_args=

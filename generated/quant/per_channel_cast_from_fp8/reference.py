@@ -35,13 +35,9 @@ def make_reference_e4m3(in_scale, scale, q, sf, group_tokens, in_group, _given=N
                         torch.float32), 0), (N_b, N_r, N_g))
         if in_scale == 'ue8m0':
             _t1 = _fit(
-                _from_bits(
-                    (
-                        (
-                            (
-                                (
-                                    torch.where(
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
+                _from_bits(((((
+                                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev))
+                                    < T_),
                                     _codes_of(
                                     _gather(sf,
                                     (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)),
@@ -59,8 +55,7 @@ def make_reference_e4m3(in_scale, scale, q, sf, group_tokens, in_group, _given=N
             out_sf_tile = _fit((amax / _f32(448.0)), (N_b, N_g, N_c))
         if scale == 'pow2':
             out_sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_b, N_g, N_c))
         _store_view(_s_out_sf, (N_b, N_g * N_c), (N_b, N_g, N_c), ('b', 'g', 'c'), ('b', 'g', 'c'), out_sf_tile, None,
             False)
@@ -68,10 +63,7 @@ def make_reference_e4m3(in_scale, scale, q, sf, group_tokens, in_group, _given=N
             inv = _fit((_f32(448.0) / amax), (N_b, N_g, N_c))
         if scale == 'pow2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_g, N_c))
         out_tile = _fit((v * inv[:, None, :, :]), (N_b, N_r, N_g, N_c))
         _store_view(_s_out, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
@@ -105,13 +97,9 @@ def make_reference_e4m3_ue8m0(in_scale, q, sf, group_tokens, in_group, _given=No
                         torch.float32), 0), (N_b, N_r, N_g))
         if in_scale == 'ue8m0':
             _t1 = _fit(
-                _from_bits(
-                    (
-                        (
-                            (
-                                (
-                                    torch.where(
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
+                _from_bits(((((
+                                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev))
+                                    < T_),
                                     _codes_of(
                                     _gather(sf,
                                     (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)),
@@ -126,42 +114,32 @@ def make_reference_e4m3_ue8m0(in_scale, q, sf, group_tokens, in_group, _given=No
         _t2 = _absmax(v_for_absmax_over_r, 1)
         amax = _fit(torch.maximum(_t(_t2), _t(_f32(9.999999747378752e-05))), (N_b, N_g, N_c))
         out_sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_b, N_g, N_c))
+            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_b, N_g, N_c))
         out_sf_codes = _fit(((_bits(out_sf_tile) >> 23) & 255), (N_b, N_g, N_c))
         _scatter(_s_out_sf,
             (_ix(N_b_p, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(out_sf_codes,
                                 (_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4), _ix(N_g, 1, 3, _dev), _ix(N_c, 2, 3, _dev)),
                                 (_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) < N_b))
-                            | (
-                                (
+                            | ((
                                 _take(out_sf_codes,
                                 (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 1), _ix(N_g, 1, 3, _dev),
                                 _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 1) < N_b))
                                 << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(out_sf_codes,
                                 (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 2), _ix(N_g, 1, 3, _dev),
                                 _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 2) < N_b))
                                 << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(out_sf_codes,
                                 (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 3), _ix(N_g, 1, 3, _dev),
                                 _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 3) < N_b))
                             << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_g, N_c))
         out_tile = _fit((v * inv[:, None, :, :]), (N_b, N_r, N_g, N_c))
         _store_view(_s_out, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),

@@ -64,61 +64,38 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads=1, block_
                     if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'col'):
                         sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(
-                            (
-                                (
+                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
                         sf[(b_t * B_t + i_t), i_g] = T.cast(
                             encode_e4m3(
-                                T.Select(
-                                    ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min(
-                                            (
-                                                (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
-                                                + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
-                                                >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                            T.uint32(0x43e00000)), "float32"),
+                                        T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                         - T.reinterpret(T.uint32(0x46800000), "float32")))), "uint8")
                     if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'row'):
@@ -126,87 +103,56 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads=1, block_
                     if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'col'):
                         sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
                     if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(
-                            (
-                                (
+                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e5m2', 'e4m3'):
                         sf[(b_t * B_t + i_t), i_g] = T.cast(
                             encode_e4m3(
-                                T.Select(
-                                    ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min(
-                                            (
-                                                (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                            T.uint32(0x43e00000)), "float32"),
-                                    (
-                                        ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                        T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                    (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32")))),
                             "uint8")
                 if (fmt, scale) == ('e4m3', 'fp32'):
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e4m3', 'e4m3'):
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
+                                T.min((((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") + T.uint32(0x7ffff))
-                                            + (
-                                            (
+                                            + ((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                     T.uint32(0x43e00000)), "float32"),
@@ -215,30 +161,21 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads=1, block_
                 if (fmt, scale) == ('e5m2', 'fp32'):
                     inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
                 if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e5m2', 'e4m3'):
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -294,25 +231,16 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if fmt == 'e4m3':
-                    sf_tile[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if fmt == 'e5m2':
-                    sf_tile[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -328,10 +256,7 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -348,18 +273,12 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
                 if fmt == 'e4m3':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if fmt == 'e5m2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
@@ -408,39 +327,29 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if fmt == 'e4m3':
-                    sf_tile[i_t, i_g] = T.Select(
-                        ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                    sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
+                            T.min((((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                            (
+                                        + ((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                 if fmt == 'e5m2':
-                    sf_tile[i_t, i_g] = T.Select(
-                        ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                    sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                        + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                        + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
@@ -450,17 +359,13 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads=1, block_t=1):
             for i_t, i_g in T.grid(B_t, B_g):
                 if fmt == 'e4m3':
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
+                                T.min((((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") + T.uint32(0x7ffff))
-                                            + (
-                                            (
+                                            + ((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                     T.uint32(0x43e00000)), "float32"),
@@ -468,22 +373,16 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads=1, block_t=1):
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
                 if fmt == 'e5m2':
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -550,92 +449,59 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                     if (scale, sf_layout) == ('fp32', 'col'):
                         sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(
-                            (
-                                (
+                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
                         sf[(b_t * B_t + i_t), i_g] = T.cast(
                             encode_e4m3(
-                                T.Select(
-                                    ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min(
-                                            (
-                                                (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                            T.uint32(0x43e00000)), "float32"),
-                                    (
-                                        ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                        T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                    (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32")))),
                             "uint8")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
                 if scale in ('pow2', 'ue8m0_byte'):
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -643,8 +509,7 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast(
-                        (
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -701,18 +566,13 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -728,10 +588,7 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -747,19 +604,15 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast(
-                        (
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -810,17 +663,13 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads=1, block_t=1):
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_tile[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
+                sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                        >= T.float32(0.015625)),
                     T.reinterpret(
-                        T.min(
-                            (
-                                (
-                                    (
+                        T.min((((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
                                         "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
+                                    + ((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
                                         "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                             T.uint32(0x43e00000)), "float32"),
@@ -834,14 +683,10 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
+                            T.min((((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
                                         "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                        (
+                                        + ((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
                                         "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
@@ -852,8 +697,7 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads=1, block_t=1):
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast(
-                        (
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -916,92 +760,59 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                     if (scale, sf_layout) == ('fp32', 'col'):
                         sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(
-                            (
-                                (
+                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
                         sf[(b_t * B_t + i_t), i_g] = T.cast(
                             encode_e4m3(
-                                T.Select(
-                                    ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min(
-                                            (
-                                                (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                            T.uint32(0x43e00000)), "float32"),
-                                    (
-                                        ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                        T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                    (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32")))),
                             "uint8")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
                 if scale in ('pow2', 'ue8m0_byte'):
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1009,10 +820,7 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret(
-                        (
-                            (
-                                (
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -1023,12 +831,7 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
-                                        (
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -1044,11 +847,7 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))
@@ -1108,19 +907,13 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1136,10 +929,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1155,21 +945,15 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret(
-                        (
-                            (
-                                (
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -1180,12 +964,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
-                                        (
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -1201,11 +980,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=1, block_t=1):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))
@@ -1259,17 +1034,12 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=1, block_t=1):
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                        >= T.float32(0.015625)),
                     T.reinterpret(
-                        T.min(
-                            (
-                                (
-                                    (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
+                        T.min((((T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
+                                        + T.uint32(0x7ffff))
+                                    + ((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
                                         "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                             T.uint32(0x43e00000)), "float32"),
@@ -1283,14 +1053,10 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=1, block_t=1):
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
+                            T.min((((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
                                         "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                        (
+                                        + ((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
                                         "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
@@ -1301,10 +1067,7 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=1, block_t=1):
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret(
-                        (
-                            (
-                                (
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -1315,12 +1078,7 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=1, block_t=1):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
-                                        (
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -1336,11 +1094,7 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=1, block_t=1):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))

@@ -68,59 +68,37 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads=128, bloc
                     if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'col'):
                         sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(
-                            (
-                                (
+                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            T.Select(
-                                ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                            T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                    >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min(
-                                        (
-                                            (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
-                                                + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
-                                                >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                        T.uint32(0x43e00000)), "float32"),
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                     if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'row'):
@@ -128,83 +106,54 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads=128, bloc
                     if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'col'):
                         sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
                     if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(
-                            (
-                                (
+                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e5m2', 'e4m3'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            T.Select(
-                                ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                            T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                    >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min(
-                                        (
-                                            (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                        T.uint32(0x43e00000)), "float32"),
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                 if (fmt, scale) == ('e4m3', 'fp32'):
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e4m3', 'e4m3'):
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
+                                T.min((((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") + T.uint32(0x7ffff))
-                                            + (
-                                            (
+                                            + ((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                     T.uint32(0x43e00000)), "float32"),
@@ -213,40 +162,31 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads=128, bloc
                 if (fmt, scale) == ('e5m2', 'fp32'):
                     inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
                 if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e5m2', 'e4m3'):
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                * inv[i_t, i_g]), "float8_e4m3fn")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -294,25 +234,16 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if fmt == 'e4m3':
-                    sf_tile[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if fmt == 'e5m2':
-                    sf_tile[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
                                         T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -328,10 +259,7 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -348,27 +276,21 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
                 if fmt == 'e4m3':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if fmt == 'e5m2':
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                * inv[i_t, i_g]), "float8_e4m3fn")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -410,39 +332,29 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads=128, block_t=4, tile_elems=
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if fmt == 'e4m3':
-                    sf_tile[i_t, i_g] = T.Select(
-                        ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                    sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
+                            T.min((((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                            (
+                                        + ((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                 if fmt == 'e5m2':
-                    sf_tile[i_t, i_g] = T.Select(
-                        ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                    sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                        + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                        + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(sf_tile[i_t, i_g], "float8_e4m3fn")
@@ -452,17 +364,13 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads=128, block_t=4, tile_elems=
             for i_t, i_g in T.Parallel(B_t, B_g):
                 if fmt == 'e4m3':
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
+                                T.min((((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") + T.uint32(0x7ffff))
-                                            + (
-                                            (
+                                            + ((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                     T.uint32(0x43e00000)), "float32"),
@@ -470,32 +378,26 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads=128, block_t=4, tile_elems=
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
                 if fmt == 'e5m2':
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                * inv[i_t, i_g]), "float8_e4m3fn")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -552,89 +454,57 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, ti
                     if (scale, sf_layout) == ('fp32', 'col'):
                         sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(
-                            (
-                                (
+                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            T.Select(
-                                ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                            T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min(
-                                        (
-                                            (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                        T.uint32(0x43e00000)), "float32"),
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
                 if scale in ('pow2', 'ue8m0_byte'):
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -642,8 +512,7 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, ti
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast(
-                        (
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -698,18 +567,13 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1)) >> T.uint32(23))
-                            + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
                                         T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -725,10 +589,7 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -744,19 +605,15 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast(
-                        (
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -805,17 +662,13 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_tile[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
+                sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                        >= T.float32(0.015625)),
                     T.reinterpret(
-                        T.min(
-                            (
-                                (
-                                    (
+                        T.min((((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
                                         "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
+                                    + ((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
                                         "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                             T.uint32(0x43e00000)), "float32"),
@@ -829,14 +682,10 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
+                            T.min((((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
                                         "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                        (
+                                        + ((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
                                         "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
@@ -847,8 +696,7 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast(
-                        (
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -911,88 +759,57 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, ti
                     if (scale, sf_layout) == ('fp32', 'col'):
                         sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(
-                            (
-                                (
+                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            T.Select(
-                                ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                            T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                    >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min(
-                                        (
-                                            (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                        T.uint32(0x43e00000)), "float32"),
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
                 if scale in ('pow2', 'ue8m0_byte'):
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1000,10 +817,7 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, ti
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
-                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret(
-                        (
-                            (
-                                (
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -1014,13 +828,8 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, ti
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t),
-                        (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
-                                        (
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                        ] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -1036,12 +845,8 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4, ti
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t),
-                        (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                        ] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))
@@ -1099,19 +904,13 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.reinterpret(
-                    (
-                        (
-                            ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
                                         T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1127,10 +926,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret(
-                            (
-                                (
-                                    (
+                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
                                         T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1146,21 +942,15 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(
-                    (
-                        (T.uint32(254)
-                            - (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
-                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret(
-                        (
-                            (
-                                (
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -1171,13 +961,8 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t),
-                        (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
-                                        (
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                        ] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -1193,12 +978,8 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, til
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t),
-                        (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                        ] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))
@@ -1250,17 +1031,12 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.Select(
-                    ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                        >= T.float32(0.015625)),
                     T.reinterpret(
-                        T.min(
-                            (
-                                (
-                                    (
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + (
-                                        (
+                        T.min((((T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
+                                        + T.uint32(0x7ffff))
+                                    + ((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
                                         "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                             T.uint32(0x43e00000)), "float32"),
@@ -1274,14 +1050,10 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
+                            T.min((((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
                                         "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                        (
+                                        + ((
                                         T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
                                         "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
@@ -1292,10 +1064,7 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
                 if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
-                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret(
-                        (
-                            (
-                                (
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -1306,13 +1075,8 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t),
-                        (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
-                                        (
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                        ] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -1328,12 +1092,8 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t),
-                        (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                        ] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))

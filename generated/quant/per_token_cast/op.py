@@ -26,9 +26,7 @@ OP = OpInfo(name="per_token_cast", package=__package__, params=
     outputs=
     (
         OutputInfo("q",
-            by_variant(
-                {
-                    ('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_row',
+            by_variant({('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_row',
                         'e4m3_ue8m0_col', 'e4m3_ue8m0_byte_row', 'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row',
                         'e4m3_e4m3_col', 'e5m2_fp32_row', 'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col',
                         'e5m2_ue8m0_row', 'e5m2_ue8m0_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col',
@@ -39,9 +37,7 @@ OP = OpInfo(name="per_token_cast", package=__package__, params=
                     ('e5m6_fp32_row', 'e5m6_fp32_col', 'e5m6_pow2_row', 'e5m6_pow2_col', 'e5m6_ue8m0_row',
                         'e5m6_ue8m0_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col', 'e5m6_e4m3_row',
                         'e5m6_e4m3_col'): lambda d: (d["T"], -(-d["H"] // 8) * 12,)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_row',
+            by_variant({('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_row',
                         'e4m3_ue8m0_col', 'e4m3_ue8m0_byte_row', 'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row',
                         'e4m3_e4m3_col'): 'float8_e4m3fn',
                     ('e5m2_fp32_row', 'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col', 'e5m2_ue8m0_row',
@@ -54,9 +50,7 @@ OP = OpInfo(name="per_token_cast", package=__package__, params=
                         'e5m6_ue8m0_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col', 'e5m6_e4m3_row',
                         'e5m6_e4m3_col'): 'uint8'})[v], 'bit', None, False),
         OutputInfo("sf",
-            by_variant(
-                {
-                    ('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_byte_row',
+            by_variant({('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_byte_row',
                         'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row', 'e4m3_e4m3_col', 'e5m2_fp32_row', 'e5m2_fp32_col',
                         'e5m2_pow2_row', 'e5m2_pow2_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col', 'e5m2_e4m3_row',
                         'e5m2_e4m3_col', 'e2m1_fp32_row', 'e2m1_fp32_col', 'e2m1_pow2_row', 'e2m1_pow2_col',
@@ -66,9 +60,7 @@ OP = OpInfo(name="per_token_cast", package=__package__, params=
                     ('e4m3_ue8m0_row', 'e4m3_ue8m0_col', 'e5m2_ue8m0_row', 'e5m2_ue8m0_col', 'e2m1_ue8m0_row',
                         'e2m1_ue8m0_col', 'e5m6_ue8m0_row', 'e5m6_ue8m0_col'): lambda d:
                     (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e5m2_fp32_row',
+            by_variant({('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e5m2_fp32_row',
                         'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col', 'e2m1_fp32_row', 'e2m1_fp32_col',
                         'e2m1_pow2_row', 'e2m1_pow2_col', 'e5m6_fp32_row', 'e5m6_fp32_col', 'e5m6_pow2_row',
                         'e5m6_pow2_col'): 'float32',
@@ -80,9 +72,7 @@ OP = OpInfo(name="per_token_cast", package=__package__, params=
                     ('e4m3_e4m3_row', 'e4m3_e4m3_col', 'e5m2_e4m3_row', 'e5m2_e4m3_col', 'e2m1_e4m3_row',
                         'e2m1_e4m3_col', 'e5m6_e4m3_row', 'e5m6_e4m3_col'): 'float8_e4m3fn'})[v], 'bit', None, False,
             col_pad=lambda v:
-            by_variant(
-                {
-                    ('e4m3_fp32_row', 'e4m3_pow2_row', 'e4m3_ue8m0_row', 'e4m3_ue8m0_byte_row', 'e4m3_e4m3_row',
+            by_variant({('e4m3_fp32_row', 'e4m3_pow2_row', 'e4m3_ue8m0_row', 'e4m3_ue8m0_byte_row', 'e4m3_e4m3_row',
                         'e5m2_fp32_row', 'e5m2_pow2_row', 'e5m2_ue8m0_row', 'e5m2_ue8m0_byte_row', 'e5m2_e4m3_row',
                         'e2m1_fp32_row', 'e2m1_pow2_row', 'e2m1_ue8m0_row', 'e2m1_ue8m0_byte_row', 'e2m1_e4m3_row',
                         'e5m6_fp32_row', 'e5m6_pow2_row', 'e5m6_ue8m0_row', 'e5m6_ue8m0_byte_row', 'e5m6_e4m3_row'):

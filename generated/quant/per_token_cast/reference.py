@@ -45,19 +45,14 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
         if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -67,19 +62,14 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
             sf_tile = _fit((amax / _f32(57344.0)), (N_t, N_g))
         if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m2', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -105,22 +95,14 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
             inv = _fit((_f32(448.0) / amax), (N_t, N_g))
         if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'e4m3'):
-            inv = _fit(
-                (_f32(1.0)
+            inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
                         _from_bits(
                             torch.minimum(
-                                _t(
-                                    (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -130,22 +112,14 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
             inv = _fit((_f32(57344.0) / amax), (N_t, N_g))
         if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m2', 'e4m3'):
-            inv = _fit(
-                (_f32(1.0)
+            inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
                         _from_bits(
                             torch.minimum(
-                                _t(
-                                    (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -208,31 +182,24 @@ def make_reference_variants_2(fmt, scale, sf_layout, x, group, _given=None):
             amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
         if fmt == 'e4m3':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if fmt == 'e5m2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if scale == 'fp32':
             sf_tile = _fit((amax / _f32(6.0)), (N_t, N_g))
         if scale in ('pow2', 'ue8m0_byte'):
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-                (N_t, N_g))
+                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
         if scale == 'e4m3':
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -258,48 +225,36 @@ def make_reference_variants_2(fmt, scale, sf_layout, x, group, _given=None):
                 _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
         if (fmt, sf_layout) in (('e4m3', 'row'), ('e5m2', 'row')):
             _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         if (fmt, sf_layout) in (('e4m3', 'col'), ('e5m2', 'col')):
             _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
@@ -308,22 +263,14 @@ def make_reference_variants_2(fmt, scale, sf_layout, x, group, _given=None):
             inv = _fit((_f32(6.0) / amax), (N_t, N_g))
         if scale in ('pow2', 'ue8m0_byte'):
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if scale == 'e4m3':
-            inv = _fit(
-                (_f32(1.0)
+            inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
                         _from_bits(
                             torch.minimum(
-                                _t(
-                                    (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -331,17 +278,11 @@ def make_reference_variants_2(fmt, scale, sf_layout, x, group, _given=None):
                             - _from_bits(0x46800000)))), (N_t, N_g))
         if fmt == 'e4m3':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if fmt == 'e5m2':
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if fmt == 'e2m1':
             q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
@@ -358,13 +299,11 @@ def make_reference_variants_2(fmt, scale, sf_layout, x, group, _given=None):
         if fmt == 'e2m1':
             _scatter(_s_q,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))),
-                _codes_as(
-                    (
+                _codes_as((
                         _take(q_codes,
                             (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)),
                             (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c))
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                     (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                     _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)),
@@ -401,73 +340,56 @@ def make_reference_e2m1_ue8m0(sf_layout, x, group, _given=None):
         _t0 = _absmax(xf, 2)
         amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
+            _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
         if sf_layout == 'row':
             _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         if sf_layout == 'col':
             _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF)) & 0xFFFFFFFF)
-                        << 23) & 0xFFFFFFFF)), (N_t, N_g))
+            _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
         q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
         _scatter(_s_q,
             (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))),
-            _codes_as(
-                (
+            _codes_as((
                     _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)),
                         (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c))
-                    | (
-                        (
+                    | ((
                             _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)),
@@ -510,19 +432,14 @@ def make_reference_e5m6(scale, sf_layout, x, group, _given=None):
             sf_tile = _fit((amax / _f32(65024.0)), (N_t, N_g))
         if scale in ('pow2', 'ue8m0_byte'):
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if scale == 'e4m3':
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -548,22 +465,14 @@ def make_reference_e5m6(scale, sf_layout, x, group, _given=None):
             inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
         if scale in ('pow2', 'ue8m0_byte'):
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if scale == 'e4m3':
-            inv = _fit(
-                (_f32(1.0)
+            inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
                         _from_bits(
                             torch.minimum(
-                                _t(
-                                    (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -574,16 +483,11 @@ def make_reference_e5m6(scale, sf_layout, x, group, _given=None):
         _scatter(_s_q,
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)),
-            _t(
-                (
-                    (
-                        (
-                            (
+            _t(((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)),
                                 (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF)
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)),
@@ -598,25 +502,17 @@ def make_reference_e5m6(scale, sf_layout, x, group, _given=None):
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
                     + 1)),
-            _t(
-                (
-                    (
-                        (
-                            (
-                                (
-                                (
+            _t(((((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF)
-                            | (
-                                (
+                            | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)),
@@ -631,19 +527,13 @@ def make_reference_e5m6(scale, sf_layout, x, group, _given=None):
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
                     + 2)),
-            _t(
-                (
-                    (
-                        (
-                            (
-                                (
+            _t((((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24)
                             & 0xFFFFFFFF)
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)),
@@ -679,79 +569,58 @@ def make_reference_e5m6_ue8m0(sf_layout, x, group, _given=None):
         _t0 = _absmax(xf, 2)
         amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
         sf_tile = _fit(
-            _from_bits(
-                (((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-            (N_t, N_g))
+            _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                    & 0xFFFFFFFF)), (N_t, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
         if sf_layout == 'row':
             _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         if sf_layout == 'col':
             _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
-                _t(
-                    (
-                        (
-                            (
+                _t((((
                                 _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                     (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | (
-                                    (
+                                | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | (
-                                (
+                            | ((
                                     _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
         inv = _fit(
-            _from_bits(
-                (
-                    (
-                        ((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+            _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                             & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
         q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
         _scatter(_s_q,
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)),
-            _t(
-                (
-                    (
-                        (
-                            (
+            _t(((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)),
                                 (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF)
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)),
@@ -766,25 +635,17 @@ def make_reference_e5m6_ue8m0(sf_layout, x, group, _given=None):
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
                     + 1)),
-            _t(
-                (
-                    (
-                        (
-                            (
-                                (
-                                (
+            _t(((((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF)
-                            | (
-                                (
+                            | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)),
@@ -799,19 +660,13 @@ def make_reference_e5m6_ue8m0(sf_layout, x, group, _given=None):
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
                     + 2)),
-            _t(
-                (
-                    (
-                        (
-                            (
-                                (
+            _t((((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24)
                             & 0xFFFFFFFF)
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)),

@@ -57,46 +57,32 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads=128, block_t=4,
                     sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if (fmt, scale) == ('e4m3', 'pow2'):
-                    sf[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                    sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e4m3', 'e4m3'):
-                    sf[i_t, i_g] = T.Select(
-                        ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                    sf[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
+                            T.min((((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") + T.uint32(0x7ffff))
-                                        + (
-                                            (
+                                        + ((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
+                                T.min((((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") + T.uint32(0x7ffff))
-                                            + (
-                                            (
+                                            + ((
                                             T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
                                             "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                     T.uint32(0x43e00000)), "float32"),
@@ -106,53 +92,35 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads=128, block_t=4,
                     sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(57344.0))
                     inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
                 if (fmt, scale) == ('e5m2', 'pow2'):
-                    sf[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                    sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e5m2', 'e4m3'):
-                    sf[i_t, i_g] = T.Select(
-                        ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                    sf[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                        + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                        + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -162,8 +130,8 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads=128, block_t=4,
                     r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2"), "float32")
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     if out == 'bf16':
-                        y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                        y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
+                                * sf[i_t, i_g]), "bfloat16")
                     if out == 'fp32':
                         y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
@@ -212,106 +180,70 @@ def make_variants_2(fmt, scale, out, H, group, x_dtype, *, threads=128, block_t=
                     sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
                     inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
                 if (fmt, scale) == ('e2m1', 'pow2'):
-                    sf[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                    sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e2m1', 'e4m3'):
-                    sf[i_t, i_g] = T.Select(
-                        ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
+                    sf[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                        + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                        + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
                 if (fmt, scale) == ('e5m6', 'fp32'):
                     sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(65024.0))
                     inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
                 if (fmt, scale) == ('e5m6', 'pow2'):
-                    sf[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    inv[i_t, i_g] = T.reinterpret(
-                        (
-                            (T.uint32(254)
-                                - (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                    sf[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e5m6', 'e4m3'):
-                    sf[i_t, i_g] = T.Select(
-                        ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                    sf[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min(
-                                (
-                                    (
-                                        (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                        + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                        + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                     inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(
-                            ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                        / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min(
-                                    (
-                                        (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            + T.uint32(0x7ffff))
-                                            + (
-                                            (
-                                            T.reinterpret(
-                                            (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                            >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                            + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -322,8 +254,8 @@ def make_variants_2(fmt, scale, out, H, group, x_dtype, *, threads=128, block_t=
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
                     if out == 'bf16':
-                        y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (r[i_t, i_g, i_c] * sf[i_t, i_g]), "bfloat16")
+                        y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
+                                * sf[i_t, i_g]), "bfloat16")
                     if out == 'fp32':
                         y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 

@@ -25,17 +25,13 @@ OP = OpInfo(name="per_token_cast_and_cast_back", package=__package__, params=
     outputs=
     (
         OutputInfo("y",
-            by_variant(
-                {
-                    ('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_pow2_bf16', 'e4m3_pow2_fp32', 'e4m3_e4m3_bf16',
+            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_pow2_bf16', 'e4m3_pow2_fp32', 'e4m3_e4m3_bf16',
                         'e4m3_e4m3_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_pow2_bf16', 'e5m2_pow2_fp32',
                         'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32', 'e2m1_fp32_bf16', 'e2m1_fp32_fp32', 'e2m1_pow2_bf16',
                         'e2m1_pow2_fp32', 'e2m1_e4m3_bf16', 'e2m1_e4m3_fp32', 'e5m6_fp32_bf16', 'e5m6_fp32_fp32',
                         'e5m6_pow2_bf16', 'e5m6_pow2_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'): lambda d:
                     (d["T"], d["H"],)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32_bf16', 'e4m3_pow2_bf16', 'e4m3_e4m3_bf16', 'e5m2_fp32_bf16', 'e5m2_pow2_bf16',
+            by_variant({('e4m3_fp32_bf16', 'e4m3_pow2_bf16', 'e4m3_e4m3_bf16', 'e5m2_fp32_bf16', 'e5m2_pow2_bf16',
                         'e5m2_e4m3_bf16', 'e2m1_fp32_bf16', 'e2m1_pow2_bf16', 'e2m1_e4m3_bf16', 'e5m6_fp32_bf16',
                         'e5m6_pow2_bf16', 'e5m6_e4m3_bf16'): 'bfloat16',
                     ('e4m3_fp32_fp32', 'e4m3_pow2_fp32', 'e4m3_e4m3_fp32', 'e5m2_fp32_fp32', 'e5m2_pow2_fp32',

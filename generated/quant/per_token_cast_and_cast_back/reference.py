@@ -38,40 +38,27 @@ def make_reference_variants(fmt, scale, out, x, group, _given=None):
             inv = _fit((_f32(448.0) / amax), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'pow2'):
             sf = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'e4m3'):
             sf = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-            inv = _fit(
-                (_f32(1.0)
+            inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
                         _from_bits(
                             torch.minimum(
-                                _t(
-                                    (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -82,40 +69,27 @@ def make_reference_variants(fmt, scale, out, x, group, _given=None):
             inv = _fit((_f32(57344.0) / amax), (N_t, N_g))
         if (fmt, scale) == ('e5m2', 'pow2'):
             sf = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m2', 'e4m3'):
             sf = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-            inv = _fit(
-                (_f32(1.0)
+            inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
                         _from_bits(
                             torch.minimum(
-                                _t(
-                                    (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -126,40 +100,27 @@ def make_reference_variants(fmt, scale, out, x, group, _given=None):
             inv = _fit((_f32(6.0) / amax), (N_t, N_g))
         if (fmt, scale) == ('e2m1', 'pow2'):
             sf = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-                (N_t, N_g))
+                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e2m1', 'e4m3'):
             sf = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-            inv = _fit(
-                (_f32(1.0)
+            inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
                         _from_bits(
                             torch.minimum(
-                                _t(
-                                    (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -170,40 +131,27 @@ def make_reference_variants(fmt, scale, out, x, group, _given=None):
             inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
         if (fmt, scale) == ('e5m6', 'pow2'):
             sf = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
             inv = _fit(
-                _from_bits(
-                    (
-                        (
-                            ((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m6', 'e4m3'):
             sf = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-            inv = _fit(
-                (_f32(1.0)
+            inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
                         _from_bits(
                             torch.minimum(
-                                _t(
-                                    (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),

@@ -97,8 +97,7 @@ def build_e2m1(H, group, x_dtype, *, threads=1, block_t=1):
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast(
-                        (
+                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -148,10 +147,7 @@ def build_e5m6(H, group, x_dtype, *, threads=1, block_t=1):
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret(
-                        (
-                            (
-                                (
+                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -162,12 +158,7 @@ def build_e5m6(H, group, x_dtype, *, threads=1, block_t=1):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
-                                        (
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -183,11 +174,7 @@ def build_e5m6(H, group, x_dtype, *, threads=1, block_t=1):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
+                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))

@@ -56,11 +56,11 @@ def make_variants(fmt, H, group, x_dtype, *, threads=128, block_t=4, tile_elems=
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if ((b_t * B_t + i_t) < N_t):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn")
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                * inv[i_t, i_g]), "float8_e4m3fn")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast(
-                            (xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2")
+                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
 
@@ -107,8 +107,7 @@ def build_e2m1(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast(
-                        (
+                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -161,10 +160,7 @@ def build_e5m6(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret(
-                        (
-                            (
-                                (
+                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -175,13 +171,8 @@ def build_e5m6(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t),
-                        (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
-                                        (
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                        ] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -197,12 +188,8 @@ def build_e5m6(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t),
-                        (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(
-                        (
-                            (
-                                (
-                                    (
+                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                        ] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))

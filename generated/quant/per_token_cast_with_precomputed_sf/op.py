@@ -21,8 +21,7 @@ OP = OpInfo(name="per_token_cast_with_precomputed_sf", package=__package__, para
             (('T', 1), None), None),), outputs=
     (
         OutputInfo("q",
-            by_variant(
-                {('e4m3', 'e5m2'): lambda d: (d["T"], d["H"],), ('e2m1',): lambda d: (d["T"], -(-d["H"] // 2),),
+            by_variant({('e4m3', 'e5m2'): lambda d: (d["T"], d["H"],), ('e2m1',): lambda d: (d["T"], -(-d["H"] // 2),),
                     ('e5m6',): lambda d: (d["T"], -(-d["H"] // 8) * 12,)}), lambda v, dt:
             {'e4m3': 'float8_e4m3fn', 'e5m2': 'float8_e5m2', 'e2m1': 'int8', 'e5m6': 'uint8'}[v], 'bit', None, False),),
     dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=

@@ -58,12 +58,10 @@ def reference_e2m1(x, sf, group, _given=None):
         q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
         _scatter(_s_q,
             (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))),
-            _codes_as(
-                (
+            _codes_as((
                     _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)),
                         (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c))
-                    | (
-                        (
+                    | ((
                             _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)),
@@ -92,16 +90,11 @@ def reference_e5m6(x, sf, group, _given=None):
         _scatter(_s_q,
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)),
-            _t(
-                (
-                    (
-                        (
-                            (
+            _t(((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)),
                                 (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF)
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)),
@@ -116,25 +109,17 @@ def reference_e5m6(x, sf, group, _given=None):
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
                     + 1)),
-            _t(
-                (
-                    (
-                        (
-                            (
-                                (
-                                (
+            _t(((((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF)
-                            | (
-                                (
+                            | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)),
@@ -149,19 +134,13 @@ def reference_e5m6(x, sf, group, _given=None):
             (_ix(N_t, 0, 3, _dev),
                 _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
                     + 2)),
-            _t(
-                (
-                    (
-                        (
-                            (
-                                (
+            _t((((((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
                                 (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24)
                             & 0xFFFFFFFF)
-                        | (
-                            (
+                        | ((
                                 _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
                                 _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)),

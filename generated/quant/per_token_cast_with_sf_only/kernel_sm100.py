@@ -58,162 +58,105 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads=128, block_t=4, tile
                     if (fmt, scale) == ('e4m3', 'fp32'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (fmt, scale) == ('e4m3', 'pow2'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e4m3', 'ue8m0_byte'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            T.Select(
-                                ((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                            T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                    >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min(
-                                        (
-                                            (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
-                                                + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
-                                                >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                        T.uint32(0x43e00000)), "float32"),
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                     if (fmt, scale) == ('e5m2', 'fp32'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(57344.0))
                     if (fmt, scale) == ('e5m2', 'pow2'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e5m2', 'ue8m0_byte'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e5m2', 'e4m3'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            T.Select(
-                                ((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) >= T.float32(0.015625)),
+                            T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                    >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min(
-                                        (
-                                            (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                        T.uint32(0x43e00000)), "float32"),
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                     if (fmt, scale) == ('e2m1', 'fp32'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(6.0))
                     if (fmt, scale) == ('e2m1', 'pow2'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e2m1', 'ue8m0_byte'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e2m1', 'e4m3'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            T.Select(
-                                ((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                            T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min(
-                                        (
-                                            (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                        T.uint32(0x43e00000)), "float32"),
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                     if (fmt, scale) == ('e5m6', 'fp32'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(65024.0))
                     if (fmt, scale) == ('e5m6', 'pow2'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(
-                            (
-                                (
-                                    ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e5m6', 'ue8m0_byte'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            (
-                                (
+                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
                                     T.reinterpret(
-                                        T.reinterpret(
-                                            (
-                                                (
-                                                (
-                                                (T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e5m6', 'e4m3'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
-                            T.Select(
-                                ((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
+                            T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                    >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min(
-                                        (
-                                            (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                                "uint32") + T.uint32(0x7ffff))
-                                                + (
-                                                (
-                                                T.reinterpret(
-                                                (T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                                "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                        T.uint32(0x43e00000)), "float32"),
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
 
@@ -256,36 +199,21 @@ def make_ue8m0(fmt, H, group, x_dtype, *, threads=128, block_t=4, tile_elems=409
                 if fmt == 'e2m1':
                     amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 if fmt == 'e4m3':
-                    sf_tile[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if fmt == 'e5m2':
-                    sf_tile[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if fmt == 'e2m1':
-                    sf_tile[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if fmt == 'e5m6':
-                    sf_tile[i_t, i_g] = T.reinterpret(
-                        (
-                            (
-                                ((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                 if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret(
-                        (
-                            (
-                                (
+                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
                                     T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (

@@ -21,16 +21,12 @@ OP = OpInfo(name="per_token_cast_with_sf_only", package=__package__, params=
     outputs=
     (
         OutputInfo("sf",
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_pow2', 'e4m3_ue8m0_byte', 'e4m3_e4m3', 'e5m2_fp32', 'e5m2_pow2',
+            by_variant({('e4m3_fp32', 'e4m3_pow2', 'e4m3_ue8m0_byte', 'e4m3_e4m3', 'e5m2_fp32', 'e5m2_pow2',
                         'e5m2_ue8m0_byte', 'e5m2_e4m3', 'e2m1_fp32', 'e2m1_pow2', 'e2m1_ue8m0_byte', 'e2m1_e4m3',
                         'e5m6_fp32', 'e5m6_pow2', 'e5m6_ue8m0_byte', 'e5m6_e4m3'): lambda d:
                     (d["T"], (d["H"] // d["group"]),), ('e4m3_ue8m0', 'e5m2_ue8m0', 'e2m1_ue8m0', 'e5m6_ue8m0'):
                     lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
-            by_variant(
-                {
-                    ('e4m3_fp32', 'e4m3_pow2', 'e5m2_fp32', 'e5m2_pow2', 'e2m1_fp32', 'e2m1_pow2', 'e5m6_fp32',
+            by_variant({('e4m3_fp32', 'e4m3_pow2', 'e5m2_fp32', 'e5m2_pow2', 'e2m1_fp32', 'e2m1_pow2', 'e5m6_fp32',
                         'e5m6_pow2'): 'float32', ('e4m3_ue8m0', 'e5m2_ue8m0', 'e2m1_ue8m0', 'e5m6_ue8m0'): 'int32',
                     ('e4m3_ue8m0_byte', 'e5m2_ue8m0_byte', 'e2m1_ue8m0_byte', 'e5m6_ue8m0_byte'): 'uint8',
                     ('e4m3_e4m3', 'e5m2_e4m3', 'e2m1_e4m3', 'e5m6_e4m3'): 'float8_e4m3fn'})[v], 'bit', None, False),),

@@ -38,19 +38,14 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
         if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -60,19 +55,14 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
             sf_tile = _fit((amax / _f32(57344.0)), (N_t, N_g))
         if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m2', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -82,19 +72,14 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
             sf_tile = _fit((amax / _f32(6.0)), (N_t, N_g))
         if (fmt, scale) in (('e2m1', 'pow2'), ('e2m1', 'ue8m0_byte')):
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-                (N_t, N_g))
+                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e2m1', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -104,19 +89,14 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
             sf_tile = _fit((amax / _f32(65024.0)), (N_t, N_g))
         if (fmt, scale) in (('e5m6', 'pow2'), ('e5m6', 'ue8m0_byte')):
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m6', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
                     _from_bits(
                         torch.minimum(
-                            _t(
-                                (
-                                    (
-                                    (
-                                    ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
                                     & 0xFFFFFFFF)
                                     + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
@@ -153,44 +133,34 @@ def make_reference_ue8m0(fmt, x, group, _given=None):
             amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
         if fmt == 'e4m3':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if fmt == 'e5m2':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         if fmt == 'e2m1':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-                (N_t, N_g))
+                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
         if fmt == 'e5m6':
             sf_tile = _fit(
-                _from_bits(
-                    (((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
         sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
         _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t(
-                (
-                    (
-                        (
+            _t((((
                             _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
                                 (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | (
-                                (
+                            | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | (
-                            (
+                        | ((
                                 _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | (
-                        (
+                    | ((
                             _take(sf_codes,
                                 (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                 (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(

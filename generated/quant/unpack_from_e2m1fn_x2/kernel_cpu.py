@@ -37,8 +37,7 @@ def make_variants(out, H, *, threads=1, block_t=1):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             q_code = T.alloc_local((B_t, B_h), 'uint32')
             for i_t, i_h in T.grid(B_t, B_h):
-                q_code[i_t, i_h] = (
-                    (
+                q_code[i_t, i_h] = ((
                         T.if_then_else(((b_t * B_t + i_t) < N_t),
                             (T.cast(q[(b_t * B_t + i_t), T.floordiv(i_h, T.int32(2))], "uint32") & T.uint32(0xff)),
                             T.uint32(0)) >> T.cast((T.floormod(i_h, T.int32(2)) * T.int32(4)), "uint32"))

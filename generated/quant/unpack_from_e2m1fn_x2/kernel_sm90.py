@@ -35,8 +35,7 @@ def build_fp32(H, *, threads=128, block_t=4, tile_elems=4096):
             b_h = pid % T.ceildiv(N_h, B_h)
             q_code = T.alloc_fragment((B_t, B_h), 'uint32')
             for i_t, i_h in T.Parallel(B_t, B_h, coalesced_width=(T.int32(4) if B_t * B_h <= tile_elems else None)):
-                q_code[i_t, i_h] = (
-                    (
+                q_code[i_t, i_h] = ((
                         T.if_then_else(((b_t * B_t + i_t) < N_t),
                             (T.cast(q[(b_t * B_t + i_t), T.floordiv((b_h * B_h + i_h), T.int32(2))], "uint32")
                                 & T.uint32(0xff)), T.uint32(0))
@@ -65,8 +64,7 @@ def build_bf16(H, *, threads=128, block_t=4, tile_elems=4096):
             b_h = pid % T.ceildiv(N_h, B_h)
             q_code = T.alloc_fragment((B_t, B_h), 'uint32')
             for i_t, i_h in T.Parallel(B_t, B_h, coalesced_width=(T.int32(8) if B_t * B_h <= tile_elems else None)):
-                q_code[i_t, i_h] = (
-                    (
+                q_code[i_t, i_h] = ((
                         T.if_then_else(((b_t * B_t + i_t) < N_t),
                             (T.cast(q[(b_t * B_t + i_t), T.floordiv((b_h * B_h + i_h), T.int32(2))], "uint32")
                                 & T.uint32(0xff)), T.uint32(0))

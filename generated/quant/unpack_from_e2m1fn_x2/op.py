@@ -15,8 +15,7 @@ OP = OpInfo(name="unpack_from_e2m1fn_x2", package=__package__, params=
     inputs=
     (
         InputInfo("q", (), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None, codec=lambda v:
-            by_variant(
-                {('fp32', 'bf16'):
+            by_variant({('fp32', 'bf16'):
                     {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
                         (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}})[v]),), outputs=
     (

@@ -24,9 +24,7 @@ def make_reference_variants(out, q, _given=None):
             _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         if out == 'bf16':
             _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        q_code = _fit(
-            (
-                (
+        q_code = _fit(((
                     _codes_of(
                         _gather(q.view(torch.uint8),
                             (_ix(N_t, 0, 2, _dev), torch.div(_t(_ix(N_h, 1, 2, _dev)), _t(2), rounding_mode='floor')),
