@@ -36,8 +36,9 @@ def test_a_narrower_width_keeps_the_ast(catalog):
     "from m import " + ", ".join(f"name{i}" for i in range(30)) + "\n",
     "def f(" + ", ".join(f"p{i}=1" for i in range(30)) + "):\n    return -p0 if p1 else p2  # a comment\n",
     "t = {(" + ", ".join(repr("n" * 40 + str(i)) for i in range(3)) + ", '" + "w" * 100 + "'): 1}\n",
-    "class A:\n    def g(self):\n        return [x for x in range(3) if x > 0] + [" + ", ".join(map(str, range(60))) + "]\n",
-])
+    "class A:\n    def g(self):\n        return [x for x in range(3) if x > 0] + ["
+    + ", ".join(map(str, range(60))) + "]\n",
+], ids=["call", "sum", "lambdas", "strings", "import", "def", "long-string", "method"])
 def test_long_lines_break_within_the_width_to_the_same_tree(src):
     out = format_source(src)
     assert ast.dump(ast.parse(out)) == ast.dump(ast.parse(src))

@@ -1,10 +1,11 @@
 """Break the long lines of generated Python source, token by token, without changing what it means.
 
 Printers emit each statement on one line; this module refills a statement that has a line longer than the
-width. It breaks only inside brackets: after a comma or an opening bracket, or before a binary operator
-that follows an operand. Of the places where the line so far fits, it takes the shallowest (the last of
-those), so a line breaks at the outermost structure first, and a continuation line is indented by its
-bracket depth. A single-quoted string too long for any line is cut at spaces into adjacent literals, and
+width. It breaks only inside brackets: after a comma, a colon, a keyword's `=` or an opening bracket, or
+before a binary operator that follows an operand (within an assignment's target, or before a closing
+bracket, only where nothing else fits). Of the places where the line so far fits, it takes the shallowest
+(the last of those), so a line breaks at the outermost structure first, and a continuation line is
+indented by its bracket depth. A single-quoted string too long for any line is cut at spaces into adjacent literals, and
 a long `from ... import a, b` gets parentheses. Line breaks inside brackets, adjacent string literals and
 those parentheses do not reach the AST: the module's `ast.dump` is the same before and after
 (tests/test_format_source.py checks every generated module). Source that does not tokenize is returned as
@@ -22,7 +23,7 @@ from typing import List, Optional
 WIDTH = 120
 INDENT = "    "
 _OPEN, _CLOSE = "([{", ")]}"
-# binary operators a line may break before, loosest first
+# binary operators a line may break before
 _OPERATORS = frozenset({"or", "and", "if", "else", "|", "^", "&", "<", ">", "<=", ">=", "==", "!=", "<<", ">>",
                         "+", "-", "*", "/", "//", "%", "@", "**"})
 _FSTRING_START = getattr(tokenize, "FSTRING_START", -1)     # Python 3.12: f-strings are split into tokens
@@ -36,7 +37,6 @@ class _Tok:
     string: str
     start: tuple
     end: tuple
-
 
 
 def format_source(text: str, width: int = WIDTH) -> str:
