@@ -8,11 +8,16 @@ from tkgen.format_source import WIDTH, format_source
 from tkgen.generate import render_all
 
 
-def test_every_generated_module_keeps_its_ast_and_fits_the_width(catalog):
+@pytest.fixture(scope="module")
+def unformatted(catalog):
+    return render_all(catalog, formatted=False)
+
+
+def test_every_generated_module_keeps_its_ast_and_fits_the_width(unformatted):
     """The modules as the printers and templates write them, and as generate writes them: the same tree
     (`ast.dump`), and no line longer than 120 characters; formatting again changes nothing."""
     long = []
-    for i, (rel, raw) in enumerate(sorted(render_all(catalog, formatted=False).items())):
+    for i, (rel, raw) in enumerate(sorted(unformatted.items())):
         text = format_source(raw)
         assert ast.dump(ast.parse(text)) == ast.dump(ast.parse(raw)), rel
         long += [f"{rel}:{n}: {len(line)}" for n, line in enumerate(text.splitlines(), 1) if len(line) > WIDTH]
@@ -21,9 +26,9 @@ def test_every_generated_module_keeps_its_ast_and_fits_the_width(catalog):
     assert not long, long[:10]
 
 
-def test_a_narrower_width_keeps_the_ast(catalog):
+def test_a_narrower_width_keeps_the_ast(unformatted):
     """Breaking many more lines (at 60 characters) keeps the tree of the largest kernel module too."""
-    files = render_all(catalog, formatted=False)
+    files = unformatted
     rel = max((r for r in files if r.name.startswith("kernel_")), key=lambda r: len(files[r]))
     assert ast.dump(ast.parse(format_source(files[rel], 60))) == ast.dump(ast.parse(files[rel]))
 
