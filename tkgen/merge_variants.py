@@ -112,13 +112,15 @@ def _merged(members: List[Printed], variant_name, prefix, taken):
     n_lines = len(members[0].lines)
     lines, hoisted, i = [], [], 1
     params = _param_region(members[0].lines)
+    signatures = _signature_lines(members[0].lines)
     while i < n_lines:
         texts = [m.lines[i] for m in members]
         if len(set(texts)) == 1:
             lines.append(texts[0])
             i += 1
             continue
-        if len({_indent(t) for t in texts}) > 1 or not all(map(_balanced, texts)):
+        if len({_indent(t) for t in texts}) > 1 or not all(map(_balanced, texts)) or \
+                (i in signatures and not params[0] < i < params[1]):
             return None
         # a run of differing lines at one indentation that split the variants the same way
         part = _partition(texts)
@@ -174,6 +176,19 @@ def _param_region(lines) -> Tuple[int, int]:
     start = next((i for i, l in enumerate(lines) if l.strip() == "def kernel("), -1)
     end = next((i for i in range(start + 1, len(lines)) if lines[i].strip() == "):"), -1) if start >= 0 else -1
     return start, end
+
+
+def _signature_lines(lines) -> set:
+    """Indices of the lines inside a `def f(` ... `):` written over several lines."""
+    out, inside = set(), False
+    for i, line in enumerate(lines):
+        if inside and line.strip().startswith(")"):
+            inside = False
+        elif inside:
+            out.add(i)
+        elif line.lstrip().startswith("def ") and line.rstrip().endswith("("):
+            inside = True
+    return out
 
 
 def _prim_func_line(lines) -> int:
