@@ -12,6 +12,7 @@ Layout of `generated/` (the importable package `tkgen_generated`):
 from __future__ import annotations
 
 import hashlib
+import textwrap
 from pathlib import Path
 from typing import Dict
 
@@ -22,7 +23,9 @@ from . import formats as F
 from . import schedule as S
 from .autograd import plan as autograd_plan
 from .lower import lower_program
+from .merge_variants import Printed, merge
 from .checks import binding
+from .format_source import WIDTH, format_source
 from .print_tilelang import print_factory
 from .print_torch import print_reference
 from .printers import TileLangPrinter, TorchPrinter, function_lines
@@ -72,7 +75,7 @@ def naive_modules(catalog, spec):
 
 
 def kernel_module(catalog, spec, arch, header, naive=None):
-    factories, helpers = [], set()
+    printed, helpers = [], set()
     sched = S.resolve(spec, arch)
     for variant, program, module in naive or naive_modules(catalog, spec):
         try:
@@ -82,31 +85,38 @@ def kernel_module(catalog, spec, arch, header, naive=None):
                 ("schedule",) if spec.schedule else ("axes",)
             raise spec.doc_ref.error(where, f"the {arch.name} schedule: {e}") from None
         lines, used = print_factory(catalog, arch, scheduled, f"build_{spec.variant_name(variant)}")
-        factories.append("\n".join(lines))
+        printed.append(Printed(variant, f"build_{spec.variant_name(variant)}", lines))
         helpers |= used
     bits = "f32_bits" in helpers            # from the runtime, not a generated helper
     helpers.discard("f32_bits")
-    return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories,
+    # variants that differ only in a few statements share one factory (tkgen/merge_variants.py)
+    factories, aliases = merge(printed, spec.variant_name)
+    return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories, aliases=aliases,
                   helpers=sorted(helpers), f32_bits=bits, target=repr(arch.target),
                   pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
                   compile_flags=repr(list(arch.compile_flags))), helpers
 
 
 def reference_module(catalog, spec, header, naive=None):
-    functions, variants, rows, helpers = [], [], [], set()
+    references, written, variants, rows, helpers = [], [], [], [], set()
     for variant, program, module in naive or naive_modules(catalog, spec):
         name = spec.variant_name(variant)
         lines, used = print_reference(catalog, spec.resolved(variant), module, f"reference_{name}")
-        functions.append("\n".join(lines))
+        references.append(Printed(variant, f"reference_{name}", lines))
         helpers |= used
         variants.append((name, f"reference_{name}"))
         if module.keep is not None:
             lines, used = print_reference(catalog, spec.resolved(variant), module, f"written_rows_{name}",
                                           rows_only=True)
-            functions.append("\n".join(lines))
+            written.append(Printed(variant, f"written_rows_{name}", lines))
             helpers |= used
             rows.append((name, f"written_rows_{name}"))
+    # as the kernels: variants that differ only in a few statements share one function
+    functions, aliases = merge(references, spec.variant_name, "make_reference_")
+    more, more_aliases = merge(written, spec.variant_name, "make_written_rows_")
+    functions, aliases = functions + more, aliases + more_aliases
     return render("reference.py.j2", header=header, op=spec.name, functions=functions, variants=variants,
+                  aliases=aliases,
                   rows=rows, helpers=sorted(h for h in helpers if h != "order_key") +
                   (["order_key"] if "order_key" in helpers else [])), helpers
 
@@ -144,16 +154,20 @@ def op_module(catalog, spec, header):
             dtypes[v] = None if t.like else output_dtype(catalog, spec, t, variant)
             shapes[v] = "(" + ", ".join(dims) + ",)"
             pads[v] = col_pad(catalog, spec, t, variant)
-        dtype_fn = f"lambda v, dt: dt[{t.like!r}]" if t.like else f"lambda v, dt: {dtypes!r}[v]"
+        dtype_fn = f"lambda v, dt: dt[{t.like!r}]" if t.like else \
+            f"lambda v, dt: {variant_table({v: repr(d) for v, d in dtypes.items()})}[v]"
         dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
         # a sum over the rows or a count adds into zeros; rows scattered at positions are stored into zeros
         accumulate = t.row_view is not None or any(
             name in build_program(spec, catalog.elements, catalog.scales, v).accumulated(dyn) for v in spec.variants())
         # keep_rows: the dim of the rows, where rows not kept are left untouched (compared to the poison)
         rows = [i for i, group in enumerate(t.view) if dyn in group] if kept_rows else []
-        outputs.append(dict(name=name, shapes=shapes, dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
-                            accumulate=accumulate, at=t.at, rows=t.row_view is not None, into=t.into, row_dim=rows[0] if rows and not t.at else None,
-                            col_pad=f"lambda v: {pads!r}[v]" if any(pads.values()) else None))
+        outputs.append(dict(name=name, shapes=variant_table({v: f"lambda d: {fn}" for v, fn in shapes.items()}),
+                            dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
+                            accumulate=accumulate, at=t.at, rows=t.row_view is not None, into=t.into,
+                            row_dim=rows[0] if rows and not t.at else None,
+                            col_pad=f"lambda v: {variant_table({v: repr(p) for v, p in pads.items()})}[v]"
+                            if any(pads.values()) else None))
     dims = [dict(name=d.name, dynamic=d.name == spec.dynamic_dim, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
@@ -184,8 +198,9 @@ def op_module(catalog, spec, header):
     doc = docstring(catalog, spec)
     block = scale_block(spec)
     if block:
-        doc = doc.replace("\n    \n    Returns:", "\n        scale_block: the scale block as (rows, cols), in place of "
-                          f"{' and '.join(f'`{n}`' for n in block['names'])} (docs/api-conventions.md).\n    \n    Returns:")
+        entry = _wrap("    scale_block: the scale block as (rows, cols), in place of "
+                      f"{' and '.join(f'`{n}`' for n in block['names'])} (docs/api-conventions.md).", first=False)
+        doc = doc.replace("\n    \n    Returns:", "".join("\n    " + line for line in entry) + "\n    \n    Returns:")
     formats = [p.name for p in spec.params.values() if p.structural and set(map(str, p.choices or ())) & FORMAT_NAMES]
     return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
@@ -238,8 +253,19 @@ def codec_table(catalog, spec, t):
     """Source of `lambda v: {variant: codec}[v]` for an input with a format, else None."""
     if not (t.format_ref or t.scale_ref):
         return None
-    table = {spec.variant_name(v): codec(catalog, spec, t, v) for v in spec.variants()}
-    return f"lambda v: {table!r}[v]"
+    table = {spec.variant_name(v): repr(codec(catalog, spec, t, v)) for v in spec.variants()}
+    return f"lambda v: {variant_table(table)}[v]"
+
+
+def variant_table(sources: Dict[str, str]) -> str:
+    """Source of a dict from variant names to values (given as source): a literal where every value
+    differs, else `by_variant({(names...): value})`, each value written once (tkgen/runtime/ops.py)."""
+    groups: Dict[str, list] = {}
+    for name, src in sources.items():
+        groups.setdefault(src, []).append(name)
+    if len(groups) == len(sources):
+        return "{" + ", ".join(f"{n!r}: {src}" for n, src in sources.items()) + "}"
+    return "by_variant({" + ", ".join(f"{tuple(names)!r}: {src}" for src, names in groups.items()) + "})"
 
 
 def _sentence(text) -> str:
@@ -286,6 +312,7 @@ def docstring(catalog, spec) -> str:
         lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}{into}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
+    lines = [w for i, line in enumerate(lines) for w in _wrap(line, first=i == 0)]
     # the body of a """...""" literal: free text may hold quotes and backslashes (docstring_literal)
     return docstring_literal("\n    ".join(line.replace('"""', "'''") for line in lines))
 
@@ -301,6 +328,16 @@ def _drawing_order(params):
         done.add(p.name)
         out.append(p)
     return out
+
+
+def _wrap(line: str, first: bool) -> list:
+    """A docstring line (in a function body, 4 spaces in) within the line width: an indented entry
+    (`    name: ...`) continues 4 spaces deeper; the first line leaves room for the opening quotes."""
+    text = line.lstrip()
+    lead = line[:len(line) - len(text)]
+    width = WIDTH - 4 - (3 if first else 0)
+    return textwrap.wrap(text, width=width, initial_indent=lead, subsequent_indent=lead + ("    " if lead else ""),
+                         break_long_words=False, break_on_hyphens=False) or [""]
 
 
 def strategies_module(catalog, spec, header):
@@ -358,13 +395,14 @@ def _helpers_module(template, fns, printer, header):
     return render(template, header=header, functions=items)
 
 
-def render_all(catalog) -> Dict[Path, str]:
+def render_all(catalog, formatted: bool = True) -> Dict[Path, str]:
     """Every generated file, keyed by its path relative to the output directory."""
-    return render_modules(catalog, sorted(catalog.ops))
+    return render_modules(catalog, sorted(catalog.ops), formatted)
 
 
-def render_modules(catalog, ops) -> Dict[Path, str]:
-    """The shared files (archs, helpers, family packages) and every file of the operators `ops`."""
+def render_modules(catalog, ops, formatted: bool = True) -> Dict[Path, str]:
+    """The shared files (archs, helpers, family packages) and every file of the operators `ops`; with
+    `formatted`, long lines broken (tkgen/format_source.py), else as the printers write them."""
     out: Dict[Path, str] = {}
     shared = [(_rel(catalog, p), d.sha256) for p, d in sorted(catalog.documents.items()) if d.kind != "op"]
     common_header = _header("the formats and archs under specs/", shared)
@@ -398,7 +436,8 @@ def render_modules(catalog, ops) -> Dict[Path, str]:
         out[base / "__init__.py"] = f"{header}\nfrom .op import OP, invoke, {spec.name}  # noqa: F401\n"
     for fam in sorted(families):
         out[Path(fam) / "__init__.py"] = common_header + "\n"
-    return out
+    # the printers write a statement on one line: broken here within the width, the same code (its AST)
+    return {path: format_source(text) for path, text in out.items()} if formatted else out
 
 
 def write(catalog, out_dir, check_only=False):

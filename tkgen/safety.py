@@ -58,7 +58,7 @@ GENERATED_NAMES = frozenset({
     "draw", "max_rows", "recipe", "inputs", "shapes", "variant", "outs", "res", "grads", "ctx",
     "TARGET", "PASS_CONFIGS", "COMPILE_FLAGS", "VARIANTS", "WRITTEN_ROWS", "REQUIRES", "EXAMPLES", "ARCHS",
     "FUNCTIONAL", "pid", "threads", "tile_elems", "order_key", "arch_for_capability",
-    "blocks", "bid", "tile", "part",
+    "blocks", "bid", "tile", "part", "specialize", "by_variant",
 })
 # dims may be called T: the kernel lowering renames it T_ (tkgen/pyexpr.py: sym)
 RENAMED_DIMS = frozenset({"T"})

@@ -14,7 +14,9 @@ def encode_bf16(x):
     u = T.reinterpret(x, "uint32")
     a = (u & T.uint32(0x7fffffff))
     sign = ((u >> T.uint32(31)) << T.uint32(15))
-    return (T.Select((a > T.uint32(0x7f800000)), T.uint32(0x7fc0), (((a + T.uint32(0x7fff)) + ((a >> T.uint32(16)) & T.uint32(1))) >> T.uint32(16))) | sign)
+    return (
+        T.Select((a > T.uint32(0x7f800000)), T.uint32(0x7fc0),
+            (((a + T.uint32(0x7fff)) + ((a >> T.uint32(16)) & T.uint32(1))) >> T.uint32(16))) | sign)
 
 
 def decode_bf16(code):
@@ -36,13 +38,17 @@ def encode_e2m1(x):
     a = (u & T.uint32(0x7fffffff))
     sign = ((u >> T.uint32(31)) << T.uint32(3))
     e32 = (a >> T.uint32(23))
-    nrm = T.min(((((a - T.uint32(0x3f000000)) + T.uint32(0x1fffff)) + ((a >> T.uint32(22)) & T.uint32(1))) >> T.uint32(22)), T.uint32(7))
+    nrm = T.min(((((a - T.uint32(0x3f000000)) + T.uint32(0x1fffff)) + ((a >> T.uint32(22)) & T.uint32(1)))
+            >> T.uint32(22)), T.uint32(7))
     sh = (T.uint32(149) - T.min(T.max(e32, T.uint32(125)), T.uint32(126)))
     q = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) >> sh)
     rem = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) & ((T.uint32(1) << sh) - T.uint32(1)))
     half = (T.uint32(1) << (sh - T.uint32(1)))
-    sub = (q + T.Select(((rem > half) | ((rem == half) & ((q & T.uint32(1)) == T.uint32(1)))), T.uint32(1), T.uint32(0)))
-    return (T.Select((a > T.uint32(0x7f800000)), T.uint32(7), T.Select((a >= T.uint32(0x3f800000)), nrm, T.Select((e32 >= T.uint32(125)), sub, T.uint32(0)))) | sign)
+    sub = (q
+        + T.Select(((rem > half) | ((rem == half) & ((q & T.uint32(1)) == T.uint32(1)))), T.uint32(1), T.uint32(0)))
+    return (
+        T.Select((a > T.uint32(0x7f800000)), T.uint32(7),
+            T.Select((a >= T.uint32(0x3f800000)), nrm, T.Select((e32 >= T.uint32(125)), sub, T.uint32(0)))) | sign)
 
 
 def decode_e2m1(code):
@@ -51,7 +57,9 @@ def decode_e2m1(code):
     mag = (code & T.uint32(7))
     ef = (mag >> T.uint32(1))
     mf = (mag & T.uint32(1))
-    return T.Select((ef == T.uint32(0)), T.reinterpret((sign | T.reinterpret((T.cast(mf, "float32") * T.float32(0.5)), "uint32")), "float32"), T.reinterpret((sign | (((ef + T.uint32(126)) << T.uint32(23)) | (mf << T.uint32(22)))), "float32"))
+    return T.Select((ef == T.uint32(0)),
+        T.reinterpret((sign | T.reinterpret((T.cast(mf, "float32") * T.float32(0.5)), "uint32")), "float32"),
+        T.reinterpret((sign | (((ef + T.uint32(126)) << T.uint32(23)) | (mf << T.uint32(22)))), "float32"))
 
 
 @T.macro
@@ -68,13 +76,17 @@ def encode_e4m3(x):
     a = (u & T.uint32(0x7fffffff))
     sign = ((u >> T.uint32(31)) << T.uint32(7))
     e32 = (a >> T.uint32(23))
-    nrm = T.min(((((a - T.uint32(0x3c000000)) + T.uint32(0x7ffff)) + ((a >> T.uint32(20)) & T.uint32(1))) >> T.uint32(20)), T.uint32(126))
+    nrm = T.min(((((a - T.uint32(0x3c000000)) + T.uint32(0x7ffff)) + ((a >> T.uint32(20)) & T.uint32(1)))
+            >> T.uint32(20)), T.uint32(126))
     sh = (T.uint32(141) - T.min(T.max(e32, T.uint32(117)), T.uint32(120)))
     q = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) >> sh)
     rem = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) & ((T.uint32(1) << sh) - T.uint32(1)))
     half = (T.uint32(1) << (sh - T.uint32(1)))
-    sub = (q + T.Select(((rem > half) | ((rem == half) & ((q & T.uint32(1)) == T.uint32(1)))), T.uint32(1), T.uint32(0)))
-    return (T.Select((a > T.uint32(0x7f800000)), T.uint32(127), T.Select((a >= T.uint32(0x3c800000)), nrm, T.Select((e32 >= T.uint32(117)), sub, T.uint32(0)))) | sign)
+    sub = (q
+        + T.Select(((rem > half) | ((rem == half) & ((q & T.uint32(1)) == T.uint32(1)))), T.uint32(1), T.uint32(0)))
+    return (
+        T.Select((a > T.uint32(0x7f800000)), T.uint32(127),
+            T.Select((a >= T.uint32(0x3c800000)), nrm, T.Select((e32 >= T.uint32(117)), sub, T.uint32(0)))) | sign)
 
 
 def decode_e4m3(code):
@@ -83,7 +95,11 @@ def decode_e4m3(code):
     mag = (code & T.uint32(127))
     ef = (mag >> T.uint32(3))
     mf = (mag & T.uint32(7))
-    return T.Select((mag == T.uint32(127)), T.reinterpret(T.uint32(0x7fc00000), "float32"), T.Select((ef == T.uint32(0)), T.reinterpret((sign | T.reinterpret((T.cast(mf, "float32") * T.float32(0.001953125)), "uint32")), "float32"), T.reinterpret((sign | (((ef + T.uint32(120)) << T.uint32(23)) | (mf << T.uint32(20)))), "float32")))
+    return T.Select((mag == T.uint32(127)), T.reinterpret(T.uint32(0x7fc00000), "float32"),
+        T.Select((ef == T.uint32(0)),
+            T.reinterpret((sign | T.reinterpret((T.cast(mf, "float32") * T.float32(0.001953125)), "uint32")),
+                "float32"),
+            T.reinterpret((sign | (((ef + T.uint32(120)) << T.uint32(23)) | (mf << T.uint32(20)))), "float32")))
 
 
 @T.macro
@@ -100,13 +116,17 @@ def encode_e5m2(x):
     a = (u & T.uint32(0x7fffffff))
     sign = ((u >> T.uint32(31)) << T.uint32(7))
     e32 = (a >> T.uint32(23))
-    nrm = T.min(((((a - T.uint32(0x38000000)) + T.uint32(0xfffff)) + ((a >> T.uint32(21)) & T.uint32(1))) >> T.uint32(21)), T.uint32(123))
+    nrm = T.min(((((a - T.uint32(0x38000000)) + T.uint32(0xfffff)) + ((a >> T.uint32(21)) & T.uint32(1)))
+            >> T.uint32(21)), T.uint32(123))
     sh = (T.uint32(134) - T.min(T.max(e32, T.uint32(110)), T.uint32(112)))
     q = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) >> sh)
     rem = (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) & ((T.uint32(1) << sh) - T.uint32(1)))
     half = (T.uint32(1) << (sh - T.uint32(1)))
-    sub = (q + T.Select(((rem > half) | ((rem == half) & ((q & T.uint32(1)) == T.uint32(1)))), T.uint32(1), T.uint32(0)))
-    return (T.Select((a > T.uint32(0x7f800000)), T.uint32(126), T.Select((a >= T.uint32(0x38800000)), nrm, T.Select((e32 >= T.uint32(110)), sub, T.uint32(0)))) | sign)
+    sub = (q
+        + T.Select(((rem > half) | ((rem == half) & ((q & T.uint32(1)) == T.uint32(1)))), T.uint32(1), T.uint32(0)))
+    return (
+        T.Select((a > T.uint32(0x7f800000)), T.uint32(126),
+            T.Select((a >= T.uint32(0x38800000)), nrm, T.Select((e32 >= T.uint32(110)), sub, T.uint32(0)))) | sign)
 
 
 def decode_e5m2(code):
@@ -115,7 +135,14 @@ def decode_e5m2(code):
     mag = (code & T.uint32(127))
     ef = (mag >> T.uint32(2))
     mf = (mag & T.uint32(3))
-    return T.Select((ef == T.uint32(31)), T.Select((mf == T.uint32(0)), T.reinterpret((sign | T.uint32(0x7f800000)), "float32"), T.reinterpret(T.uint32(0x7fc00000), "float32")), T.Select((ef == T.uint32(0)), T.reinterpret((sign | T.reinterpret((T.cast(mf, "float32") * T.reinterpret(T.uint32(0x37800000), "float32")), "uint32")), "float32"), T.reinterpret((sign | (((ef + T.uint32(112)) << T.uint32(23)) | (mf << T.uint32(21)))), "float32")))
+    return T.Select((ef == T.uint32(31)),
+        T.Select((mf == T.uint32(0)), T.reinterpret((sign | T.uint32(0x7f800000)), "float32"),
+            T.reinterpret(T.uint32(0x7fc00000), "float32")),
+        T.Select((ef == T.uint32(0)),
+            T.reinterpret((sign
+                    | T.reinterpret((T.cast(mf, "float32") * T.reinterpret(T.uint32(0x37800000), "float32")),
+                        "uint32")), "float32"),
+            T.reinterpret((sign | (((ef + T.uint32(112)) << T.uint32(23)) | (mf << T.uint32(21)))), "float32")))
 
 
 @T.macro
@@ -132,9 +159,15 @@ def encode_e5m6(x):
     a = (u & T.uint32(0x7fffffff))
     sign = ((u >> T.uint32(31)) << T.uint32(11))
     e32 = (a >> T.uint32(23))
-    trunc = T.Select((a >= T.uint32(0x38800000)), T.min(((a - T.uint32(0x38000000)) >> T.uint32(17)), T.uint32(0x7bf)), T.Select((e32 >= T.uint32(106)), (((a & T.uint32(0x7fffff)) | T.uint32(0x800000)) >> (T.uint32(130) - T.min(T.max(e32, T.uint32(106)), T.uint32(112)))), T.uint32(0)))
-    finite = (trunc + T.Select((((trunc & T.uint32(1)) + (a & T.uint32(0x1ffff))) > T.uint32(0x10000)), T.uint32(1), T.uint32(0)))
-    return (T.Select((a > T.uint32(0x7f800000)), T.uint32(0x7e0), T.Select((a == T.uint32(0x7f800000)), T.uint32(0x7c0), finite)) | sign)
+    trunc = T.Select((a >= T.uint32(0x38800000)), T.min(((a - T.uint32(0x38000000)) >> T.uint32(17)), T.uint32(0x7bf)),
+        T.Select((e32 >= T.uint32(106)),
+            (((a & T.uint32(0x7fffff)) | T.uint32(0x800000))
+                >> (T.uint32(130) - T.min(T.max(e32, T.uint32(106)), T.uint32(112)))), T.uint32(0)))
+    finite = (trunc
+        + T.Select((((trunc & T.uint32(1)) + (a & T.uint32(0x1ffff))) > T.uint32(0x10000)), T.uint32(1), T.uint32(0)))
+    return (
+        T.Select((a > T.uint32(0x7f800000)), T.uint32(0x7e0),
+            T.Select((a == T.uint32(0x7f800000)), T.uint32(0x7c0), finite)) | sign)
 
 
 def decode_e5m6(code):
@@ -143,7 +176,13 @@ def decode_e5m6(code):
     mag = (code & T.uint32(0x7ff))
     ef = (mag >> T.uint32(6))
     mf = (mag & T.uint32(63))
-    return T.Select((ef == T.uint32(31)), T.Select((mf == T.uint32(0)), T.reinterpret((sign | T.uint32(0x7f800000)), "float32"), T.reinterpret(T.uint32(0x7fc00000), "float32")), T.Select((ef == T.uint32(0)), T.reinterpret((sign | T.reinterpret((T.cast(mf, "float32") * T.float32(9.5367431640625e-07)), "uint32")), "float32"), T.reinterpret((sign | (((ef + T.uint32(112)) << T.uint32(23)) | (mf << T.uint32(17)))), "float32")))
+    return T.Select((ef == T.uint32(31)),
+        T.Select((mf == T.uint32(0)), T.reinterpret((sign | T.uint32(0x7f800000)), "float32"),
+            T.reinterpret(T.uint32(0x7fc00000), "float32")),
+        T.Select((ef == T.uint32(0)),
+            T.reinterpret((sign | T.reinterpret((T.cast(mf, "float32") * T.float32(9.5367431640625e-07)), "uint32")),
+                "float32"),
+            T.reinterpret((sign | (((ef + T.uint32(112)) << T.uint32(23)) | (mf << T.uint32(17)))), "float32")))
 
 
 @T.macro
@@ -155,5 +194,8 @@ def round_e5m6(x):
 
 def order_key(x):
     """float32 -> int32 key ordered like a stable sort"""
-    s = T.reinterpret(T.reinterpret(T.Select(T.isnan(x), T.reinterpret(T.uint32(0x7fc00000), "float32"), T.Select((x == T.float32(0.0)), T.float32(0.0), x)), "uint32"), "int32")
+    s = T.reinterpret(
+        T.reinterpret(
+            T.Select(T.isnan(x), T.reinterpret(T.uint32(0x7fc00000), "float32"),
+                T.Select((x == T.float32(0.0)), T.float32(0.0), x)), "uint32"), "int32")
     return T.Select((s < T.int32(0)), (s ^ T.int32(2147483647)), s)

@@ -12,7 +12,9 @@ def encode_bf16(x):
     u = _bits(x)
     a = (u & 0x7fffffff)
     sign = (((u >> 31) << 15) & 0xFFFFFFFF)
-    return (torch.where((a > 0x7f800000), 0x7fc0, (((((a + 0x7fff) & 0xFFFFFFFF) + ((a >> 16) & 1)) & 0xFFFFFFFF) >> 16)) | sign)
+    return (
+        torch.where((a > 0x7f800000), 0x7fc0, (((((a + 0x7fff) & 0xFFFFFFFF) + ((a >> 16) & 1)) & 0xFFFFFFFF) >> 16))
+        | sign)
 
 
 def decode_bf16(code):
@@ -32,13 +34,16 @@ def encode_e2m1(x):
     a = (u & 0x7fffffff)
     sign = (((u >> 31) << 3) & 0xFFFFFFFF)
     e32 = (a >> 23)
-    nrm = torch.minimum(_t((((((((a - 0x3f000000) & 0xFFFFFFFF) + 0x1fffff) & 0xFFFFFFFF) + ((a >> 22) & 1)) & 0xFFFFFFFF) >> 22)), _t(7))
+    nrm = torch.minimum(
+        _t((((((((a - 0x3f000000) & 0xFFFFFFFF) + 0x1fffff) & 0xFFFFFFFF) + ((a >> 22) & 1)) & 0xFFFFFFFF) >> 22)),
+        _t(7))
     sh = ((149 - torch.minimum(_t(torch.maximum(_t(e32), _t(125))), _t(126))) & 0xFFFFFFFF)
     q = (((a & 0x7fffff) | 0x800000) >> sh)
     rem = (((a & 0x7fffff) | 0x800000) & ((((1 << sh) & 0xFFFFFFFF) - 1) & 0xFFFFFFFF))
     half = ((1 << ((sh - 1) & 0xFFFFFFFF)) & 0xFFFFFFFF)
     sub = ((q + torch.where(((rem > half) | ((rem == half) & ((q & 1) == 1))), 1, 0)) & 0xFFFFFFFF)
-    return (torch.where((a > 0x7f800000), 7, torch.where((a >= 0x3f800000), nrm, torch.where((e32 >= 125), sub, 0))) | sign)
+    return (torch.where((a > 0x7f800000), 7, torch.where((a >= 0x3f800000), nrm, torch.where((e32 >= 125), sub, 0)))
+        | sign)
 
 
 def decode_e2m1(code):
@@ -47,7 +52,8 @@ def decode_e2m1(code):
     mag = (code & 7)
     ef = (mag >> 1)
     mf = (mag & 1)
-    return torch.where((ef == 0), _from_bits((sign | _bits((_t(mf).to(torch.float32) * _f32(0.5))))), _from_bits((sign | (((((ef + 126) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF) | ((mf << 22) & 0xFFFFFFFF)))))
+    return torch.where((ef == 0), _from_bits((sign | _bits((_t(mf).to(torch.float32) * _f32(0.5))))),
+        _from_bits((sign | (((((ef + 126) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF) | ((mf << 22) & 0xFFFFFFFF)))))
 
 
 def round_e2m1(x):
@@ -62,13 +68,16 @@ def encode_e4m3(x):
     a = (u & 0x7fffffff)
     sign = (((u >> 31) << 7) & 0xFFFFFFFF)
     e32 = (a >> 23)
-    nrm = torch.minimum(_t((((((((a - 0x3c000000) & 0xFFFFFFFF) + 0x7ffff) & 0xFFFFFFFF) + ((a >> 20) & 1)) & 0xFFFFFFFF) >> 20)), _t(126))
+    nrm = torch.minimum(
+        _t((((((((a - 0x3c000000) & 0xFFFFFFFF) + 0x7ffff) & 0xFFFFFFFF) + ((a >> 20) & 1)) & 0xFFFFFFFF) >> 20)),
+        _t(126))
     sh = ((141 - torch.minimum(_t(torch.maximum(_t(e32), _t(117))), _t(120))) & 0xFFFFFFFF)
     q = (((a & 0x7fffff) | 0x800000) >> sh)
     rem = (((a & 0x7fffff) | 0x800000) & ((((1 << sh) & 0xFFFFFFFF) - 1) & 0xFFFFFFFF))
     half = ((1 << ((sh - 1) & 0xFFFFFFFF)) & 0xFFFFFFFF)
     sub = ((q + torch.where(((rem > half) | ((rem == half) & ((q & 1) == 1))), 1, 0)) & 0xFFFFFFFF)
-    return (torch.where((a > 0x7f800000), 127, torch.where((a >= 0x3c800000), nrm, torch.where((e32 >= 117), sub, 0))) | sign)
+    return (torch.where((a > 0x7f800000), 127, torch.where((a >= 0x3c800000), nrm, torch.where((e32 >= 117), sub, 0)))
+        | sign)
 
 
 def decode_e4m3(code):
@@ -77,7 +86,9 @@ def decode_e4m3(code):
     mag = (code & 127)
     ef = (mag >> 3)
     mf = (mag & 7)
-    return torch.where((mag == 127), _from_bits(0x7fc00000), torch.where((ef == 0), _from_bits((sign | _bits((_t(mf).to(torch.float32) * _f32(0.001953125))))), _from_bits((sign | (((((ef + 120) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF) | ((mf << 20) & 0xFFFFFFFF))))))
+    return torch.where((mag == 127), _from_bits(0x7fc00000),
+        torch.where((ef == 0), _from_bits((sign | _bits((_t(mf).to(torch.float32) * _f32(0.001953125))))),
+            _from_bits((sign | (((((ef + 120) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF) | ((mf << 20) & 0xFFFFFFFF))))))
 
 
 def round_e4m3(x):
@@ -92,13 +103,16 @@ def encode_e5m2(x):
     a = (u & 0x7fffffff)
     sign = (((u >> 31) << 7) & 0xFFFFFFFF)
     e32 = (a >> 23)
-    nrm = torch.minimum(_t((((((((a - 0x38000000) & 0xFFFFFFFF) + 0xfffff) & 0xFFFFFFFF) + ((a >> 21) & 1)) & 0xFFFFFFFF) >> 21)), _t(123))
+    nrm = torch.minimum(
+        _t((((((((a - 0x38000000) & 0xFFFFFFFF) + 0xfffff) & 0xFFFFFFFF) + ((a >> 21) & 1)) & 0xFFFFFFFF) >> 21)),
+        _t(123))
     sh = ((134 - torch.minimum(_t(torch.maximum(_t(e32), _t(110))), _t(112))) & 0xFFFFFFFF)
     q = (((a & 0x7fffff) | 0x800000) >> sh)
     rem = (((a & 0x7fffff) | 0x800000) & ((((1 << sh) & 0xFFFFFFFF) - 1) & 0xFFFFFFFF))
     half = ((1 << ((sh - 1) & 0xFFFFFFFF)) & 0xFFFFFFFF)
     sub = ((q + torch.where(((rem > half) | ((rem == half) & ((q & 1) == 1))), 1, 0)) & 0xFFFFFFFF)
-    return (torch.where((a > 0x7f800000), 126, torch.where((a >= 0x38800000), nrm, torch.where((e32 >= 110), sub, 0))) | sign)
+    return (torch.where((a > 0x7f800000), 126, torch.where((a >= 0x38800000), nrm, torch.where((e32 >= 110), sub, 0)))
+        | sign)
 
 
 def decode_e5m2(code):
@@ -107,7 +121,9 @@ def decode_e5m2(code):
     mag = (code & 127)
     ef = (mag >> 2)
     mf = (mag & 3)
-    return torch.where((ef == 31), torch.where((mf == 0), _from_bits((sign | 0x7f800000)), _from_bits(0x7fc00000)), torch.where((ef == 0), _from_bits((sign | _bits((_t(mf).to(torch.float32) * _f32(1.52587890625e-05))))), _from_bits((sign | (((((ef + 112) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF) | ((mf << 21) & 0xFFFFFFFF))))))
+    return torch.where((ef == 31), torch.where((mf == 0), _from_bits((sign | 0x7f800000)), _from_bits(0x7fc00000)),
+        torch.where((ef == 0), _from_bits((sign | _bits((_t(mf).to(torch.float32) * _f32(1.52587890625e-05))))),
+            _from_bits((sign | (((((ef + 112) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF) | ((mf << 21) & 0xFFFFFFFF))))))
 
 
 def round_e5m2(x):
@@ -122,7 +138,10 @@ def encode_e5m6(x):
     a = (u & 0x7fffffff)
     sign = (((u >> 31) << 11) & 0xFFFFFFFF)
     e32 = (a >> 23)
-    trunc = torch.where((a >= 0x38800000), torch.minimum(_t((((a - 0x38000000) & 0xFFFFFFFF) >> 17)), _t(0x7bf)), torch.where((e32 >= 106), (((a & 0x7fffff) | 0x800000) >> ((130 - torch.minimum(_t(torch.maximum(_t(e32), _t(106))), _t(112))) & 0xFFFFFFFF)), 0))
+    trunc = torch.where((a >= 0x38800000), torch.minimum(_t((((a - 0x38000000) & 0xFFFFFFFF) >> 17)), _t(0x7bf)),
+        torch.where((e32 >= 106),
+            (((a & 0x7fffff) | 0x800000)
+                >> ((130 - torch.minimum(_t(torch.maximum(_t(e32), _t(106))), _t(112))) & 0xFFFFFFFF)), 0))
     finite = ((trunc + torch.where(((((trunc & 1) + (a & 0x1ffff)) & 0xFFFFFFFF) > 0x10000), 1, 0)) & 0xFFFFFFFF)
     return (torch.where((a > 0x7f800000), 0x7e0, torch.where((a == 0x7f800000), 0x7c0, finite)) | sign)
 
@@ -133,7 +152,9 @@ def decode_e5m6(code):
     mag = (code & 0x7ff)
     ef = (mag >> 6)
     mf = (mag & 63)
-    return torch.where((ef == 31), torch.where((mf == 0), _from_bits((sign | 0x7f800000)), _from_bits(0x7fc00000)), torch.where((ef == 0), _from_bits((sign | _bits((_t(mf).to(torch.float32) * _f32(9.5367431640625e-07))))), _from_bits((sign | (((((ef + 112) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF) | ((mf << 17) & 0xFFFFFFFF))))))
+    return torch.where((ef == 31), torch.where((mf == 0), _from_bits((sign | 0x7f800000)), _from_bits(0x7fc00000)),
+        torch.where((ef == 0), _from_bits((sign | _bits((_t(mf).to(torch.float32) * _f32(9.5367431640625e-07))))),
+            _from_bits((sign | (((((ef + 112) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF) | ((mf << 17) & 0xFFFFFFFF))))))
 
 
 def round_e5m6(x):
@@ -144,5 +165,6 @@ def round_e5m6(x):
 
 def order_key(x):
     """float32 -> int32 key ordered like a stable sort"""
-    s = _wrap_i32(_bits(torch.where(torch.isnan(x), _from_bits(0x7fc00000), torch.where((x == _f32(0.0)), _f32(0.0), x))))
+    s = _wrap_i32(
+        _bits(torch.where(torch.isnan(x), _from_bits(0x7fc00000), torch.where((x == _f32(0.0)), _f32(0.0), x))))
     return torch.where((s < 0), (s ^ 0x7fffffff), s)

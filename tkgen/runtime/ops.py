@@ -66,6 +66,12 @@ class InputInfo:
         return container_shape(shape, self.codec(variant)["packet"]) if self.codec else shape
 
 
+def by_variant(groups: dict) -> dict:
+    """{variant: value} from {(variant, ...): value}: a generated op module writes each value of its
+    per-variant tables once."""
+    return {name: value for names, value in groups.items() for name in names}
+
+
 def container_shape(shape: tuple, packet) -> tuple:
     """A logical shape as its container holds it: `codes` logical elements of the last dim in `elems`
     container elements (packet (1, 1): unpacked)."""

@@ -1,5 +1,7 @@
 """Schedule arithmetic that generated kernel factories run when they specialize."""
 
+import functools
+
 _BYTES = {"float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "uint16": 2, "int16": 2,
           "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
 
@@ -46,3 +48,10 @@ def f32_bits(value: float) -> int:
     """The bits of a float param rounded to float32 (nearest even), for kernels that take it by its bits."""
     import struct
     return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def specialize(factory, *choices):
+    """A variant's kernel factory: a factory shared by several variants (tkgen/merge_variants.py) with the
+    params that tell them apart bound; it takes what the variant's own factory would (sizes, params,
+    dtypes, and the knobs as keywords)."""
+    return functools.partial(factory, *choices)
