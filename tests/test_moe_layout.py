@@ -105,3 +105,20 @@ def test_expand_with_scales_row_major():
     assert not out[pad].view(torch.uint8).any() and not out_sf[pad].any()
     with pytest.raises(NotImplementedError):
         tk.moe.expand_to_fused_with_sf((q, sf), 32, pos, pos_to_expert, use_tma_aligned_col_major_sf=True)
+
+
+def test_inplace_unique_group_indices_against_a_sort_free_oracle():
+    g = torch.Generator().manual_seed(9)
+    idx = torch.randint(-1, 8, (37, 8), generator=g)
+    want = idx.clone()
+    for row in want:
+        seen = set()
+        for k in range(row.numel()):
+            v = int(row[k])
+            if v >= 0 and v in seen:
+                row[k] = -1
+            elif v >= 0:
+                seen.add(v)
+    got = idx.clone()
+    assert tk.moe.inplace_unique_group_indices(got, 8) is None
+    assert torch.equal(got, want)

@@ -29,18 +29,22 @@ def neutral(kind: str, dtype: str) -> ir.Const:
     return ir.c(_NEUTRAL[kind])
 
 
-@dataclass(frozen=True)
-class Reduce(Step):
-    out: Value
-    kind: str                  # absmax | max | min | sum
-    src: Value
-    axis: str
+class _OverSource:
+    """A step that reads one value, `src`, once per element (reductions over one of its axes)."""
 
     def sources(self):
         return {self.src.name}
 
     def work(self, size, extent):
         return size(self.src.axes)
+
+
+@dataclass(frozen=True)
+class Reduce(_OverSource, Step):
+    out: Value
+    kind: str                  # absmax | max | min | sum
+    src: Value
+    axis: str
 
     def accumulates(self, dyn_axis):
         return self.axis == dyn_axis
@@ -179,7 +183,7 @@ _LEVELS = 31               # offsets 2^30 .. 1: every extent an i32 axis may hav
 
 
 @dataclass(frozen=True)
-class TreeSum(Step):
+class TreeSum(_OverSource, Step):
     """The pairwise sum of an xor butterfly over `axis`: for each offset o, a power of two below the
     extent N, from the largest down, s[i] = s[i] + s[i + o] for i < o, a partner past N skipped; the sum
     is s[0]. A warp's shuffle-xor reduction computes this tree (lanes past N hold nothing), so kernel and
@@ -188,12 +192,6 @@ class TreeSum(Step):
     out: Value
     src: Value
     axis: str
-
-    def sources(self):
-        return {self.src.name}
-
-    def work(self, size, extent):
-        return size(self.src.axes)
 
     def lower(self, lw):
         """In a copy that every thread can read and write (shared memory on CUDA), level by level: for an

@@ -69,8 +69,17 @@ def top2_sum_gate(logits, bias, num_topk: int, num_topk_groups: int, num_groups:
     return idx, weights
 
 
-_MISSING = ["get_fused_mapping", "inplace_unique_group_indices"]
+def inplace_unique_group_indices(group_indices, num_groups: int):
+    """In place on group_indices [T, K] int64: a group index already seen earlier in its row becomes -1
+    (negative entries stay). Returns None."""
+    assert group_indices.dtype == torch.int64 and group_indices.is_contiguous(), "int64, contiguous"
+    assert num_groups <= 128, "num_groups <= 128 (as TileKernels)"
+    ops().inplace_unique_group_indices(group_indices)
+
+
+_MISSING = ["get_fused_mapping"]
 globals().update({n: missing(f"moe.{n}", "1.0") for n in _MISSING})
 
-__all__ = _MISSING + ["aux_fi", "expand_to_fused", "expand_to_fused_with_sf", "group_count", "mask_indices_by_tp",
-                      "normalize_weight", "reduce_fused", "top2_sum_gate", "topk_gate", "topk_sum_and_topk_group_idx"]
+__all__ = _MISSING + ["aux_fi", "expand_to_fused", "expand_to_fused_with_sf", "group_count",
+                      "inplace_unique_group_indices", "mask_indices_by_tp", "normalize_weight", "reduce_fused",
+                      "top2_sum_gate", "topk_gate", "topk_sum_and_topk_group_idx"]
