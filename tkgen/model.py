@@ -91,6 +91,7 @@ class Tensor:
     segments: Optional[Tuple[int, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = None
     row_view: Optional[Tuple[Tuple[str, ...], ...]] = None   # rows at positions: the view of dims 1..
     into: Optional[str] = None               # outputs: stored into this input's storage, which the op mutates
+    padding: Optional[str] = None            # rows-at outputs: an input marking padding rows (< 0), zeroed by the kernel
 
     def segment_axes(self, segment: str) -> Tuple[str, ...]:
         """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""
@@ -290,6 +291,22 @@ def _resolve_like(inputs):
             return t
         return dataclasses.replace(t, like=None, dtypes=src.dtypes)
     return {n: fix(t) for n, t in inputs.items()}
+
+
+def _check_padding(doc, inputs, outputs):
+    """An output whose padding rows the kernel zeroes: rows stored at positions, and an integer input with
+    one entry per row of it (its first dim)."""
+    for name, t in outputs.items():
+        if t.padding is None:
+            continue
+        base = ("outputs", name, "padding")
+        src = inputs.get(t.padding)
+        if t.row_view is None:
+            raise doc.error(base, "`padding` marks rows of an output whose rows are stored at positions (`at:` with a view)")
+        if src is None or src.optional or not src.dtypes or any(d not in ("int32", "int64") for d in src.dtypes) or \
+                src.shape_text != t.shape_text[:1]:
+            raise doc.error(base, f"`padding` names a required integer input of shape [{t.shape_text[0]}], one entry "
+                                  f"per row of {name!r}")
 
 
 def _check_into(doc, inputs, outputs):
@@ -594,7 +611,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), t.get("layout"), shape,
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
                       bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"), segments,
-                      into=t.get("into"))
+                      into=t.get("into"), padding=t.get("padding"))
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
@@ -640,6 +657,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
     outputs = {n: tensor("output", n, t) for n, t in d["outputs"].items()}
     inputs, outputs = _resolve_at(doc, inputs, outputs)
     _check_into(doc, inputs, outputs)
+    _check_padding(doc, inputs, outputs)
     inputs = _resolve_like(inputs)
     for n, t in inputs.items():
         if t.like:

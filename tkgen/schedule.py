@@ -35,6 +35,7 @@ from . import pyexpr as P
 from .ir import F32, op
 from .lower import neutral
 from .fold_sources import read_fold_sources
+from .padding_rows import zero_padding_rows
 from .persistent import BLOCKS, go_persistent
 from .signature import is_native, storage
 
@@ -436,6 +437,7 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
     if sched.get("persistent"):
         module = go_persistent(module, kernel, dyn)
         module = module.replace(knobs=module.knobs + ((BLOCKS, sched.get("blocks", arch.persistent_blocks)),))
+    module = zero_padding_rows(module)
     kernels = []
     for k in module.kernels:
         body = fuse(k.body, lambda elem: _software_codec(catalog, arch, elem))

@@ -44,6 +44,7 @@ class TensorSig:
     like: Optional[str] = None
     optional: bool = False
     segments: Optional[tuple] = None           # inputs: (dim, ((segment, axes), ...)), see model.Tensor
+    padding: Optional[str] = None              # rows-at outputs: the input marking padding rows (< 0)
 
     @property
     def axes(self):
@@ -109,7 +110,7 @@ def resolve(catalog, spec, t, variant) -> TensorSig:
     present = bool(variant.get(f"?{t.name}", True)) if t.role == "input" and t.optional else \
         (spec.writes(t, variant) if t.role == "output" else True)
     return TensorSig(t.name, t.role, present, elem, tuple(t.dtypes), t.shape, t.shape_text, t.view, fmt, scale,
-                     pk, pad, t.at, t.row_view, t.like, t.optional, t.segments)
+                     pk, pad, t.at, t.row_view, t.like, t.optional, t.segments, t.padding)
 
 
 def signature(catalog, spec, variant) -> Dict[str, TensorSig]:

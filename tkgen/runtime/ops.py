@@ -95,6 +95,7 @@ class OutputInfo:
     at: Optional[str] = None           # added into at the flat positions this input holds (passed to kernels flat)
     rows: bool = False                 # with `at`: its rows are stored at the positions, into zeros
     into: Optional[str] = None         # written into this input's storage (the op mutates it; not returned)
+    padding: Optional[str] = None      # with `rows`: the input marking its padding rows (< 0), which the kernel zeroes
 
     def shape_fn(self, dims, variant):
         """The container shape of this output in a variant."""

@@ -40,6 +40,10 @@ def poisoned(op, tensors, params, byte=0xFF):
         o._tkgen_arena = (arena, byte)
         if info.accumulate:       # rows stored at positions start at zero, as the op allocates them
             o.fill_(0 if o.dtype.is_floating_point or info.rows else COUNTS_START)
+        elif info.padding is not None and tensors.get(info.padding) is not None and o.shape[0]:
+            # the rows no position names hold what the op does not write: zeros here, as in the reference;
+            # the padding rows keep the poison, which the kernel must overwrite with zeros
+            o.view(torch.uint8).view(o.shape[0], -1)[tensors[info.padding].reshape(-1) >= 0] = 0
         outs.append(o)
     return tuple(outs)
 
