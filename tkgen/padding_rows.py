@@ -16,25 +16,9 @@ from . import expr as E
 from . import ir, kir
 from . import pyexpr as P
 from .ir import BOOL, I32, I64, op
+from .persistent import numel_of, unflatten
 
 ROW_BLOCK = 2048           # elements of a padding row per block
-
-
-def _numel(shape):
-    total = None
-    for extent in shape:
-        total = extent if total is None else P.mul(total, extent)
-    return total if total is not None else E.Num(1)
-
-
-def _unflatten(flat, shape):
-    """The indices of position `flat` in a row-major block of `shape`."""
-    out, rest = [], flat
-    for extent in reversed(shape[1:]):
-        n = ir.Size(P.py_expr(extent))
-        out.append(op("floormod", rest, n))
-        rest = op("floordiv", rest, n)
-    return tuple([rest] + list(reversed(out)))
 
 
 def zero_padding_rows(module: kir.Module) -> kir.Module:
@@ -49,13 +33,13 @@ def zero_padding_rows(module: kir.Module) -> kir.Module:
         # one row more than the output has (idle, guarded), so that a launch for an output of no rows is still
         # a valid grid (the row count is a runtime size: no max() of it before the launch)
         axes[row] = kir.Axis(row, E.Binary("+", out.shape[0], E.Num(1)))
-        axes[col] = kir.Axis(col, _numel(out.shape[1:]))
+        axes[col] = kir.Axis(col, numel_of(out.shape[1:]))
         dtype = I64 if marks.elem == "int64" else I32
         is_row = op("lt", ir.Index(row), ir.Size(P.py_expr(out.shape[0])))
         mark = ir.Decode(marks.elem, ir.Fetch(marks.name, (ir.Index(row),), guard=is_row), dtype)
         padding = op("and", is_row, op("lt", mark, ir.Const(0, dtype)))
         inside = op("lt", ir.Index(col), ir.Size(f"N_{col}"))
-        at = (ir.Index(row),) + _unflatten(ir.Index(col), out.shape[1:])
+        at = (ir.Index(row),) + unflatten(ir.Index(col), out.shape[1:])
         # the storage's zero, whatever the element type: a read of the output that its guard never takes
         zero = ir.Fetch(name, at, guard=ir.Const(False, BOOL))
         store = kir.Store(name, at, zero, (row, col), guard=op("and", inside, padding))

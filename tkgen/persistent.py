@@ -51,7 +51,7 @@ def _flat_index(indices, shape) -> ir.Expr:
     return flat if flat is not None else ir.i32(0)
 
 
-def _unflatten(flat, shape) -> Tuple[ir.Expr, ...]:
+def unflatten(flat, shape) -> Tuple[ir.Expr, ...]:
     out, rest = [], flat
     for extent in reversed(shape[1:]):
         n = ir.Size(P.py_expr(extent))
@@ -60,7 +60,7 @@ def _unflatten(flat, shape) -> Tuple[ir.Expr, ...]:
     return tuple([rest] + list(reversed(out)))
 
 
-def _numel(shape):
+def numel_of(shape):
     total = None
     for extent in shape:
         total = extent if total is None else P.mul(total, extent)
@@ -86,7 +86,7 @@ def go_persistent(module: kir.Module, kernel: kir.Kernel, dyn: str) -> kir.Modul
             t = tensors[st.tensor]
             value = st.value.arg if isinstance(st.value, ir.Encode) else st.value
             carry = kir.Buffer(f"carry_{t.name}", st.axes, value.dtype)
-            scratch = kir.TensorArg(f"scratch_{t.name}", "scratch", t.elem, (E.Name(BLOCKS), _numel(t.shape)))
+            scratch = kir.TensorArg(f"scratch_{t.name}", "scratch", t.elem, (E.Name(BLOCKS), numel_of(t.shape)))
             zero = ir.Const(0.0 if value.dtype == ir.F32 else 0, value.dtype)
             pre.append(kir.Fill(carry, zero))
             share = value if st.guard is None else op("select", st.guard, value, zero)
@@ -113,7 +113,7 @@ def go_persistent(module: kir.Module, kernel: kir.Kernel, dyn: str) -> kir.Modul
     axes = dict(module.axes)
     for t, scratch, dtype in sums:
         axis = f"blocksum_{t.name}"
-        axes[axis] = kir.Axis(axis, _numel(t.shape))
+        axes[axis] = kir.Axis(axis, numel_of(t.shape))
         kernels.append(_block_sum_kernel(t, scratch, axis, dtype))
     return module.replace(kernels=tuple(kernels), axes=axes, tensors=module.tensors + tuple(s for _, s, _ in sums))
 
@@ -129,7 +129,7 @@ def _block_sum_kernel(t: kir.TensorArg, scratch: kir.TensorArg, axis: str, dtype
     body = (kir.Fill(acc, ir.Const(0.0 if acc.dtype == ir.F32 else 0, acc.dtype)),
             # unrolled, so that the loads of many blocks' partials are in flight at once
             kir.Loop(part.name, ir.Size(BLOCKS), (add,), kind="unroll", limit=UNROLL_BLOCKS),
-            kir.Store(t.name, _unflatten(here, t.shape), ir.Encode(t.elem, ir.Read(acc.name, acc.dtype)), (axis,),
+            kir.Store(t.name, unflatten(here, t.shape), ir.Encode(t.elem, ir.Read(acc.name, acc.dtype)), (axis,),
                       inside, accumulate=True))
     # a small block per thread group: the sum reads blocks * numel floats, so it wants many blocks
     block = P.call("min", E.Num(SUM_THREADS), E.Name("threads"))
