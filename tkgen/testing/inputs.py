@@ -35,6 +35,8 @@ def _distinct(lo, hi, n, g) -> torch.Tensor:
     """n integers in [lo, hi] whose non-negative ones are distinct: a random arrangement of [max(lo, 0), hi],
     with about a quarter of the entries (and those the range cannot fill) negative where lo < 0."""
     first = max(lo, 0)
+    if lo >= 0 and n > hi - lo + 1:
+        raise ValueError(f"{n} distinct values do not fit in [{lo}, {hi}]")
     pool = torch.randperm(max(hi - first + 1, 0), generator=g)[:n] + first
     x = torch.full((n,), lo, dtype=torch.int64)
     x[:pool.numel()] = pool
