@@ -91,7 +91,7 @@ class Tensor:
     segments: Optional[Tuple[int, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = None
     row_view: Optional[Tuple[Tuple[str, ...], ...]] = None   # rows at positions: the view of dims 1..
     into: Optional[str] = None               # outputs: stored into this input's storage, which the op mutates
-    padding: Optional[str] = None            # rows-at outputs: an input marking padding rows (< 0), zeroed by the kernel
+    padding: Optional[str] = None            # rows-at outputs: the input marking padding rows (< 0)
 
     def segment_axes(self, segment: str) -> Tuple[str, ...]:
         """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""
@@ -203,7 +203,8 @@ class OpSpec:
         for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
             v = dict(zip((p.name for p in sp), combo[:len(sp)]))
             v.update({f"?{n}": b for n, b in zip(opt, combo[len(sp):])})
-            if any(t.at and t.optional and f"?{t.at}" in v and v[f"?{t.name}"] != v[f"?{t.at}"] for t in self.inputs.values()):
+            if any(t.at and t.optional and f"?{t.at}" in v and v[f"?{t.name}"] != v[f"?{t.at}"]
+                   for t in self.inputs.values()):
                 continue
             yield v
 
@@ -302,7 +303,8 @@ def _check_padding(doc, inputs, outputs):
         base = ("outputs", name, "padding")
         src = inputs.get(t.padding)
         if t.row_view is None:
-            raise doc.error(base, "`padding` marks rows of an output whose rows are stored at positions (`at:` with a view)")
+            raise doc.error(base, "`padding` marks rows of an output whose rows are stored at positions "
+                                  "(`at:` with a view)")
         if src is None or src.optional or not src.dtypes or any(d not in ("int32", "int64") for d in src.dtypes) or \
                 src.shape_text != t.shape_text[:1]:
             raise doc.error(base, f"`padding` names a required integer input of shape [{t.shape_text[0]}], one entry "
@@ -596,8 +598,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         if "at" in t and (t["at"] not in d["inputs"] or t["at"] == name):
             raise doc.error(base + ("at",), f"`at` names an integer input holding positions; inputs are {listing(d['inputs'])}")
         if "at" in t and not set(t) & {"dtype", "dtypes"} and not ("view" in t and "like" in t):
-            raise doc.error(base + ("at",), "a tensor addressed `at:` positions has a plain dtype (no format or layout; "
-                                            "`like` for one addressed by rows)")
+            raise doc.error(base + ("at",), "a tensor addressed `at:` positions has a plain dtype (no format or "
+                                            "layout; `like` for one addressed by rows)")
         if "at" in t and "view" in t and (len(shape) < 2 or not set(E.names(shape[0])) & set(dyn[1:])):
             raise doc.error(base + ("shape", 0), "rows at positions: the first dim is a runtime size besides the rows "
                                                  "(a dynamic dim), the others are indexed by the view")

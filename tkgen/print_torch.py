@@ -302,7 +302,8 @@ class ReferencePrinter:
             t = self.tensors[name]
             shape = _tuple(P.py_expr(s, tl=False) for s in t.shape)
             if sig.at:
-                alloc.append(f"n_{name} = {' * '.join(P.py_expr(s, tl=False) for s in sig.shape[:None if sig.flat else 1])}")
+                dims = sig.shape if sig.flat else sig.shape[:1]        # elements, or rows
+                alloc.append(f"n_{name} = {' * '.join(P.py_expr(s, tl=False) for s in dims)}")
                 shape = _tuple(P.py_expr(s, tl=False) for s in sig.shape)
             alloc.append(f"{self.storage_name(name)} = torch.zeros({shape}, dtype={self.torch_dtype(t.elem)}, "
                          "device=_dev)")
