@@ -291,7 +291,12 @@ def parse(path, text):
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        raise SpecError(path, line, col, (), f"not valid YAML: {getattr(e, 'problem', None) or e}") from None
+        problem = getattr(e, "problem", None) or str(e)
+        if "nesting depth" in problem:
+            # libyaml 0.2.6 (PyYAML 6.0.4's wheels) limits nesting itself, while it scans ahead of the events
+            # the builder counts: the same refusal as the builder's, for a deeper nest
+            raise SpecError(path, line, col, (), f"nested deeper than {safety.MAX_YAML_DEPTH} levels") from None
+        raise SpecError(path, line, col, (), f"not valid YAML: {problem}") from None
     return data, builder.marks, builder.key_marks
 
 
