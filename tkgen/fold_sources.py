@@ -86,6 +86,28 @@ def read_fold_sources(body, kernel: kir.Kernel):
     return drop_unread(kir.map_exprs(body, lambda e: ir.rebuild(e, inline)), used)
 
 
+UNROLL_FETCHES = 256      # a fold that reads its elements from tensors is unrolled up to this many steps
+
+
+def unroll_fetching_loops(body):
+    """Serial loops whose steps read tensors at the loop's index (a fold after `read_fold_sources`),
+    unrolled while short: on a GPU the loads of many steps are then in flight at once, instead of one
+    load per step waited for (the adds stay in order, so the bits do not change)."""
+    out = []
+    for st in body:
+        if isinstance(st, kir.Loop):
+            st = dataclasses.replace(st, body=tuple(unroll_fetching_loops(st.body)))
+            if st.kind == "serial" and _fetches_at(st.body, st.var):
+                st = dataclasses.replace(st, kind="unroll", limit=UNROLL_FETCHES)
+        out.append(st)
+    return out
+
+
+def _fetches_at(body, var) -> bool:
+    return any(isinstance(n, ir.Fetch) and any(var in ir.var_names(i) for i in n.indices)
+               for st in kir.statements(body) for e in kir.exprs(st) for n in ir.walk(e))
+
+
 def _reads(body) -> set:
     names = set()
     for st in kir.statements(body):

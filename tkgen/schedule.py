@@ -5,7 +5,8 @@ spec's `default` block, the spec's block for the arch, then the profile's `tuned
 tune`. The rewrites, in the order `apply` runs them:
 
 1. `plan_tiles`: how each axis is held (whole, padded to a power of two, split across blocks) and the
-   factory's knobs (`threads`, `block_<axis>`, `tile_elems`);
+   factory's knobs (`threads`, `block_<axis>`, `tile_elems`); the budget `tile_elems` bounds the largest
+   tile the kernel holds, sized again once the rewrites below have dropped tiles;
 2. `guard_out_of_range`: where a tile reaches past its axis (the rows of a last partial block, padding),
    tensors are neither read nor written, and what a reduction over that axis reads there is its neutral
    value;
@@ -22,7 +23,7 @@ tune`. The rewrites, in the order `apply` runs them:
    which TileLang then vectorizes to 16 bytes);
 8. `coalesce_widening_loads` (CUDA): a load of elements narrower than what is stored over the same axes is
    laid out for the store (`vector_bytes` of the stored type per thread), where the tile is within its
-   budget (`tile_elems`).
+   budget (`tile_elems`); `unroll_fetching_loops` (CUDA): a fold that reads tensors at its step is unrolled.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from . import ir, kir
 from . import pyexpr as P
 from .ir import F32, op
 from .lower import neutral
-from .fold_sources import read_fold_sources
+from .fold_sources import read_fold_sources, unroll_fetching_loops
 from .padding_rows import zero_padding_rows
 from .persistent import BLOCKS, go_persistent
 from .signature import is_native, storage
@@ -74,10 +75,31 @@ def _product(axes) -> E.Node:
     return out
 
 
-def plan_tiles(module: kir.Module, spec, program, arch, sched):
+def held_groups(body) -> Set[tuple]:
+    """The axes of every tile a kernel holds (its buffers, and the loops of its stores)."""
+    groups = {b.axes for b in kir.buffers(body).values()}
+    return groups | {tuple(st.axes) for st in kir.statements(body) if isinstance(st, kir.Store)}
+
+
+def _budget_share(name, sized, groups) -> E.Node:
+    """What the tiles holding `name` hold of the axes sized before it: the largest such product over the
+    tiles (not the product of every axis: a [t, e] tile and a [t, s] tile do not make a [t, e, s] one).
+    A set of axes contained in another's is dropped (its product is not larger)."""
+    sets = {tuple(o for o in sized if o in g and o != name) for g in groups if name in g} or {tuple(sized)}
+    sets = [s for s in sets if s and not any(set(s) < set(t) for t in sets)]
+    products = [_product(list(s)) for s in sorted(sets, key=lambda s: [sized.index(o) for o in s])]
+    if not products:
+        return E.Num(1)
+    return products[0] if len(products) == 1 else P.call("max", *products)
+
+
+def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
     """(tiles in sizing order, knobs, checks). Whole axes (reduced, top-k'd, inner parts of a split tensor
     dim, counted, `all`) are sized first, then the rows, then axes with explicit sizes, and last `auto`
-    axes, which grow to the tile budget."""
+    axes, which grow to the tile budget. The budget bounds the largest tile that holds an axis (`groups`:
+    the axes of each tile; by default those of the module's first kernel)."""
+    if groups is None:
+        groups = held_groups(module.kernels[0].body)
     block = dict(sched.get("block", {}))
     knobs = [("threads", sched.get("threads", arch.threads))]
     checks = []
@@ -116,16 +138,16 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched):
                 block_size = E.Name(KNOB_BLOCK.format(name))
                 if kind == "dyn" and auto and whole:
                     # rows that the tile budget holds: a row's whole axes may fill it alone
-                    block_size = P.call("fit_rows", block_size, E.Name("tile_elems"), _product(whole))
+                    block_size = P.call("fit_rows", block_size, E.Name("tile_elems"),
+                                        _budget_share(name, whole, groups))
                 tiles.append((name, kir.Tile(block_size, True)))
                 if kind == "fixed":
                     checks.append((E.Binary("==", E.Binary("%", n_, E.Name(f"B_{name}")), E.Num(0)),
                                    f"block size of axis {name} must divide its extent"))
             else:
-                sized = [o for o, (k, _) in kinds.items() if k != "auto" or order.index(o) < order.index(name)]
-                others = E.Num(1)
-                for o in sized:
-                    others = P.mul(others, E.Name(f"B_{o}")) if others != E.Num(1) else E.Name(f"B_{o}")
+                sized = [o for o, (k, _) in kinds.items() if o != name and
+                         (k != "auto" or order.index(o) < order.index(name))]
+                others = _budget_share(name, sized, groups)
                 cap = P.call("max", E.Num(1), E.Binary("//", E.Name("tile_elems"), others))
                 tiles.append((name, kir.Tile(P.call("pick_block", n_, cap, E.Num(_pack_multiple(module, name))),
                                              True)))
@@ -433,6 +455,12 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
     body = inline_stored(body, module.keep)
     kernel = dataclasses.replace(kernel, body=tuple(body), tiles=tuple(tiles))
     kernel = dataclasses.replace(kernel, body=tuple(read_fold_sources(kernel.body, kernel)))
+    groups = held_groups(kernel.body)
+    if groups != held_groups(module.kernels[0].body):
+        # the rewrites dropped tiles (a fold that reads its elements in the loop holds no tile over its
+        # axis): size the blocks for the tiles that are left (only block sizes change, not how axes are held)
+        tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched, groups)
+        kernel = dataclasses.replace(kernel, tiles=tuple(tiles))
     module = module.replace(kernels=(kernel,), knobs=tuple(knobs), checks=module.checks + tuple(checks))
     if sched.get("persistent"):
         module = go_persistent(module, kernel, dyn)
@@ -444,6 +472,7 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
         if arch.loops == "parallel":        # CUDA: thread layouts; the C target's loops are serial
             vector = sched.get("vector_bytes", arch.vector_bytes)
             body = coalesce_widening_loads(body, module, catalog, arch, vector)
+            body = unroll_fetching_loops(body)
         kernels.append(dataclasses.replace(k, body=tuple(body)))
     return module.replace(kernels=tuple(kernels))
 

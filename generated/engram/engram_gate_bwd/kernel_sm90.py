@@ -118,7 +118,7 @@ def build_base(HC, D, clamp_value, *, threads=512, block_t=1, blocks=264):
                                         / T.float32(D)))), "bfloat16")
                 for i_t, i_d in T.Parallel(B_t, B_d):
                     grad_v_tile[i_t, i_d] = T.float32(-0.0)
-                for r_h in T.serial(N_h):
+                for r_h in (T.unroll if N_h <= 256 else T.serial)(N_h):
                     for i_t, i_d in T.Parallel(B_t, B_d):
                         grad_v_tile[i_t, i_d] = (grad_v_tile[i_t, i_d]
                             + (

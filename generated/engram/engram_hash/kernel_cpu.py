@@ -26,9 +26,9 @@ def build_base(L, N, M, *, threads=1, block_t=8, tile_elems=4096):
     N_j = M
     B_i = N_i
     B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, (B_i * B_j))
-    B_l = pick_block(N_l, max(1, (tile_elems // ((B_t * B_i) * B_j))), 1)
-    B_n = pick_block(N_n, max(1, (tile_elems // (((B_t * B_l) * B_i) * B_j))), 1)
+    B_t = fit_rows(block_t, tile_elems, B_j)
+    B_l = pick_block(N_l, max(1, (tile_elems // (B_t * B_j))), 1)
+    B_n = pick_block(N_n, max(1, (tile_elems // ((B_t * B_l) * B_j))), 1)
 
     @T.prim_func
     def kernel(
@@ -86,9 +86,9 @@ def build_with_image_token_mask(L, N, M, *, threads=1, block_t=8, tile_elems=409
     N_j = M
     B_i = N_i
     B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, (B_i * B_j))
-    B_l = pick_block(N_l, max(1, (tile_elems // ((B_t * B_i) * B_j))), 1)
-    B_n = pick_block(N_n, max(1, (tile_elems // (((B_t * B_l) * B_i) * B_j))), 1)
+    B_t = fit_rows(block_t, tile_elems, B_j)
+    B_l = pick_block(N_l, max(1, (tile_elems // (B_t * B_j))), 1)
+    B_n = pick_block(N_n, max(1, (tile_elems // ((B_t * B_l) * B_j))), 1)
 
     @T.prim_func
     def kernel(

@@ -26,9 +26,9 @@ def build_base(L, N, M, *, threads=128, block_t=32, tile_elems=8192):
     N_j = M
     B_i = pad_pow2(N_i)
     B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, (B_i * B_j))
-    B_l = pick_block(N_l, max(1, (tile_elems // ((B_t * B_i) * B_j))), 1)
-    B_n = pick_block(N_n, max(1, (tile_elems // (((B_t * B_l) * B_i) * B_j))), 1)
+    B_t = fit_rows(block_t, tile_elems, B_j)
+    B_l = pick_block(N_l, max(1, (tile_elems // (B_t * B_j))), 1)
+    B_n = pick_block(N_n, max(1, (tile_elems // ((B_t * B_l) * B_j))), 1)
     threads = fit_threads(threads, max(B_l * B_n * B_j, B_t * B_l * B_n, B_t * B_l * B_n * B_j), tile_elems)
 
     @T.prim_func
@@ -49,7 +49,7 @@ def build_base(L, N, M, *, threads=128, block_t=32, tile_elems=8192):
             _t4 = T.alloc_fragment((B_l, B_n, B_j), 'int32')
             for i_t, i_l, i_n in T.Parallel(B_t, B_l, B_n):
                 h[i_t, i_l, i_n] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
-            for r_i in T.serial(N_i):
+            for r_i in (T.unroll if N_i <= 256 else T.serial)(N_i):
                 for i_t, i_l, i_n in T.Parallel(B_t, B_l, B_n):
                     h[i_t, i_l, i_n] = (h[i_t, i_l, i_n]
                         ^ T.Select((r_i <= ((b_n * B_n + i_n) + T.int32(1))),
@@ -88,9 +88,9 @@ def build_with_image_token_mask(L, N, M, *, threads=128, block_t=32, tile_elems=
     N_j = M
     B_i = pad_pow2(N_i)
     B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, (B_i * B_j))
-    B_l = pick_block(N_l, max(1, (tile_elems // ((B_t * B_i) * B_j))), 1)
-    B_n = pick_block(N_n, max(1, (tile_elems // (((B_t * B_l) * B_i) * B_j))), 1)
+    B_t = fit_rows(block_t, tile_elems, B_j)
+    B_l = pick_block(N_l, max(1, (tile_elems // (B_t * B_j))), 1)
+    B_n = pick_block(N_n, max(1, (tile_elems // ((B_t * B_l) * B_j))), 1)
     threads = fit_threads(threads, max(B_l * B_n * B_j, B_t, B_t * B_l * B_n, B_t * B_l * B_n * B_j), tile_elems)
 
     @T.prim_func
@@ -113,7 +113,7 @@ def build_with_image_token_mask(L, N, M, *, threads=128, block_t=32, tile_elems=
             _t4 = T.alloc_fragment((B_l, B_n, B_j), 'int32')
             for i_t, i_l, i_n in T.Parallel(B_t, B_l, B_n):
                 h[i_t, i_l, i_n] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
-            for r_i in T.serial(N_i):
+            for r_i in (T.unroll if N_i <= 256 else T.serial)(N_i):
                 for i_t, i_l, i_n in T.Parallel(B_t, B_l, B_n):
                     h[i_t, i_l, i_n] = (h[i_t, i_l, i_n]
                         ^ T.Select((r_i <= ((b_n * B_n + i_n) + T.int32(1))),

@@ -26,8 +26,8 @@ def build_base(M, D, *, threads=1, block_t=1, tile_elems=16384):
     N_d = D
     B_i = N_i
     B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, (B_i * B_d))
-    B_o = pick_block(N_o, max(1, (tile_elems // ((B_t * B_i) * B_d))), 1)
+    B_t = fit_rows(block_t, tile_elems, B_d)
+    B_o = pick_block(N_o, max(1, (tile_elems // (B_t * B_d))), 1)
 
     @T.prim_func
     def kernel(

@@ -24,9 +24,9 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=16384):
     N_o = M
     N_d = D
     B_i = pad_pow2(N_i)
-    B_t = fit_rows(block_t, tile_elems, B_i)
-    B_o = pick_block(N_o, max(1, (tile_elems // (B_t * B_i))), 1)
-    B_d = pick_block(N_d, max(1, (tile_elems // ((B_t * B_i) * B_o))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_o = pick_block(N_o, max(1, (tile_elems // B_t)), 1)
+    B_d = pick_block(N_d, max(1, (tile_elems // (B_t * B_o))), 1)
     threads = fit_threads(threads, max(B_t * B_d, B_t * B_o, B_t * B_o * B_d), tile_elems)
 
     @T.prim_func
@@ -54,7 +54,7 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=16384):
             for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
                 px[i_t, i_o, i_d] = (_t2[i_t, i_o] * _t3[i_t, i_d])
                 out_tile[i_t, i_o, i_d] = px[i_t, i_o, i_d]
-            for r_i in T.serial(N_i):
+            for r_i in (T.unroll if N_i <= 256 else T.serial)(N_i):
                 for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
                     out_tile[i_t, i_o, i_d] = (out_tile[i_t, i_o, i_d]
                         + (

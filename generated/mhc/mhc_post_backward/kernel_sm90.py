@@ -59,7 +59,7 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=4096):
                     T.cast(grad_out[(b_t * B_t + i_t), i_o, i_d], "float32"), T.float32(0.0))
             for i_t, i_d in T.Parallel(B_t, B_d):
                 x_grad_tile[i_t, i_d] = T.float32(0.0)
-            for r_o in T.serial(N_o):
+            for r_o in (T.unroll if N_o <= 256 else T.serial)(N_o):
                 for i_t, i_d in T.Parallel(B_t, B_d):
                     x_grad_tile[i_t, i_d] = (x_grad_tile[i_t, i_d]
                         + (
@@ -72,7 +72,7 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=4096):
                     x_grad[(b_t * B_t + i_t), i_d] = T.cast(x_grad_tile[i_t, i_d], "bfloat16")
             for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
                 residual_grad_tile[i_t, i_i, i_d] = T.float32(0.0)
-            for r_o in T.serial(N_o):
+            for r_o in (T.unroll if N_o <= 256 else T.serial)(N_o):
                 for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
                     residual_grad_tile[i_t, i_i, i_d] = (residual_grad_tile[i_t, i_i, i_d]
                         + (

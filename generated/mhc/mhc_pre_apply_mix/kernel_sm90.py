@@ -23,8 +23,8 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=16384):
     N_s = M
     N_d = D
     B_s = pad_pow2(N_s)
-    B_t = fit_rows(block_t, tile_elems, B_s)
-    B_d = pick_block(N_d, max(1, (tile_elems // (B_t * B_s))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_d = pick_block(N_d, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_d, tile_elems)
 
     @T.prim_func
@@ -39,7 +39,7 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=16384):
             y_tile = T.alloc_fragment((B_t, B_d), 'float32')
             for i_t, i_d in T.Parallel(B_t, B_d):
                 y_tile[i_t, i_d] = T.float32(0.0)
-            for r_s in T.serial(N_s):
+            for r_s in (T.unroll if N_s <= 256 else T.serial)(N_s):
                 for i_t, i_d in T.Parallel(B_t, B_d):
                     y_tile[i_t, i_d] = (y_tile[i_t, i_d]
                         + (

@@ -36,8 +36,8 @@ def build_base(K, H, S, x_dtype, x_sf_dtype, *, threads=1, block_t=1, tile_elems
     B_padcol_out_sf = min(N_padcol_out_sf, 2048)
     B_h = N_h
     B_s = N_s
-    B_t = fit_rows(block_t, tile_elems, (B_h * B_s))
-    B_k = pick_block(N_k, max(1, (tile_elems // ((B_t * B_h) * B_s))), 1)
+    B_t = fit_rows(block_t, tile_elems, max(B_h, B_s))
+    B_k = pick_block(N_k, max(1, (tile_elems // max((B_t * B_h), (B_t * B_s)))), 1)
     STORAGE_x = {'e4m3': 'uint8', 'bf16': 'uint16'}[x_dtype]
     STORAGE_x_sf = {'fp32': 'float32', 'int32': 'int32'}[x_sf_dtype]
 

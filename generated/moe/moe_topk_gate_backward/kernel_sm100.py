@@ -83,7 +83,7 @@ def build_base(E, K, routed_scaling_factor, *, threads=128, block_t=1):
                 _t0[i_t] = _t0_tree[i_t, T.int32(0)]
                 den[i_t] = (_t0[i_t] + T.float32(1e-20))
                 rho[i_t] = T.float32(0.0)
-            for r_j in T.serial(N_j):
+            for r_j in (T.unroll if N_j <= 256 else T.serial)(N_j):
                 for i_t in T.Parallel(B_t):
                     rho[i_t] = (rho[i_t]
                         + T.Select((

@@ -26,8 +26,8 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads=64, blo
     N_s = num_slots
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
-    B_t = fit_rows(block_t, tile_elems, (B_e * B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // ((B_t * B_e) * B_j))), 1)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, max(B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
 
     @T.prim_func
@@ -127,8 +127,8 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
     N_s = num_slots
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
-    B_t = fit_rows(block_t, tile_elems, (B_e * B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // ((B_t * B_e) * B_j))), 1)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
 
     @T.prim_func
@@ -235,8 +235,8 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
     N_s = num_slots
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
-    B_t = fit_rows(block_t, tile_elems, (B_e * B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // ((B_t * B_e) * B_j))), 1)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, max(B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
 
     @T.prim_func
@@ -346,8 +346,8 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
     N_s = num_slots
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
-    B_t = fit_rows(block_t, tile_elems, (B_e * B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // ((B_t * B_e) * B_j))), 1)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
 
     @T.prim_func

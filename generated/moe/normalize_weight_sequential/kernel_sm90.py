@@ -38,7 +38,7 @@ def build_base(K, *, threads=128, block_t=32):
                     topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 denominator_tile[i_t] = T.float32(1e-20)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t in T.Parallel(B_t):
                     denominator_tile[i_t] = (denominator_tile[i_t]
                         + T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),

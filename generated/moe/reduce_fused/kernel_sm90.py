@@ -25,8 +25,8 @@ def make_base(out_format, K, H, x_dtype, *, threads=128, block_t=1, tile_elems=8
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = fit_rows(block_t, tile_elems, B_k)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
@@ -49,7 +49,7 @@ def make_base(out_format, K, H, x_dtype, *, threads=128, block_t=1, tile_elems=8
             acc = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
@@ -89,8 +89,8 @@ def make_with_sf(out_format, K, H, x_dtype, *, threads=128, block_t=1, tile_elem
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = fit_rows(block_t, tile_elems, B_k)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
@@ -115,7 +115,7 @@ def make_with_sf(out_format, K, H, x_dtype, *, threads=128, block_t=1, tile_elem
             _t3 = T.alloc_fragment((1,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
@@ -157,8 +157,8 @@ def make_with_x_sf(out_format, K, H, x_dtype, *, threads=128, block_t=1, tile_el
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = fit_rows(block_t, tile_elems, B_k)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
@@ -182,7 +182,7 @@ def make_with_x_sf(out_format, K, H, x_dtype, *, threads=128, block_t=1, tile_el
             acc = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
@@ -235,8 +235,8 @@ def make_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threads=128, block_t=1,
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = fit_rows(block_t, tile_elems, B_k)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
@@ -262,7 +262,7 @@ def make_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threads=128, block_t=1,
             _t3 = T.alloc_fragment((1,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
@@ -315,8 +315,8 @@ def make_with_topk_weights(out_format, K, H, x_dtype, *, threads=128, block_t=1,
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = fit_rows(block_t, tile_elems, B_k)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
@@ -340,7 +340,7 @@ def make_with_topk_weights(out_format, K, H, x_dtype, *, threads=128, block_t=1,
             acc = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
@@ -382,8 +382,8 @@ def make_with_topk_weights_with_sf(out_format, K, H, x_dtype, *, threads=128, bl
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = fit_rows(block_t, tile_elems, B_k)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
@@ -409,7 +409,7 @@ def make_with_topk_weights_with_sf(out_format, K, H, x_dtype, *, threads=128, bl
             _t3 = T.alloc_fragment((1,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
@@ -453,8 +453,8 @@ def make_with_topk_weights_with_x_sf(out_format, K, H, x_dtype, *, threads=128, 
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = fit_rows(block_t, tile_elems, B_k)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
@@ -479,7 +479,7 @@ def make_with_topk_weights_with_x_sf(out_format, K, H, x_dtype, *, threads=128, 
             acc = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
@@ -535,8 +535,8 @@ def make_with_topk_weights_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threa
     N_h = H
     N_u = 1
     B_k = pad_pow2(N_k)
-    B_t = fit_rows(block_t, tile_elems, B_k)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_t * B_k))), 1)
+    B_t = fit_rows(block_t, tile_elems, 1)
+    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
@@ -563,7 +563,7 @@ def make_with_topk_weights_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threa
             _t3 = T.alloc_fragment((1,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
+            for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
