@@ -23,7 +23,7 @@ from typing import List, Tuple
 
 import torch
 
-from . import registry
+from .. import registry
 
 MAX_CHUNKS = 256           # chunks of one prefix (mapping_chunk_offsets' group): the chunk grows past it
 MIN_CHUNK = 64
