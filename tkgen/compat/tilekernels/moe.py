@@ -75,4 +75,5 @@ def get_mapping_from_psum(psum_num_tokens_per_expert, alignment: int, num_expand
     return from_psum(psum_num_tokens_per_expert, alignment, num_expanded_tokens)
 
 
-__all__ = ["get_mapping_from_psum", "normalize_weight", "moe_topk_gate", "moe_topk_gate_forward", "moe_topk_gate_backward", "topk_gate"]
+__all__ = ["get_mapping_from_psum", "normalize_weight", "moe_topk_gate", "moe_topk_gate_forward", "moe_topk_gate_backward",
+           "topk_gate"]

@@ -78,7 +78,8 @@ def inplace_unique_group_indices(group_indices, num_groups: int):
     ops().inplace_unique_group_indices(group_indices)
 
 
-def get_fused_mapping(topk_idx, num_experts: int, num_expanded_tokens: int, alignment: int, force_no_sync: bool = False):
+def get_fused_mapping(topk_idx, num_experts: int, num_expanded_tokens: int, alignment: int,
+                      force_no_sync: bool = False):
     """(pos_to_expert, pos_to_token, pos_to_token_topk, token_topk_to_pos, expert_start, expert_end,
     num_tokens_per_expert, num_tokens_per_expert_list): the expert-major layout of topk_idx [T, K] (int64,
     -1 for none), segments aligned to `alignment`, -1 on padding rows; num_expanded_tokens = 0 sizes it
