@@ -160,11 +160,12 @@ def op_module(catalog, spec, header):
         # a sum over the rows or a count adds into zeros; rows scattered at positions are stored into zeros
         accumulate = (t.row_view is not None and not t.padding) or any(
             name in build_program(spec, catalog.elements, catalog.scales, v).accumulated(dyn) for v in spec.variants())
+        # an output at flat positions with a fill: allocated holding it, then stored at the positions
         # keep_rows: the dim of the rows, where rows not kept are left untouched (compared to the poison)
         rows = [i for i, group in enumerate(t.view) if dyn in group] if kept_rows else []
         outputs.append(dict(name=name, shapes=variant_table({v: f"lambda d: {fn}" for v, fn in shapes.items()}),
                             dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
-                            accumulate=accumulate, at=t.at, rows=t.row_view is not None, into=t.into, padding=t.padding,
+                            accumulate=accumulate, at=t.at, rows=t.row_view is not None, into=t.into, padding=t.padding, fill=t.fill,
                             row_dim=rows[0] if rows and not t.at else None,
                             col_pad=f"lambda v: {variant_table({v: repr(p) for v, p in pads.items()})}[v]"
                             if any(pads.values()) else None))

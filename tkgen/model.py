@@ -92,6 +92,7 @@ class Tensor:
     row_view: Optional[Tuple[Tuple[str, ...], ...]] = None   # rows at positions: the view of dims 1..
     into: Optional[str] = None               # outputs: stored into this input's storage, which the op mutates
     padding: Optional[str] = None            # rows-at outputs: the input marking padding rows (< 0)
+    fill: Optional[int] = None               # flat at-outputs: the value elsewhere; elements stored, not added
 
     def segment_axes(self, segment: str) -> Tuple[str, ...]:
         """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""
@@ -603,6 +604,10 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         if "at" in t and "view" in t and (len(shape) < 2 or not set(E.names(shape[0])) & set(dyn[1:])):
             raise doc.error(base + ("shape", 0), "rows at positions: the first dim is a runtime size besides the rows "
                                                  "(a dynamic dim), the others are indexed by the view")
+        if "fill" in t and (role != "output" or "at" not in t or "view" in t or
+                            set(dtypes) - {"int32", "int64"} or len(dtypes) != 1):
+            raise doc.error(base + ("fill",), "`fill` is for an output of an integer dtype added at flat positions "
+                                              "(`at:` without a view)")
         if "layout" in t:
             ref = t["layout"]
             for n in (params[ref].choices if ref in params else (ref,)):
@@ -613,7 +618,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), t.get("layout"), shape,
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
                       bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"), segments,
-                      into=t.get("into"), padding=t.get("padding"))
+                      into=t.get("into"), padding=t.get("padding"), fill=t.get("fill"))
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))

@@ -305,7 +305,8 @@ class ReferencePrinter:
                 dims = sig.shape if sig.flat else sig.shape[:1]        # elements, or rows
                 alloc.append(f"n_{name} = {' * '.join(P.py_expr(s, tl=False) for s in dims)}")
                 shape = _tuple(P.py_expr(s, tl=False) for s in sig.shape)
-            alloc.append(f"{self.storage_name(name)} = torch.zeros({shape}, dtype={self.torch_dtype(t.elem)}, "
+            start = "torch.zeros(" if sig.fill is None else f"torch.full(fill_value={sig.fill}, size="
+            alloc.append(f"{self.storage_name(name)} = {start}{shape}, dtype={self.torch_dtype(t.elem)}, "
                          "device=_dev)")
             src = self.storage_name(name)
             if sig.col_pad:

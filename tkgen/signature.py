@@ -45,6 +45,7 @@ class TensorSig:
     optional: bool = False
     segments: Optional[tuple] = None           # inputs: (dim, ((segment, axes), ...)), see model.Tensor
     padding: Optional[str] = None              # rows-at outputs: the input marking padding rows (< 0)
+    fill: Optional[int] = None                 # flat at-outputs: the value elsewhere (elements stored, not added)
 
     @property
     def axes(self):
@@ -110,7 +111,8 @@ def resolve(catalog, spec, t, variant) -> TensorSig:
     present = bool(variant.get(f"?{t.name}", True)) if t.role == "input" and t.optional else \
         (spec.writes(t, variant) if t.role == "output" else True)
     return TensorSig(t.name, t.role, present, elem, tuple(t.dtypes), t.shape, t.shape_text, t.view, fmt, scale,
-                     pk, pad, t.at, t.row_view, t.like, t.optional, t.segments, t.padding)
+                     pk, pad, t.at, t.row_view, t.like, t.optional, t.segments, t.padding,
+                     t.fill)
 
 
 def signature(catalog, spec, variant) -> Dict[str, TensorSig]:

@@ -11,6 +11,7 @@ import torch
 
 from .. import registry
 from ..compat import _engram
+from ..compat._moe_mapping import get_fused_mapping  # noqa: F401  (a composite of generated ops)
 
 
 def _functions():

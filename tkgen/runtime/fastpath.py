@@ -274,6 +274,7 @@ class Output:
         self.pad = info.col_pad(variant) if info.col_pad else None
         self.accumulate = info.accumulate
         self.flat = info.at is not None and not info.rows
+        self.fill = info.fill
 
     def empty(self, d, device):
         return self.allocator(device)(self.shape_fn(d))
@@ -282,6 +283,8 @@ class Output:
         """shape -> an uninitialized output (zeros where kernels add into it) on `device`."""
         if self.pad:
             return lambda shape: col_major_empty(shape, self.pad, self.dtype, device)
+        if self.fill is not None:
+            return partial(torch.full, fill_value=self.fill, dtype=self.dtype, device=device)
         return partial(torch.zeros if self.accumulate else torch.empty, dtype=self.dtype, device=device)
 
     def buffer(self, t):

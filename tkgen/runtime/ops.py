@@ -96,6 +96,7 @@ class OutputInfo:
     rows: bool = False                 # with `at`: its rows are stored at the positions, into zeros
     into: Optional[str] = None         # written into this input's storage (the op mutates it; not returned)
     padding: Optional[str] = None      # with `rows`: the input marking its padding rows (< 0), which the kernel zeroes
+    fill: Optional[int] = None         # with `at` (flat): allocated holding this value; kernels store at positions
 
     def shape_fn(self, dims, variant):
         """The container shape of this output in a variant."""

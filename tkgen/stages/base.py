@@ -81,12 +81,13 @@ class Program:
     at: Dict[str, str] = field(default_factory=dict)   # output addressed `at:` positions -> the positions' value
     counts: set = field(default_factory=set)       # values summed over every block: counts and joins of them
     sizes: dict = field(default_factory=dict)      # integer values of params and dims: name -> spec expression
+    filled: set = field(default_factory=set)       # outputs at positions with a `fill`: stored, not added
 
     def accumulated(self, dyn_axis) -> set:
         """Outputs that every block adds into, so they start at 0: sums over the dynamic axis, counts, and
         outputs addressed `at:` positions."""
         sums = {st.out.name for st in self.steps if st.accumulates(dyn_axis)} | self.counts
-        return {t for t, v in self.outputs.items() if v.name in sums or t in self.at}
+        return {t for t, v in self.outputs.items() if v.name in sums or (t in self.at and t not in self.filled)}
 
     @property
     def used_axes(self) -> set:

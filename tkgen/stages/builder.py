@@ -349,8 +349,9 @@ class Builder:
                 self.at[name] = self.positions(last, t).name
             outputs[name] = v
         self.prune(outputs)
+        filled = {n for n in outputs if self.spec.tensors[n].fill is not None}
         return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds, self.keep, self.at,
-                       self.counts & set(self.values), self.sizes)
+                       self.counts & set(self.values), self.sizes, filled)
 
 
 def _store_problem(t, v):

@@ -1,4 +1,5 @@
-"""Reductions: `absmax`, `amax`, `amin`, `sum` of a value over one of its axes, and the ordered `fold`.
+"""Reductions: `absmax`, `amax`, `amin`, `sum` of a value over one of its axes, the ordered `fold`, and
+`prefix`, the exclusive running sum along an axis in order (a fold that keeps every partial result).
 
 absmax, amax and amin are exact in any order (a zero result of a float max or min is +0.0, whichever zero
 a reduction met first); `sum` is order-dependent. Over the rows (the dynamic axis), each block reduces its
@@ -177,6 +178,59 @@ class FoldStage(Stage):
         axes_out = [a for a in src.axes if a != axis] + [a for a in (factor.axes if factor else ()) if a != axis]
         out = b.define(idx, call.targets[0], axes_out, src.dtype)
         b.add(idx, Fold(out, kind.id, src, axis, init, bool(order) and order[0].id == "descending", factor))
+
+
+@dataclass(frozen=True)
+class Prefix(Step):
+    """The exclusive prefix sum along `axis` in ascending order: out[i] = v[0] + ... + v[i - 1], out[0] = 0;
+    one addition (one rounding, for floats) per step, integers wrap: kernel and reference run the same loop."""
+
+    out: Value
+    src: Value
+    axis: str
+
+    def sources(self):
+        return {self.src.name}
+
+    def work(self, size, extent):
+        return size(self.src.axes)
+
+    def lower(self, lw):
+        """A carried sum over the other axes and a serial loop over the axis: each step writes the slice of
+        the result at its index, then adds the source's slice. The source is read from a copy every thread
+        can read (shared memory on CUDA); rows of a row block past the tensor add nothing."""
+        src = lw.bufs[self.src.name]
+        out = lw.buffer(self.out)
+        rest = tuple(a for a in src.axes if a != self.axis)
+        acc = kir.Buffer(f"{out.name}_run", rest, src.dtype)
+        zero = ir.Const(0.0 if src.dtype == F32 else 0, src.dtype)
+        staged = lw.shared_copy(self.src, self.axis)
+        step = ir.Var(f"r_{self.axis}", I32)
+        element = ir.Read(staged.name, staged.dtype, tuple(step if a == self.axis else ir.Index(a, local=True)
+                                                           for a in src.axes))
+        guard = lw.row_guard(src.axes) if self.axis == lw.row_inner else None
+        if guard is not None:
+            guard = ir.rebuild(guard, lambda n: step if n == ir.Index(self.axis) else None)
+            element = op("select", guard, element, zero)
+        lw.emit(kir.Fill(acc, zero))
+        body = (kir.Compute(out, ir.Read(acc.name, acc.dtype), at=((self.axis, step),)),
+                kir.Compute(acc, ir.fold(op("add", ir.Read(acc.name, acc.dtype), element))))
+        lw.emit(kir.Loop(step.name, ir.Size(f"N_{self.axis}"), body))
+
+
+@stage("prefix", args=("value", "axis"))
+class PrefixStage(Stage):
+    """prefix(v, axis): the exclusive running sum of v along axis, in ascending order (Prefix)."""
+
+    def build(self, b, call, src, axis):
+        idx = call.index
+        if axis not in src.axes:
+            b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[1])
+        if src.dtype not in (F32, *_BITS):
+            b.fail(idx, f"prefix: sums numbers, found {src.dtype}", call.args[0])
+        b.whole_axis(idx, axis, "prefix", call.args[1])
+        out = b.define(idx, call.targets[0], src.axes, src.dtype)
+        b.add(idx, Prefix(out, src, axis))
 
 
 _LEVELS = 31               # offsets 2^30 .. 1: every extent an i32 axis may have

@@ -38,7 +38,9 @@ def poisoned(op, tensors, params, byte=0xFF):
         arena = torch.full((nbytes + 2 * MARGIN,), byte, dtype=torch.uint8, device=o.device)
         o = arena[MARGIN:MARGIN + nbytes].view(o.dtype).as_strided(o.shape, o.stride())
         o._tkgen_arena = (arena, byte)
-        if info.accumulate:       # rows stored at positions start at zero, as the op allocates them
+        if info.fill is not None:     # stored at positions over the fill the op allocates
+            o.fill_(info.fill)
+        elif info.accumulate:       # rows stored at positions start at zero, as the op allocates them
             o.fill_(0 if o.dtype.is_floating_point or info.rows else COUNTS_START)
         elif info.padding is not None and tensors.get(info.padding) is not None and o.shape[0]:
             # the rows no position names hold what the op does not write: zeros here, as in the reference;

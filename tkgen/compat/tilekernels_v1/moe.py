@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from .._common import missing, need, ops
+from .. import _moe_mapping as mapping
+from .._common import need, ops
 from .._moe_layout import expand_to_fused, expand_to_fused_with_sf, reduce_fused  # noqa: F401
 from ..tilekernels.moe import topk_gate  # noqa: F401  (the same signature)
 
@@ -77,9 +78,16 @@ def inplace_unique_group_indices(group_indices, num_groups: int):
     ops().inplace_unique_group_indices(group_indices)
 
 
-_MISSING = ["get_fused_mapping"]
-globals().update({n: missing(f"moe.{n}", "1.0") for n in _MISSING})
+def get_fused_mapping(topk_idx, num_experts: int, num_expanded_tokens: int, alignment: int,
+                      force_no_sync: bool = False):
+    """(pos_to_expert, pos_to_token, pos_to_token_topk, token_topk_to_pos, expert_start, expert_end,
+    num_tokens_per_expert, num_tokens_per_expert_list): the expert-major layout of topk_idx [T, K] (int64,
+    -1 for none), segments aligned to `alignment`, -1 on padding rows; num_expanded_tokens = 0 sizes it
+    (with a host sync unless force_no_sync). Inside a segment the pairs are in ascending t * K + k, where
+    TileKernels' order depends on its number of SMs (the tests of both check invariants)."""
+    return mapping.get_fused_mapping(topk_idx, num_experts, num_expanded_tokens, alignment, force_no_sync)
 
-__all__ = _MISSING + ["aux_fi", "expand_to_fused", "expand_to_fused_with_sf", "group_count",
+
+__all__ = ["get_fused_mapping", "aux_fi", "expand_to_fused", "expand_to_fused_with_sf", "group_count",
                       "inplace_unique_group_indices", "mask_indices_by_tp", "normalize_weight", "reduce_fused",
                       "top2_sum_gate", "topk_gate", "topk_sum_and_topk_group_idx"]

@@ -1,0 +1,149 @@
+"""get_fused_mapping and get_mapping_from_psum: the chain of generated ops against the chain of their
+generated references (bit for bit), an argsort oracle, and the invariants of an expanded layout."""
+import importlib
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from tkgen import registry
+from tkgen.compat import _moe_mapping as mapping
+from tkgen.compat import tilekernels as tk
+from tkgen.compat import tilekernels_v1 as tk1
+
+# (experts, k, alignment): few, since each combination compiles its own kernels
+SHAPES = [(1, 1, 1), (7, 4, 16), (8, 2, 128), (1024, 8, 16)]
+
+
+def _ref(name):
+    mod = importlib.import_module(registry.op_package(name).__name__ + ".reference")
+    return mod.VARIANTS["base"]
+
+
+def reference_chain(topk_idx, num_experts, rows, alignment):
+    """tkgen.mapping's chain on the generated references."""
+    flat = topk_idx.reshape(-1)
+    chunk = mapping.chunk_for(flat.numel())
+    counts, = _ref("mapping_chunk_counts")(flat, num_experts, chunk)
+    offsets, totals = _ref("mapping_chunk_offsets")(counts, mapping.MAX_CHUNKS)
+    if totals.shape[0] == 0:
+        totals = torch.zeros(1, num_experts, dtype=torch.int32)
+    aligned, start, end, psum = _ref("mapping_segments")(totals[:1], alignment)
+    pos, = _ref("mapping_positions")(flat, offsets, start.view(-1), chunk)
+    p2e, = _ref("get_mapping_from_psum")(psum.view(-1), torch.empty(rows, dtype=torch.int32), alignment)
+    p2t, p2tk = _ref("mapping_scatter")(pos.view(topk_idx.shape), p2e)
+    return p2e, p2t, p2tk, pos.view(topk_idx.shape), start.view(-1), end.view(-1), aligned.view(-1)
+
+
+def oracle(topk_idx, num_experts, alignment):
+    """(token_topk_to_pos, aligned counts, starts) from a stable argsort of the experts."""
+    flat = topk_idx.reshape(-1)
+    valid = flat >= 0
+    count = torch.bincount(flat[valid], minlength=num_experts)
+    aligned = (count + alignment - 1) // alignment * alignment
+    start = torch.cumsum(aligned, 0) - aligned
+    key = torch.where(valid, flat, torch.full_like(flat, num_experts))
+    order = torch.argsort(key, stable=True)
+    pos = torch.full_like(flat, -1)
+    rank = torch.arange(flat.numel()) - torch.cumsum(torch.bincount(key, minlength=num_experts + 1), 0)[key[order]] \
+        + torch.bincount(key, minlength=num_experts + 1)[key[order]]
+    sorted_e = key[order]
+    inside = sorted_e < num_experts
+    pos[order[inside]] = start[sorted_e[inside]] + rank[inside]
+    return pos.view(topk_idx.shape).int(), aligned.int(), start.int()
+
+
+def check_invariants(out, topk_idx, num_experts, alignment):
+    p2e, p2t, p2tk, t2p, start, end, aligned, listed = out
+    tokens, k = topk_idx.shape
+    flat = topk_idx.reshape(-1)
+    rows = p2e.numel()
+    assert listed == aligned.tolist() and rows == sum(listed)
+    count = torch.bincount(flat[flat >= 0], minlength=num_experts)
+    assert torch.equal(aligned.long(), (count + alignment - 1) // alignment * alignment)   # counts add up
+    assert torch.equal(end - start, aligned) and (start % alignment == 0).all()
+    assert start[0] == 0 and torch.equal(start[1:], end[:-1])                               # contiguous segments
+    pos = t2p.reshape(-1)
+    assert torch.equal(pos >= 0, flat >= 0)
+    valid = pos[pos >= 0].long()
+    assert valid.unique().numel() == valid.numel()                 # one position per valid slot, distinct
+    for e in range(num_experts):                                   # each segment: its pairs, then padding
+        seg = p2e[start[e]:end[e]]
+        assert (seg[:count[e]] == e).all() and (seg[count[e]:] == -1).all()
+    pad = p2e < 0
+    assert torch.equal(pad, p2t < 0) and torch.equal(pad, p2tk < 0)    # the three -1 masks coincide
+    used = p2tk[~pad].long()
+    assert torch.equal(pos[used], torch.arange(rows, dtype=torch.int32)[~pad])   # round trip
+    assert torch.equal(p2t[~pad], p2tk[~pad] // k)
+    assert torch.equal(flat[used].int(), p2e[~pad])
+    # inside a segment, ascending flat order
+    for e in range(num_experts):
+        seg = p2tk[start[e]:start[e] + count[e]]
+        assert (seg[1:] > seg[:-1]).all()
+
+
+def _routing(tokens, k, num_experts, seed, unused):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, num_experts, (tokens, k), generator=g, dtype=torch.int64)
+    drop = torch.rand((tokens, k), generator=g) < unused
+    if tokens > 2:
+        drop[1] = True                                           # a row of -1 only
+    return torch.where(drop, torch.full_like(idx, -1), idx)
+
+
+@settings(max_examples=16, deadline=None)
+@given(shape=st.sampled_from(SHAPES), tokens=st.sampled_from([0, 1, 2, 3, 17, 40, 300]),
+       seed=st.integers(0, 2 ** 16), unused=st.sampled_from([0.0, 0.3, 1.0]))
+@example(shape=SHAPES[0], tokens=0, seed=0, unused=0.0)
+@example(shape=SHAPES[0], tokens=1, seed=0, unused=0.0)
+@example(shape=SHAPES[3], tokens=300, seed=1, unused=0.3)
+@example(shape=SHAPES[1], tokens=40, seed=2, unused=1.0)
+def test_fused_mapping_matches_references_oracle_and_invariants(shape, tokens, seed, unused):
+    num_experts, k, alignment = shape
+    idx = _routing(tokens, k, num_experts, seed, unused)
+    out = mapping.get_fused_mapping(idx, num_experts, 0, alignment)
+    check_invariants(out, idx, num_experts, alignment)
+    ref = reference_chain(idx, num_experts, out[0].numel(), alignment)
+    for got, want in zip(out[:7], ref):
+        assert torch.equal(got, want.to(got.dtype))
+    pos, aligned, start = oracle(idx, num_experts, alignment)
+    assert torch.equal(out[3], pos) and torch.equal(out[6], aligned) and torch.equal(out[4], start)
+
+
+def test_sizes_given_and_no_sync():
+    idx = _routing(40, 4, 7, 3, 0.2)
+    full = mapping.get_fused_mapping(idx, 7, 0, 16)
+    rows = full[0].numel()
+    for given_rows, no_sync in ((rows + 5, False), (0, True)):
+        out = mapping.get_fused_mapping(idx, 7, given_rows, 16, force_no_sync=no_sync)
+        expect = given_rows or mapping.upper_bound(40, 4, 7, 16)
+        assert out[7] == [] and out[0].numel() == expect
+        for a, b in zip(out[:3], full[:3]):              # the same layout, the rows after it -1
+            assert torch.equal(a[:rows], b) and (a[rows:] == -1).all()
+        assert torch.equal(out[3], full[3])
+
+
+def test_expand_then_reduce_with_unit_weights_gives_k_times_the_input():
+    """k times each token's row, k its valid slots (token 1 has none: zeros)."""
+    idx = _routing(17, 4, 7, 5, 0.0)
+    p2e, _, _, t2p, *_ = tk1.moe.get_fused_mapping(idx, 7, 0, 16)
+    x = torch.randint(-8, 8, (17, 32)).float()
+    expanded = tk1.moe.expand_to_fused(x, t2p, p2e)
+    back = tk1.moe.reduce_fused(expanded, torch.ones(17, 4), t2p)
+    assert torch.equal(back, (idx >= 0).sum(1, keepdim=True).float() * x) and (back[1] == 0).all()
+
+
+def test_mapping_from_psum():
+    psum = torch.tensor([3, 16, 16, 21], dtype=torch.int32)          # counts 3, 0, 0, 5 with alignment 16
+    got = tk.moe.get_mapping_from_psum(psum, 16, 50)
+    want = torch.full((50,), -1, dtype=torch.int32)
+    want[0:3], want[16:21] = 0, 3
+    assert torch.equal(got, want)
+    ref, = _ref("get_mapping_from_psum")(psum, torch.empty(50, dtype=torch.int32), 16)
+    assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("pairs, chunk", [(0, 64), (256 * 64, 64), (256 * 64 + 1, 128), (32008, 128)])
+def test_chunk_keeps_one_prefix_group(pairs, chunk):
+    assert mapping.chunk_for(pairs) == chunk
