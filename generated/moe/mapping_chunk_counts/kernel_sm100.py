@@ -35,7 +35,7 @@ def build_base(num_experts, chunk, *, threads=256, block_b=1):
             counts_tile = T.alloc_fragment((B_b, B_e), 'int32')
             for i_b, i_e in T.Parallel(B_b, B_e):
                 counts_tile[i_b, i_e] = T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))
-            for r_r in T.serial(N_r):
+            for r_r in (T.unroll if N_r <= 256 else T.serial)(N_r):
                 for i_b, i_e in T.Parallel(B_b, B_e):
                     counts_tile[i_b, i_e] = T.Select(((((b_b * B_b + i_b) * N_r) + r_r) < N),
                         (counts_tile[i_b, i_e]

@@ -40,7 +40,7 @@ def build_base(E, group, *, threads=128, block_u=1, tile_elems=4096):
             offsets_tile = T.alloc_fragment((B_u, B_c, B_e), 'int32')
             totals_tile = T.alloc_fragment((B_u, B_e), 'int32')
             T.fill(offsets_tile_run, T.int32(0))
-            for r_c in T.serial(N_c):
+            for r_c in (T.unroll if N_c <= 256 else T.serial)(N_c):
                 for i_u, i_e in T.Parallel(B_u, B_e):
                     offsets_tile[i_u, r_c, i_e] = offsets_tile_run[i_u, i_e]
                 for i_u, i_e in T.Parallel(B_u, B_e):
@@ -55,7 +55,7 @@ def build_base(E, group, *, threads=128, block_u=1, tile_elems=4096):
                         "int32")
             for i_u, i_e in T.Parallel(B_u, B_e):
                 totals_tile[i_u, i_e] = T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))
-            for r_c in T.serial(N_c):
+            for r_c in (T.unroll if N_c <= 256 else T.serial)(N_c):
                 for i_u, i_e in T.Parallel(B_u, B_e):
                     totals_tile[i_u, i_e] = T.Select(((((b_u * B_u + i_u) * N_c) + r_c) < NB),
                         (totals_tile[i_u, i_e]

@@ -49,7 +49,7 @@ def build_base(E, alignment, *, threads=128, block_u=1):
                                 T.Select(((T.int32(alignment) == T.int32(0)) | (T.int32(alignment) == T.int32(-1))),
                                     T.int32(1), T.int32(alignment))))) * T.int32(alignment))
             T.fill(start_run, T.int32(0))
-            for r_e in T.serial(N_e):
+            for r_e in (T.unroll if N_e <= 256 else T.serial)(N_e):
                 for i_u in T.Parallel(B_u):
                     start[i_u, r_e] = start_run[i_u]
                 for i_u in T.Parallel(B_u):
