@@ -115,7 +115,8 @@ def test_4d_positions_and_offset(mode):
     rows = {"none": None,
             "int32": torch.randint(0, 40, (b, length), generator=gen, dtype=torch.int32),
             "int64": torch.randint(0, 40, (b, length), generator=gen, dtype=torch.int64),
-            "broadcast": torch.randint(0, 40, (length,), generator=gen, dtype=torch.int32)[None].expand(b, length)}[mode]
+            "broadcast": torch.randint(0, 40, (length,), generator=gen,
+                                       dtype=torch.int32)[None].expand(b, length)}[mode]
     at = (torch.arange(length)[None].expand(b, length) if rows is None else rows.long()) + offset
     want = torch.stack([reference(q[i].clone(), at[i].to(torch.int32), cache, False, False) for i in range(b)])
     tk.transform.apply_rotary(q, cache, positions=rows, seqlen_offset=offset)
@@ -161,3 +162,12 @@ def test_arguments_are_checked():
         tk.transform.apply_rotary(q, cache, positions=torch.zeros(3, dtype=torch.int32))
     with pytest.raises(ValueError, match="key must have"):
         tk.transform.apply_rotary(q, cache, key=torch.zeros(4, 2, 64, dtype=torch.bfloat16))
+
+
+def test_strided_kernels_lower_for_both_cuda_archs():
+    """The CUDA kernels take the strides as runtime sizes and use one-rounding fmas. No GPU needed."""
+    from tkgen.runtime.compile import lower_source
+    for arch in ("sm90", "sm100"):
+        module = importlib.import_module(f"{registry.op_package('apply_rotary').__name__}.kernel_{arch}")
+        src = lower_source(module, module.build_true_true, (4, 64, "bf16", "int64"))
+        assert "__global__" in src and "S_query_0" in src and "__fmaf_rn" in src, arch
