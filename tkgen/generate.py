@@ -135,7 +135,7 @@ def op_module(catalog, spec, header):
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
                    binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t),
-                   at=t.at, rows=t.row_view is not None)
+                   at=t.at, rows=t.row_view is not None, strided=t.strided)
               for t in spec.inputs.values()]
     outputs = []
     kept_rows = any(build_program(spec, catalog.elements, catalog.scales, v).keep for v in spec.variants())
@@ -293,7 +293,8 @@ def docstring(catalog, spec) -> str:
         doc = _sentence(t.doc)
         into = next((f" Mutated: `{o.name}` is written over it (in place)." for o in spec.outputs.values()
                      if o.into == t.name), "")
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, contiguous, cpu or cuda.{doc}{opt}{into}")
+        layout = "any strides with the last dim contiguous (a view is read in place)" if t.strided else "contiguous"
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}] {kind}{at}, {layout}, cpu or cuda.{doc}{opt}{into}")
     for p in spec.params.values():
         allowed = ("a number or None" if p.optional else "a number" if p.kind == "float" else
                    ", ".join(map(str, p.choices)) if p.choices else

@@ -72,6 +72,7 @@ class TensorArg:
     shape: Tuple[object, ...]
     flat: bool = False
     scale: bool = False                    # holds scales (stored where computed, never staged)
+    strides: Optional[Tuple[object, ...]] = None   # per dim, its stride (runtime sizes, the last 1); None: dense
 
 
 @dataclass(frozen=True)

@@ -145,10 +145,10 @@ class Lowering:
             conds.append(self.keep)
         return ir.conj(*conds)
 
-    def at_rows(self, sig: TensorSig, pos: ir.Expr) -> tuple:
+    def at_rows(self, sig: TensorSig, pos: ir.Expr, fixed=None) -> tuple:
         """The indices of the current element of a tensor addressed by rows at positions: the position,
-        then the dims after the first through the tensor's view of them."""
-        return (pos,) + tuple(self.group_index(g, {}) for g in sig.row_view)
+        then the dims after the first through the tensor's view of them (`fixed` pins axes: a take)."""
+        return (pos,) + tuple(self.group_index(g, fixed or {}) for g in sig.row_view)
 
     @staticmethod
     def inside(pos: ir.Expr, size: str) -> tuple:
@@ -331,7 +331,11 @@ class Lowering:
             if sig.col_pad:
                 shape = [shape[1], P.mul(P.ceildiv(shape[0], E.Num(sig.col_pad)), E.Num(sig.col_pad))]
             elem = sig.packing.word if sig.packing is not None else sig.elem
-            out.append(kir.TensorArg(name, sig.role, elem, tuple(shape), scale=sig.scale is not None))
+            strides = None
+            if sig.strides_of:
+                strides = tuple(E.Name(n) for n in stride_names(sig.strides_of, len(shape))) + (E.Num(1),)
+            out.append(kir.TensorArg(name, sig.role, elem, tuple(shape), scale=sig.scale is not None,
+                                     strides=strides))
         return tuple(out)
 
     def build(self) -> kir.Module:
@@ -352,7 +356,9 @@ class Lowering:
             tuple(P.sym(x.name) for x in spec.static_params)
         dtype_args = tuple(n for n, s in self.sigs.items() if s.role == "input" and s.multi and not s.like)
         dynamic = ((P.sym(spec.dynamic_dim),) if spec.dynamic_dim else ()) + \
-            tuple(f"n_{n}" for n, s in self.sigs.items() if s.at and s.present)
+            tuple(f"n_{n}" for n, s in self.sigs.items() if s.at and s.present) + \
+            tuple(x for n, s in self.sigs.items() if s.strides_of == n and s.present
+                  for x in stride_names(n, len(s.shape)))
         keep = self.bufs[p.keep.name].name if p.keep is not None else None
         sizes = tuple((P.sym(n), e) for n, e in p.sizes.items())
         dtypes = {n: s.dtypes for n, s in self.sigs.items() if s.role == "input" and s.multi and not s.like}
@@ -363,6 +369,11 @@ class Lowering:
                           (kir.Kernel("main", tuple(self.body)),), dims, dtype_args, dynamic, tuple(self.checks),
                           keep=keep, meta={"helpers": set(self.helpers), "sigs": self.sigs, "dtypes": dtypes,
                                            "sizes": sizes})
+
+
+def stride_names(tensor: str, rank: int):
+    """The runtime sizes holding a strided tensor's strides, all dims but the last (which is 1)."""
+    return tuple(f"S_{tensor}_{i}" for i in range(rank - 1))
 
 
 def _divisors(e):

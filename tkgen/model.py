@@ -78,7 +78,7 @@ class Tensor:
     view: Tuple[Tuple[str, ...], ...]        # per tensor dim, the axes (major first) that index it
     exact: object
     values: dict
-    layouts: Tuple[tuple, ...] = ()          # outputs: (boolean param, shape, shape text, view), the layout when it is true
+    layouts: Tuple[tuple, ...] = ()          # (boolean param, shape, shape text, view): the layout when it is true
     optional: bool = False                   # inputs: may be None; each presence compiles its own kernel
     absent: Optional[float] = None           # inputs: the value `load` gives when the input is None
     like: Optional[str] = None               # same element type as this input (its dtype at the call)
@@ -93,6 +93,8 @@ class Tensor:
     into: Optional[str] = None               # outputs: stored into this input's storage, which the op mutates
     padding: Optional[str] = None            # rows-at outputs: the input marking padding rows (< 0)
     fill: Optional[int] = None               # flat at-outputs: the value elsewhere; elements stored, not added
+    strided: bool = False                    # inputs: the kernel takes its strides (last dim contiguous); an
+                                             # output `into` it inherits them
 
     def segment_axes(self, segment: str) -> Tuple[str, ...]:
         """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""
@@ -222,10 +224,11 @@ class OpSpec:
         return not t.when or bool(variant.get(f"?{t.when}", variant.get(t.when)))
 
     def resolved(self, variant: dict) -> "OpSpec":
-        """The spec as one variant sees it: every output in the layout its boolean params select."""
-        if not any(t.layouts for t in self.outputs.values()):
+        """The spec as one variant sees it: every tensor in the layout its boolean params select."""
+        if not any(t.layouts for t in self.tensors.values()):
             return self
-        return dataclasses.replace(self, outputs={n: t.resolved(variant) for n, t in self.outputs.items()})
+        return dataclasses.replace(self, inputs={n: t.resolved(variant) for n, t in self.inputs.items()},
+                                   outputs={n: t.resolved(variant) for n, t in self.outputs.items()})
 
 
 @dataclass
@@ -333,9 +336,9 @@ def _check_into(doc, inputs, outputs):
                                          and t.dtypes == src.dtypes)
         if not same_type:
             raise doc.error(base, f"the output must have the type of {t.into!r}: `like: {t.into}` or its dtype")
-        if t.shape_text != src.shape_text or t.view != src.view:
-            raise doc.error(base, f"the output must have the shape and view of {t.into!r}")
-        if t.when or t.layouts or t.layout_ref or t.at:
+        if t.shape_text != src.shape_text or t.view != src.view or t.layouts != src.layouts:
+            raise doc.error(base, f"the output must have the shape and view of {t.into!r} (and its `when` layouts)")
+        if t.when or t.layout_ref or t.at:
             raise doc.error(base, "an output written in place has no `when`, `layout` or `at`")
 
 
@@ -553,11 +556,14 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         optional_when = t.get("when") if isinstance(t.get("when"), str) else None
         for param, alt in (t.get("when") if isinstance(t.get("when"), dict) else {}).items():
             path = base + ("when", param)
-            if role != "output":
-                raise doc.error(path, "only outputs can change layout with a param")
+            if role != "output" and set(t) & {"at", "format", "scale_format"}:
+                raise doc.error(path, "an input that changes layout with a param has a plain dtype and a view")
             if param not in params or not params[param].boolean:
                 raise doc.error(path, f"{param!r} is not a boolean param (one_of: [false, true])")
-            ashape, aview, _ = layout(path, alt)
+            ashape, aview, asegments = layout(path, alt)
+            if role != "output" and (tuple(str(x) for x in alt["shape"]) != tuple(str(x) for x in t["shape"])
+                                     or segments is not None or asegments is not None):
+                raise doc.error(path, "an input's layout keeps its shape (the view alone changes) and has no segments")
             if sorted(a for g in aview for a in g) != sorted(a for g in view for a in g):
                 raise doc.error(path + ("view",), "the layout must use the same axes as the tensor's view")
             when.append((param, ashape, tuple(str(x) for x in alt["shape"]), aview))
@@ -581,7 +587,12 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                 if n not in table:
                     raise doc.error(base + (key,), f"unknown {kind} format {short(n)}; expected one of {listing(sorted(table))}")
         exact = t.get("exact", "bit" if role == "output" else None)
+        if t.get("strided") and (role != "input" or set(t) & {"at", "format", "scale_format"} or segments):
+            raise doc.error(base + ("strided",), "`strided` is for inputs of a plain dtype with a view (no `at`, "
+                                                 "format or segments)")
         for key in ("optional", "absent") if role == "output" else ("when", "into"):
+            if key == "when" and isinstance(t.get(key), dict):
+                continue                  # an input's layout chosen by a boolean param
             if key in t:
                 raise doc.error(base + (key,), f"`{key}` is for {'inputs' if role == 'output' else 'outputs'} only")
         if t.get("optional") and "absent" not in t:
@@ -618,7 +629,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
         return Tensor(name, role, t.get("doc", ""), dtypes, t.get("format"), t.get("scale_format"), t.get("layout"), shape,
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
                       bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"), segments,
-                      into=t.get("into"), padding=t.get("padding"), fill=t.get("fill"))
+                      into=t.get("into"), padding=t.get("padding"), fill=t.get("fill"),
+                      strided=bool(t.get("strided", False)))
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))

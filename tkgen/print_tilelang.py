@@ -322,13 +322,19 @@ class KernelPrinter:
             else:
                 entries = ", ".join(f"{dt!r}: {fn}" for dt, fn in table.items())
                 pre.append(f"{tname} = {{{entries}}}[{owner}_dtype]")
-        params = [f"        {t.name}: T.Tensor({self.shape(t)}, {self.storage_src(t.elem)})," for t in m.tensors]
+        params = [f"        {t.name}: T.Tensor({self.shape(t)}, {self.storage_src(t.elem)})," if t.strides is None else
+                  f"        {t.name}: T.StridedTensor({self.shape(t)}, {self.tuple_src(t.strides)}, "
+                  f"{self.storage_src(t.elem)})," for t in m.tensors]
         return head + ["    " + line for line in pre] + ["", "    @T.prim_func", "    def kernel(", *params, "    ):"] + \
             body + ["", "    return kernel"]
 
     @staticmethod
     def shape(t: kir.TensorArg) -> str:
-        dims = [P.py_expr(s) for s in t.shape]
+        return KernelPrinter.tuple_src(t.shape)
+
+    @staticmethod
+    def tuple_src(sizes) -> str:
+        dims = [P.py_expr(s) for s in sizes]
         return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 

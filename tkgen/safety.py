@@ -225,7 +225,8 @@ _TORCH_CHAINS = {"library": frozenset({"custom_op"}), "ops": frozenset({"tkgen"}
                  "compiler": frozenset({"is_compiling"})}
 _TILELANG_ATTRS = frozenset({
     "Kernel", "Parallel", "Pipelined", "Serial", "Unroll", "serial", "unroll", "grid", "vectorized",
-    "prim_func", "macro", "dynamic", "symbolic", "Tensor", "Buffer", "Select", "if_then_else", "cast",
+    "prim_func", "macro", "dynamic", "symbolic", "Tensor", "StridedTensor", "Buffer", "Select", "if_then_else",
+    "cast",
     "reinterpret", "alloc_fragment", "alloc_local", "alloc_shared", "alloc_var", "copy", "fill", "clear",
     "reduce_absmax", "reduce_max", "reduce_min", "reduce_sum", "reduce_abssum", "cumsum", "cummax",
     "atomic_add", "atomic_max", "atomic_min", "gemm", "max", "min", "abs", "ceildiv", "floordiv",

@@ -58,7 +58,7 @@ def _view_inner_axes(spec, used) -> set:
     """Axes that are not the major axis of a split tensor dim must be whole (their index is not tiled)."""
     inner = set()
     for t in spec.tensors.values():
-        for group in t.resolved({}).view if t.role == "output" else t.view:
+        for group in t.resolved({}).view:
             live = [a for a in group if a in used]     # an axis held at a fixed index is not the major
             inner.update(live[1:])
     return inner

@@ -46,6 +46,8 @@ class TensorSig:
     segments: Optional[tuple] = None           # inputs: (dim, ((segment, axes), ...)), see model.Tensor
     padding: Optional[str] = None              # rows-at outputs: the input marking padding rows (< 0)
     fill: Optional[int] = None                 # flat at-outputs: the value elsewhere (elements stored, not added)
+    strides_of: Optional[str] = None           # the strided input whose strides it has (itself, or the input
+                                               # an output is written into)
 
     @property
     def axes(self):
@@ -85,7 +87,7 @@ class TensorSig:
 
 def resolve(catalog, spec, t, variant) -> TensorSig:
     """The signature of tensor `t` (a model Tensor) in one variant."""
-    t = t.resolved(variant) if t.role == "output" else t
+    t = t.resolved(variant)
     fmt = scale = pk = None
     pad = None
     if t.format_ref:
@@ -112,7 +114,8 @@ def resolve(catalog, spec, t, variant) -> TensorSig:
         (spec.writes(t, variant) if t.role == "output" else True)
     return TensorSig(t.name, t.role, present, elem, tuple(t.dtypes), t.shape, t.shape_text, t.view, fmt, scale,
                      pk, pad, t.at, t.row_view, t.like, t.optional, t.segments, t.padding,
-                     t.fill)
+                     t.fill,
+                     t.name if t.strided else t.into if t.into and spec.inputs[t.into].strided else None)
 
 
 def signature(catalog, spec, variant) -> Dict[str, TensorSig]:

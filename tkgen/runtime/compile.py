@@ -12,6 +12,8 @@ _CACHE = {}
 def _tilelang():
     os.environ.setdefault("TILELANG_PRINT_ON_COMPILATION", "0")
     import tilelang
+    from .tilelang_fixes import install
+    install()
     return tilelang
 
 

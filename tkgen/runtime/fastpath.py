@@ -55,15 +55,16 @@ class CallSite:
         self.keys = tuple(_key_positions([bool(set(_NAME.findall(s)) & self.runtime_dims) for s in i.shape])
                           for i in op.inputs)
         self.specializations: Dict[tuple, Specialization] = {}
+        self.strided = tuple(i.strided for i in op.inputs)      # whose kernels take their strides
 
     def key(self, tensors, params):
         """The shape class of a call, or None when the fast path cannot vouch for its tensors."""
         parts = [params, *map(type, params)]        # True == 1 and 128.0 == 128, but params are typed
         try:
-            for t, keep in zip(tensors, self.keys):
+            for t, keep, strided in zip(tensors, self.keys, self.strided):
                 if t is None:
                     parts.append(None)
-                elif not t.is_contiguous():
+                elif not (t.is_contiguous() or (strided and t.stride(-1) == 1)):
                     return None
                 else:
                     s = t.shape

@@ -48,6 +48,7 @@ class InputInfo:
     codec: Optional[Callable] = None   # variant -> codec dict of an input declared with a format (see below)
     at: Optional[str] = None           # read at the flat positions this input holds (passed to kernels flat)
     rows: bool = False                 # with `at`: its rows are read at the positions (passed as it is)
+    strided: bool = False              # the kernel takes its strides: any view whose last dim is contiguous
 
     @property
     def flat(self) -> bool:
@@ -162,7 +163,11 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
         if device is not None and t.device != device:
             raise ValueError(f"{op.name}: argument `{info.name}` is on {t.device} but earlier arguments are on {device}")
         device = t.device
-        if not t.is_contiguous():
+        if info.strided:
+            if t.dim() and t.stride(-1) != 1:
+                raise ValueError(f"{op.name}: argument `{info.name}` must have a contiguous last dim (stride 1), "
+                                 f"got strides {tuple(t.stride())}")
+        elif not t.is_contiguous():
             raise ValueError(f"{op.name}: argument `{info.name}` must be contiguous (row-major); call .contiguous()")
     # structural params first: they pick the formats, which fix the containers of format-typed inputs
     for p in op.params:

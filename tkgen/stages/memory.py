@@ -4,7 +4,8 @@
   int64 ones); a tensor addressed `at:` positions is gathered at them (0 outside the tensor); `load(x, s)`:
   segment `s` of an input whose view splits a dim into segments of unequal length (a packed `kv`);
 - `copy(x)`: its stored elements, never decoded (a bit-exact move to a `like: x` output), or `copy(x, s)`;
-- `take(v, axis, i)`: a loaded value at one index of an axis (a load at that fixed index).
+- `take(v, axis, i)`: a loaded value at one index of an axis (a load at that fixed index), also of rows
+  gathered at positions (an axis of their view).
 """
 from __future__ import annotations
 
@@ -84,22 +85,23 @@ class Gather(Step):
     out: Value                 # over the axes of the positions' view
     tensor: str                # an input addressed `at:` positions: its element at each position, 0 outside
     index: Value               # the loaded positions (i32)
+    fixed: Tuple[Tuple[str, int], ...] = ()   # rows at positions: axes of the row view held at one index (take)
 
     def sources(self):
         return {self.index.name}
 
     def lower(self, lw):
         sig = lw.sigs[self.tensor]
-        fetch = gathered(lw, sig, lw.read(self.index), self.out.axes)
+        fetch = gathered(lw, sig, lw.read(self.index), self.out.axes, self.fixed)
         dtype = int_dtype(sig.elem) if sig.elem in INT_ELEMS else F32
         lw.emit(kir.Compute(lw.buffer(self.out), ir.Decode(sig.elem, fetch, dtype)))
 
 
-def gathered(lw, sig, pos, axes) -> ir.Fetch:
-    """The element of a tensor addressed `at:` positions (flat, or whole rows), where `pos` is: guarded to
-    positions inside the tensor (0 elsewhere)."""
+def gathered(lw, sig, pos, axes, fixed=()) -> ir.Fetch:
+    """The element of a tensor addressed `at:` positions (flat, or whole rows, `fixed` axes of the row
+    view pinned), where `pos` is: guarded to positions inside the tensor (0 elsewhere)."""
     guard = ir.conj(lw.row_guard(axes), *lw.inside(pos, f"n_{sig.name}"))
-    return ir.Fetch(sig.name, (pos,) if sig.flat else lw.at_rows(sig, pos), guard)
+    return ir.Fetch(sig.name, (pos,) if sig.flat else lw.at_rows(sig, pos, dict(fixed)), guard)
 
 
 def _segment(b, call, tensor, node):
@@ -149,7 +151,13 @@ class Take(Stage):
             return
         src = b.value_arg(idx, src)
         load = b.loaded(src.name)
-        if load is None:
+        # or rows gathered at positions, at one index of an axis of their row view
+        rows = next((x for x in b.steps if isinstance(x, Gather) and x.out.name == src.name), None)
+        row_view = b.spec.inputs[rows.tensor].row_view if rows is not None else None
+        if rows is not None and axis not in [a for g in row_view or () for a in g]:
+            b.fail(idx, f"take(v, axis, i) of rows gathered at positions takes an axis of their view "
+                        f"(the dims after the first)", call.args[1])
+        if load is None and rows is None:
             b.fail(idx, "take(v, axis, i) takes a loaded value: `take(load(x), s, 0)`", call.args[0])
         if axis not in src.axes:
             b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[1])
@@ -159,4 +167,7 @@ class Take(Stage):
         if not E.names(extent) and at.value >= E.evaluate(extent, {}):
             b.fail(idx, f"take(v, {axis}, {at.value}): axis {axis!r} has {E.evaluate(extent, {})} indices", at)
         out = b.define(idx, call.targets[0], [a for a in src.axes if a != axis], src.dtype)
-        b.add(idx, Load(out, load.tensor, load.fixed + ((axis, at.value),), load.segment))
+        if load is not None:
+            b.add(idx, Load(out, load.tensor, load.fixed + ((axis, at.value),), load.segment))
+        else:
+            b.add(idx, Gather(out, rows.tensor, rows.index, rows.fixed + ((axis, at.value),)))

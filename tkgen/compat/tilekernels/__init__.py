@@ -5,7 +5,7 @@ it (see tkgen/compat/__init__.py)."""
 import sys
 
 from .._missing import module
-from . import config, engram, moe, quant
+from . import config, engram, moe, quant, transform
 from .config import *  # noqa: F401,F403  (TileKernels re-exports its knobs at the top)
 
 RELEASE = "2.1.0"
@@ -24,8 +24,7 @@ mhc = module(__name__ + ".mhc", RELEASE, [
 modeling = module(__name__ + ".modeling", RELEASE, [])
 modeling.engram = module(__name__ + ".modeling.engram", RELEASE, ["EngramGateFn", "engram_gate"])
 rand = module(__name__ + ".rand", RELEASE, ["randn", "randn_like", "set_seed"])
-transform = module(__name__ + ".transform", RELEASE, ["apply_rotary"])
-for _m in (mhc, modeling, modeling.engram, rand, transform):
+for _m in (mhc, modeling, modeling.engram, rand):
     sys.modules[_m.__name__] = _m          # `from tkgen.compat.tilekernels.rand import randn` works too
 
 __all__ = ["config", "engram", "mhc", "modeling", "moe", "quant", "rand", "transform", *config.__all__]
