@@ -28,7 +28,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads=64, blo
     B_e = N_e
     B_j = N_j
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
 
     @T.prim_func
     def kernel(
@@ -128,7 +128,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
     B_e = N_e
     B_j = N_j
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
 
     @T.prim_func
     def kernel(
@@ -235,7 +235,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
     B_e = N_e
     B_j = N_j
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
 
     @T.prim_func
     def kernel(
@@ -345,7 +345,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
     B_e = N_e
     B_j = N_j
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
 
     @T.prim_func
     def kernel(

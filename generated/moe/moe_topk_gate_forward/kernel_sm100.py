@@ -27,7 +27,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads=64, blo
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
     threads = fit_threads(threads, max(B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
 
     @T.prim_func
@@ -128,7 +128,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
     threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
 
     @T.prim_func
@@ -236,7 +236,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
     threads = fit_threads(threads, max(B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
 
     @T.prim_func
@@ -347,7 +347,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
     threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
 
     @T.prim_func
