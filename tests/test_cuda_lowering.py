@@ -90,3 +90,17 @@ def test_dequantized_stores_are_16_bytes_at_consecutive_thread_addresses():
     assert re.search(r"\*\(fp8_e4_8_t\*\)\(q \+", src)                                      # 8 codes per thread
     store = re.search(r"\*\(uint4\*\)\(y \+ (.*)\) = ", src)
     assert store and store.group(1).endswith("(((int64_t)((int)threadIdx.x)) * (int64_t)8))")
+
+
+def test_gate_top_k_runs_once_per_row_tile():
+    """moe_topk_gate_forward's output slots are held whole (padded to a power of two) beside the top-k over
+    the experts: split across blocks, each block of slots redid the row's top-k (5.6x TileKernels on the
+    H200). Unpadded, 33 slots left TileLang the mask on 33 of 64 threads, and the scores of the rest zero."""
+    for arch in ("sm90",):
+        module = importlib.import_module(f"{registry.op_package('moe_topk_gate_forward').__name__}.kernel_{arch}")
+        for args in ((256, 8, 10, 1.5), (256, 32, 33, 1.0)):
+            src = lower_source(module, module.build_with_mask, args)
+            assert "blockIdx.x) / " not in src and "blockIdx.x) % " not in src, (arch, args)   # one grid axis
+            lines = src[:src.index("mask[")].splitlines()
+            loop = max(i for i, line in enumerate(lines) if line.lstrip().startswith("for ("))
+            assert "threadIdx" not in lines[loop - 2], (arch, args)     # the mask load is under no thread guard

@@ -27,7 +27,7 @@ def build_base(M, D, *, threads=1, block_t=1, tile_elems=4096):
     B_o = N_o
     B_d = N_d
     B_t = fit_rows(block_t, tile_elems, (B_o * B_d))
-    B_i = pick_block(N_i, max(1, (tile_elems // ((B_t * B_o) * B_d))), 1, 1)
+    B_i = pick_block(N_i, max(1, (tile_elems // ((B_t * B_o) * B_d))), 1)
 
     @T.prim_func
     def kernel(

@@ -26,7 +26,7 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=8192):
     B_o = pad_pow2(N_o)
     B_d = pad_pow2(N_d)
     B_t = fit_rows(block_t, tile_elems, (B_o * B_d))
-    B_i = pick_block(N_i, max(1, (tile_elems // ((B_t * B_o) * B_d))), 1, 1)
+    B_i = pick_block(N_i, max(1, (tile_elems // ((B_t * B_o) * B_d))), 1)
     threads = fit_threads(threads,
         max(B_t * B_d, B_t * B_i * B_d, B_t * B_i * B_o, B_t * B_i * B_o * B_d, B_t * B_o, B_t * B_o * B_d), tile_elems)
 

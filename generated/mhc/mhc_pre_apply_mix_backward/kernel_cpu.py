@@ -25,7 +25,7 @@ def build_base(M, D, *, threads=1, block_t=1, tile_elems=4096):
     N_d = D
     B_d = N_d
     B_t = fit_rows(block_t, tile_elems, B_d)
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1)
 
     @T.prim_func
     def kernel(
@@ -73,7 +73,7 @@ def build_with_x_grad_acc(M, D, *, threads=1, block_t=1, tile_elems=4096):
     N_d = D
     B_d = N_d
     B_t = fit_rows(block_t, tile_elems, B_d)
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1)
 
     @T.prim_func
     def kernel(

@@ -24,7 +24,7 @@ def build_base(M, D, *, threads=128, block_t=1, tile_elems=4096):
     N_d = D
     B_d = pad_pow2(N_d)
     B_t = fit_rows(block_t, tile_elems, B_d)
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1)
     threads = fit_threads(threads, max(B_t * B_d, B_t * B_s, B_t * B_s * B_d), tile_elems)
 
     @T.prim_func
@@ -73,7 +73,7 @@ def build_with_x_grad_acc(M, D, *, threads=128, block_t=1, tile_elems=4096):
     N_d = D
     B_d = pad_pow2(N_d)
     B_t = fit_rows(block_t, tile_elems, B_d)
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1)
     threads = fit_threads(threads, max(B_t * B_d, B_t * B_s, B_t * B_s * B_d), tile_elems)
 
     @T.prim_func
