@@ -3,7 +3,6 @@ kernels, through torch.library ops with registered autograd formulas)."""
 import torch
 
 from . import functional
-from ._moe import expert_matmul
 from ..compat._moe_mapping import upper_bound
 
 
@@ -89,6 +88,17 @@ class EngramGate(torch.nn.Module):
         return functional.engram_gate(x, k, v, self.weight_hidden, self.weight_embed, self.clamp_value, self.eps)
 
 
+def expert_matmul(x, weight, pos_to_expert, alignment):
+    """x [T_exp, n] times weight [E, n, m] of each row's expert, as one torch.bmm over blocks of `alignment`
+    rows: in the layout of `get_fused_mapping` each expert's segment starts at a multiple of the alignment and
+    is a whole number of blocks long, so every block holds rows of one expert (then its padding), or padding
+    only (past the last segment; any weight serves, its rows are zero). It gathers one weight per block
+    (blocks x n x m elements): plain and traceable, not a grouped GEMM."""
+    rows = x.shape[0]
+    expert = pos_to_expert.view(rows // alignment, alignment).amax(1).clamp(min=0)
+    return torch.bmm(x.view(rows // alignment, alignment, -1), weight[expert]).view(rows, -1)
+
+
 class MoE(torch.nn.Module):
     """A routed MoE layer on tkgen's kernels, differentiable end to end: logits = x @ router^T (float32), the
     gate (`functional.moe_gate`), the mapping (`functional.get_fused_mapping`, sized by its upper bound so
@@ -96,7 +106,7 @@ class MoE(torch.nn.Module):
     the generated SwiGLU with positions (padding rows skipped), the down projection, reduce
     (`functional.moe_reduce`). The routing weights multiply the activation inside the SwiGLU
     (`weights_in="swiglu"`, TileKernels' place) or the rows in the reduce (`"reduce"`); either way their
-    gradient reaches the router. The expert GEMMs are torch (`_moe.expert_matmul`: a bmm over blocks of
+    gradient reaches the router. The expert GEMMs are torch (`expert_matmul`: a bmm over blocks of
     `alignment` rows). Parameters: router [E, hidden] float32, gate_up [E, hidden, 2 * intermediate] and
     down [E, intermediate, hidden] in `dtype` (bf16 or float32, the dtype of x)."""
 

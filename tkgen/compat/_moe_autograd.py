@@ -1,5 +1,8 @@
-"""The differentiable steps of an MoE layer, as `torch.library` ops with registered autograd formulas
-(opaque to torch.compile, which traces them with `fullgraph=True`). Each direction runs generated kernels:
+"""The differentiable steps of tkgen.nn's MoE layer, as `torch.library` ops (`torch.ops.tkgen_nn.*`) with
+registered autograd formulas (opaque to torch.compile, which traces them with `fullgraph=True`). They
+compose named generated ops, which `backward:` blocks cannot chain here (expand's gradient is reduce_fused
+in x's own format, a param a block cannot take from a dtype; the gate's backward reads the routed slots
+only), so they live beside the other composites over named ops. Each direction runs generated kernels:
 
 - gate: `moe_topk_gate_forward`, backward `moe_topk_gate_backward` (the gradient reaches the logits through
   the routing weights; the selection itself is piecewise constant);
@@ -149,15 +152,3 @@ def moe_reduce(x, topk_weights, token_topk_to_pos, pos_to_expert):
     grad_out[t] * topk_weights[t, k] (zero on the padding rows), the weights the dot products of grad_out[t]
     with x's rows in float32."""
     return _moe_reduce(x, topk_weights, token_topk_to_pos, pos_to_expert)
-
-
-# -- the expert GEMMs (torch) -----------------------------------------------------------------------------------
-def expert_matmul(x, weight, pos_to_expert, alignment):
-    """x [T_exp, n] times weight [E, n, m] of each row's expert, as one torch.bmm over blocks of `alignment`
-    rows: in the layout of `get_fused_mapping` each expert's segment starts at a multiple of the alignment and
-    is a whole number of blocks long, so every block holds rows of one expert (then its padding), or padding
-    only (past the last segment; any weight serves, its rows are zero). It gathers one weight per block
-    (blocks x n x m elements): plain and traceable, not a grouped GEMM."""
-    rows = x.shape[0]
-    expert = pos_to_expert.view(rows // alignment, alignment).amax(1).clamp(min=0)
-    return torch.bmm(x.view(rows // alignment, alignment, -1), weight[expert]).view(rows, -1)
