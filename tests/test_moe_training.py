@@ -93,11 +93,11 @@ def layers(weights_in, seed=0):
 def test_training_matches_plain_pytorch(mode):
     """The routing weights applied in the SwiGLU or in the reduce: the same loss curve and, at every step,
     the same gradients of the router, the expert weights and the input. Compiled: the whole training step
-    (forward and backward) under torch.compile(fullgraph=True), with AOT autograd's graphs (the aot_eager
-    backend: tracing and fake shapes, no codegen of the torch ops)."""
+    (forward and backward) under torch.compile(fullgraph=True) with the default backend (inductor; a graph
+    break would raise), the tkgen ops opaque in its graphs through their fake implementations."""
     compiled = mode.startswith("compiled")
     layer, plain, x, target = layers(mode.split("-")[1])
-    step = torch.compile(lambda x: loss_of(layer, x, target), fullgraph=True, backend="aot_eager") if compiled else None
+    step = torch.compile(lambda x: loss_of(layer, x, target), fullgraph=True) if compiled else None
     got_losses, got_grads = train(layer, x, target, step)
     want_losses, want_grads = train(plain, x, target)
     assert float(want_losses[-1]) < 0.9 * float(want_losses[0])         # it trains
@@ -105,8 +105,6 @@ def test_training_matches_plain_pytorch(mode):
         close(gl, wl, f"loss at step {i}", rel=1e-6)
         for name in wg:
             close(gg[name], wg[name], f"{name} gradient at step {i}")
-    if compiled:
-        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
 
 
 # -- each step against float64 autograd --------------------------------------------------------------------------
