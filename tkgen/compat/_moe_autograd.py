@@ -34,30 +34,28 @@ def _format(t: torch.Tensor, what: str) -> str:
 
 
 # -- gate -------------------------------------------------------------------------------------------------------
+def _gate_forward(logits, mask, bias, num_topk, routed_scaling_factor):
+    """(topk_weights, topk_idx, scores): the differentiable output first (torch.library.opcheck sums the
+    outputs starting from the first). Also the fake: the generated op's fake gives the shapes."""
+    idx, weights, scores = torch.ops.tkgen.moe_topk_gate_forward(logits, mask, bias, num_topk, num_topk,
+                                                                 routed_scaling_factor)
+    return weights, idx, scores
+
+
 @torch.library.custom_op("tkgen_nn::moe_gate", mutates_args=())
 def _moe_gate(logits: torch.Tensor, mask: Optional[torch.Tensor], bias: Optional[torch.Tensor], num_topk: int,
               routed_scaling_factor: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _gate_forward(logits, mask, bias, num_topk, routed_scaling_factor)
 
 
-@_moe_gate.register_fake
-def _(logits, mask, bias, num_topk, routed_scaling_factor):
-    return _gate_forward(logits, mask, bias, num_topk, routed_scaling_factor)
-
-
-def _gate_forward(logits, mask, bias, num_topk, routed_scaling_factor):
-    """(topk_weights, topk_idx, scores): the differentiable output first (torch.library.opcheck sums the
-    outputs starting from the first)."""
-    idx, weights, scores = torch.ops.tkgen.moe_topk_gate_forward(logits, mask, bias, num_topk, num_topk,
-                                                                 routed_scaling_factor)
-    return weights, idx, scores
+_moe_gate.register_fake(_gate_forward)
 
 
 def _gate_setup(ctx, inputs, output):
     topk_weights, topk_idx, scores = output
     ctx.mark_non_differentiable(topk_idx, scores)
     ctx.save_for_backward(scores, topk_idx, topk_weights)
-    ctx.routed_scaling_factor = inputs[-1]
+    logits, mask, bias, num_topk, ctx.routed_scaling_factor = inputs
 
 
 def _gate_backward(ctx, grad_weights, grad_idx, grad_scores):
