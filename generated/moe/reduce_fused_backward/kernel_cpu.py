@@ -32,7 +32,7 @@ def build_base(K, H, grad_out_dtype, *, threads=1, block_t=1, tile_elems=8192):
     B_padcol_x_grad = min(N_padcol_x_grad, 2048)
     B_h = N_h
     B_t = fit_rows(block_t, tile_elems, B_h)
-    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1, 1)
+    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1)
     STORAGE_grad_out = {'bf16': 'uint16', 'fp32': 'float32'}[grad_out_dtype]
     LOAD_grad_out = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[grad_out_dtype]
     STORE_grad_out = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[grad_out_dtype]
@@ -106,7 +106,7 @@ def build_with_topk_weights(K, H, grad_out_dtype, *, threads=1, block_t=1, tile_
     B_padcol_x_grad = min(N_padcol_x_grad, 2048)
     B_h = N_h
     B_t = fit_rows(block_t, tile_elems, B_h)
-    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1, 1)
+    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1)
     STORAGE_grad_out = {'bf16': 'uint16', 'fp32': 'float32'}[grad_out_dtype]
     LOAD_grad_out = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[grad_out_dtype]
     STORE_grad_out = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[grad_out_dtype]

@@ -31,7 +31,7 @@ def build_base(K, H, grad_out_dtype, *, threads=128, block_t=1, tile_elems=8192)
     B_padcol_x_grad = min(N_padcol_x_grad, 2048)
     B_h = pad_pow2(N_h)
     B_t = fit_rows(block_t, tile_elems, B_h)
-    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1, 1)
+    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1)
     STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
     LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
     STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
@@ -107,7 +107,7 @@ def build_with_topk_weights(K, H, grad_out_dtype, *, threads=128, block_t=1, til
     B_padcol_x_grad = min(N_padcol_x_grad, 2048)
     B_h = pad_pow2(N_h)
     B_t = fit_rows(block_t, tile_elems, B_h)
-    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1, 1)
+    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1)
     STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
     LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
     STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
