@@ -493,5 +493,6 @@ ADAPTERS = {
         "mhc_pre_split_mixes": tk_mhc_pre_split_mixes,
         "mhc_head_compute_mix": tk_mhc_head_compute_mix,
         "sinkhorn_normalize": tk_sinkhorn_normalize,
+        "apply_rotary": tk_apply_rotary,
     },
 }

@@ -4,6 +4,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from tkgen import registry
 from tkgen.generate import render_all
@@ -118,3 +119,19 @@ def test_a_new_profile_adds_its_kernels_and_rewrites_no_op_file(tmp_path):
     assert all(len(p.parts) == 1 or p.parts[0] == "common" or p.name == "__init__.py" and len(p.parts) == 2
                for p in changed), sorted(map(str, changed))[:5]
     assert not any(p.name.startswith(("kernel_", "op.", "reference.", "strategies.")) for p in changed)
+
+
+def test_retuning_one_op_rewrites_only_its_kernel_module(tmp_path):
+    """A schedule tuned for one op (what `tkgen tune` writes into a profile) changes that op's kernel
+    module for the profile and the shared files, and no other op's file."""
+    import yaml
+    specs = _small_tree(tmp_path, ("moe/topk_gate", "quant/per_token_cast"))
+    before = render_all(load_catalog(specs))
+    path = specs / "archs" / "sm90.yaml"
+    data = yaml.safe_load(path.read_text())
+    data.setdefault("tuned", {})["topk_gate"] = {"threads": 64, "block": {"t": 2}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    after = render_all(load_catalog(specs))
+    changed = {p for p in before if after[p] != before[p]}
+    ops_changed = {p for p in changed if p.name.startswith(("kernel_", "op.", "reference.", "strategies."))}
+    assert ops_changed == {Path("moe/topk_gate/kernel_sm90.py")}, sorted(map(str, ops_changed))

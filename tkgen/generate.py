@@ -12,6 +12,7 @@ Layout of `generated/` (the importable package `tkgen_generated`):
 from __future__ import annotations
 
 import hashlib
+import json
 import textwrap
 from pathlib import Path
 from typing import Dict
@@ -397,6 +398,14 @@ def _helpers_module(template, fns, printer, header):
     return render(template, header=header, functions=items)
 
 
+def _profile_hash(catalog, arch, op: str) -> str:
+    """What an op's kernel module is generated from in a profile: all of it but the schedules tuned for
+    other ops (retuning one op rewrites only that op's kernel files)."""
+    data = dict(catalog.documents[arch.path].data)
+    data["tuned"] = data.get("tuned", {}).get(op)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def render_all(catalog, formatted: bool = True) -> Dict[Path, str]:
     """Every generated file, keyed by its path relative to the output directory."""
     return render_modules(catalog, sorted(catalog.ops), formatted)
@@ -427,8 +436,8 @@ def render_modules(catalog, ops, formatted: bool = True) -> Dict[Path, str]:
         families.add(spec.family)
         for arch_name in sorted(catalog.archs):
             arch = catalog.archs[arch_name]
-            arch_doc = catalog.documents[arch.path]
-            kernel_header = _header(_rel(catalog, spec.path), own + [(_rel(catalog, arch.path), arch_doc.sha256)],
+            kernel_header = _header(_rel(catalog, spec.path), own + [(_rel(catalog, arch.path),
+                                                                      _profile_hash(catalog, arch, spec.name))],
                                     f"with the formats and the {arch_name} profile")
             src, _ = kernel_module(catalog, spec, arch, kernel_header)
             out[base / f"kernel_{arch_name}.py"] = src
