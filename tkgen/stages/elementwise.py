@@ -188,6 +188,21 @@ def _convert(fn, x):
 define(("to_f32", "to_i32", "to_i64"), 1, _convert, _convert.__doc__)
 
 
+def _bits(fn, x):
+    """bits(x): a float32's bit pattern as an i32 (the sign bit is the i32's sign); from_bits(n): the
+    float32 whose bit pattern is the i32 n. Reinterpretations, exact for every value (NaN payloads too)."""
+    if fn == "bits":
+        if x.dtype != ir.F32:
+            raise TypeError(f"takes a float32, found {x.dtype}")
+        return op("u32_to_i32", op("bits", x))
+    if x.dtype != I32:
+        raise TypeError(f"takes an i32, found {x.dtype}")
+    return op("from_bits", op("i32_to_u32", x))
+
+
+define(("bits", "from_bits"), 1, _bits, _bits.__doc__)
+
+
 @function("iota")
 class Iota(Function):
     """iota(a): the index along axis `a` (i32, varying over `a` alone; inside a row block, the index of

@@ -1,0 +1,200 @@
+"""`stochastic_cast` (TileKernels 2.1.0's `cast(..., stochastic_rounding=True)`): fp32 -> bf16, fp32 -> e4m3,
+bf16 -> e4m3 over quads.
+
+The generated reference is held bit for bit to an oracle written here: the hash in numpy uint32 arithmetic
+and the rounding rule in float64 (floor(|x| / step), the 16 bits below it, a carry), sharing nothing with
+the spec's bit arithmetic. The CPU kernel is held bit for bit to the reference (outputs poisoned first).
+Then the statistics of TileKernels' test, on N = 2^20 elements per pair (docs/numerics.md): determinism,
+direction bias, magnitude bias, codes adjacent to round-to-nearest-even and some differing from it, and the
+rate of rounding up of one value repeated N times against the fraction it drops."""
+import numpy as np
+import pytest
+import torch
+
+import tkgen.ops as ops
+from tkgen.testing.check import check_tensors, compare, reference_outputs
+from tkgen import registry
+
+PAIRS = [("fp32", "bf16"), ("fp32", "e4m3"), ("bf16", "e4m3")]
+TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn}
+N = 1 << 20
+STEP = {"bf16": 2.0 ** -7, "e4m3": 2.0 ** -3}           # TileKernels' bias test: 2^-mantissa bits
+
+
+# -- the oracle -------------------------------------------------------------------------------------------
+MULTIPLIERS = (0x5671D42B, 0x9995E499, 0xACE1B8A5, 0xE153538D)
+
+
+def oracle_words(b, first_quad=0):
+    """The two 32-bit words of each quad of float32 bit patterns b [Q, 4] (uint32), in uint32 arithmetic."""
+    u = np.uint32
+    q = ((np.arange(len(b), dtype=np.uint64) + first_quad) & 0xFFFFFFFF).astype(u)
+    h = b[:, 0] * u(MULTIPLIERS[0]) + b[:, 1] * u(MULTIPLIERS[1]) + b[:, 2] * u(MULTIPLIERS[2]) \
+        + b[:, 3] * u(MULTIPLIERS[3]) + q
+    h ^= h >> u(23)
+    h *= u(0x7FEB352D)
+    h ^= h >> u(16)
+    out = []
+    for m in (0x846CA68B, 0xD35A2D97):
+        w = h * u(m)
+        out.append(w ^ (w >> u(11)))
+    return out
+
+
+def oracle_random_bits(b, fmt, first_quad=0):
+    """Each element's 16 random bits: as PTX's cvt.rs hands them to its operands, elements in memory order."""
+    w0, w1 = oracle_words(b, first_quad)
+    lo, hi = (lambda w: w & np.uint32(0xFFFF)), (lambda w: w >> np.uint32(16))
+    lanes = [lo(w0), lo(w0), hi(w0), hi(w0)] if fmt == "e4m3" else [lo(w0), hi(w0), lo(w1), hi(w1)]
+    return np.stack(lanes, 1).astype(np.int64)
+
+
+def oracle(x, fmt, first_quad=0):
+    """y of x (any float dtype, numel % 4 == 0): |x| / step in float64 (step: the format's spacing in |x|'s
+    binade, or its subnormal spacing), its integer part k and the 16 bits below it f; k + 1 if f + r carries
+    past 16 bits; the largest finite value for larger results and infinities, NaN for NaN, x's sign."""
+    x32 = x.float().reshape(-1, 4).numpy()
+    r = oracle_random_bits(x32.view(np.uint32), fmt, first_quad)
+    mant, emin, top = (7, -126, (2 - 2.0 ** -7) * 2.0 ** 127) if fmt == "bf16" else (3, -6, 448.0)
+    with np.errstate(invalid="ignore"):           # signalling NaNs widen quietly
+        x64 = x32.astype(np.float64)
+    a = np.abs(x64)
+    finite = np.isfinite(a)
+    a0 = np.where(finite, a, 1.0)
+    _, e = np.frexp(a0)                                  # a0 = m * 2^e with m in [0.5, 1)
+    step = np.ldexp(1.0, np.maximum(e - 1, emin) - mant)
+    t = a0 / step                                        # exact: a power-of-two scaling of a float32
+    k = np.floor(t)
+    f = np.floor((t - k) * 65536)
+    v = np.minimum((k + (f + r >= 65536)) * step, top)
+    v = np.where(finite, v, np.where(np.isnan(a), np.nan, top))
+    v = np.where(np.isnan(v), v, np.copysign(v, x64))
+    return torch.from_numpy(v.astype(np.float32)).reshape(x.shape).to(TORCH[fmt])
+
+
+# -- inputs -----------------------------------------------------------------------------------------------
+def f32(bits):
+    return torch.tensor(bits, dtype=torch.int64).to(torch.int32).view(torch.float32)
+
+
+EDGES = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F7FFFFF, 0xFF7FFFFF,
+         0x7F7F0000, 0x7F7F0001, 0x7F7EFFFF, 0x00800000, 0x00000001, 0x807FFFFF, 0x00010000, 0x0000FFFF,
+         0x3F800000, 0x3F80FFFF, 0x3F810000, 0xBF80FFFF]
+E4M3_EDGES = [448.0, -448.0, 449.0, 463.99, 464.0, 479.0, 480.0, 481.0, 1e30, -1e30, 2.0 ** -9, 2.0 ** -10,
+              -(2.0 ** -10), 3 * 2.0 ** -10, 2.0 ** -6, 2.0 ** -6 - 2.0 ** -20, 2.0 ** -25, 2.0 ** -26,
+              7.5 * 2.0 ** -9, 15.5 * 2.0 ** -9, 1.0625, 0.99999994, 240.0, 3.4e38]
+
+
+def inputs(src, seed, n=1 << 16):
+    """Edges of both formats, random float32 bit patterns and normal values over many binades, shuffled into
+    quads; for bf16, every code as well."""
+    g = torch.Generator().manual_seed(seed)
+    bits = torch.randint(-2 ** 31, 2 ** 31, (n,), generator=g, dtype=torch.int64).to(torch.int32)
+    spread = torch.randn(n, generator=g) * torch.exp2(torch.randint(-30, 12, (n,), generator=g).float())
+    x = torch.cat([f32(EDGES), torch.tensor(E4M3_EDGES), bits.view(torch.float32), spread])
+    if src == "bf16":
+        x = torch.cat([x.bfloat16(), torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)])
+    x = x[torch.randperm(x.numel(), generator=g)]
+    return x[: x.numel() // 4 * 4].contiguous()
+
+
+def reference(x, dst, first_quad=0):
+    pkg = registry.op_package("stochastic_cast")
+    (y,) = reference_outputs(pkg.OP, pkg, {"x": x.view(-1, 4)}, {"dtype": dst, "first_quad": first_quad})
+    return y.reshape(-1)
+
+
+# -- bit for bit ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("src, dst", PAIRS)
+def test_reference_is_the_oracle(src, dst):
+    x = inputs(src, seed=1)
+    compare("y", reference(x, dst), oracle(x, dst), "bit")
+    compare("y", reference(x, dst, first_quad=2 ** 31 - 7), oracle(x, dst, first_quad=2 ** 31 - 7), "bit")
+
+
+def test_oracle_rounding_rule_on_known_values():
+    """The rule itself, on values whose outcome does not depend on the hash: exact values stay, overflow
+    saturates, NaN stays NaN, the sign of zero stays."""
+    x = torch.tensor([1.0, -2.0, 0.0, -0.0, 448.0, 1e30, float("inf"), float("-inf"), 2.0 ** -9, -(2.0 ** -6),
+                      3.0, float("nan")])
+    y = oracle(x, "e4m3").view(torch.uint8).tolist()
+    assert y[:10] == [0x38, 0xC0, 0x00, 0x80, 0x7E, 0x7E, 0x7E, 0xFE, 0x01, 0x88] and y[11] & 0x7F == 0x7F
+    b = oracle(f32([0x3F800000, 0x7F7F0000, 0x7F800000, 0xFF800000, 0x7F7FFFFF, 0x80000000, 0x00010000,
+                    0x7FC00000]), "bf16").view(torch.int16).tolist()
+    assert b[:7] == [0x3F80, 0x7F7F, 0x7F7F, 0xFF7F - 0x10000, 0x7F7F, -0x8000, 0x0001] and b[7] & 0x7FFF > 0x7F80
+
+
+@pytest.mark.parametrize("src, dst", PAIRS)
+def test_kernel_matches_reference(src, dst):
+    x = inputs(src, seed=2)
+    outs, _ = check_tensors("stochastic_cast", {"x": x.view(-1, 4)}, {"dtype": dst, "first_quad": 0})
+    compare("y", outs[0].reshape(-1), oracle(x, dst), "bit")
+
+
+def test_kernel_with_an_offset_quad_index():
+    x = inputs("fp32", seed=3, n=4096)
+    outs, _ = check_tensors("stochastic_cast", {"x": x.view(-1, 4)}, {"dtype": "bf16", "first_quad": 123457})
+    compare("y", outs[0].reshape(-1), oracle(x, "bf16", first_quad=123457), "bit")
+
+
+def test_arguments_are_checked():
+    with pytest.raises(ValueError, match="`dtype` must be one of"):
+        ops.stochastic_cast(torch.randn(2, 4), "fp32")
+    with pytest.raises(TypeError, match="dtype"):
+        ops.stochastic_cast(torch.randn(2, 4).to(torch.float8_e4m3fn), "bf16")
+    with pytest.raises(ValueError):
+        ops.stochastic_cast(torch.randn(2, 3), "bf16")
+    assert ops.stochastic_cast(torch.randn(0, 4), "e4m3").shape == (0, 4)
+
+
+# -- statistics -------------------------------------------------------------------------------------------
+def level_rank(codes, fmt):
+    """The rank of each code among the format's values in order (TileKernels' quant_level_rank)."""
+    if fmt == "bf16":
+        b = codes.view(torch.int16).to(torch.int64) & 0xFFFF
+        mid, mag, neg = 0x7F7F, b & 0x7FFF, b >> 15
+    else:
+        b = codes.view(torch.uint8).to(torch.int64)
+        mid, mag, neg = 0x7E, b & 0x7F, b >> 7
+    return torch.where(neg == 1, mid - mag, mid + mag)
+
+
+def rne(x, fmt):
+    return x.float().clamp(-448.0, 448.0).to(TORCH[fmt]) if fmt == "e4m3" else x.float().to(TORCH[fmt])
+
+
+@pytest.mark.parametrize("src, dst", PAIRS)
+def test_statistics(src, dst):
+    g = torch.Generator().manual_seed(70321000223)
+    x = (torch.randn(N, generator=g) * 8).to(TORCH[src])      # inside the e4m3 range: no saturation
+    y = ops.stochastic_cast(x.view(-1, 4), dst).reshape(-1)
+    assert torch.equal(y.view(torch.uint8), ops.stochastic_cast(x.view(-1, 4), dst).reshape(-1).view(torch.uint8))
+    xf, yf = x.double(), y.double()
+    # direction: as many results below x as above it (check_bias)
+    below, same = int((yf < xf).sum()), int((yf == xf).sum())
+    assert abs((below + same / 2) / N - 0.5) < 10 / N ** 0.5
+    # magnitude: the mean error, relative to the mean magnitude
+    assert abs(float((yf - xf).mean())) <= 10 * STEP[dst] * float(xf.abs().mean()) / N ** 0.5
+    # each result is the value next to x on one side: at most one level from round-to-nearest-even
+    near = rne(x, dst)
+    gap = (level_rank(y, dst) - level_rank(near, dst)).abs()
+    assert int(gap.max()) <= 1
+    assert int((gap == 1).sum()) > 0
+
+
+@pytest.mark.parametrize("src, dst, value, p", [
+    ("fp32", "bf16", 1 + 19661 * 2.0 ** -23, 19661 / 65536),       # drops 19661 / 2^16 of a bf16 step
+    ("fp32", "e4m3", -(1 + 19661 * 2.0 ** -19), 19661 / 65536),    # the top 16 of the 20 bits it drops
+    ("bf16", "e4m3", 1 + 5 * 2.0 ** -7, 5 / 16),
+    ("fp32", "e4m3", 3 * 2.0 ** -10, 0.5),                         # 1.5 * 2^-9: between e4m3 subnormals
+])
+def test_rounds_up_at_the_rate_of_what_it_drops(src, dst, value, p):
+    x = torch.full((N,), value, dtype=TORCH[src])
+    y = ops.stochastic_cast(x.view(-1, 4), dst).reshape(-1)
+    levels = torch.unique(y.double().abs())
+    assert levels.numel() == 2 and levels[0] < abs(value) < levels[1]
+    assert int(torch.unique(level_rank(y, dst)).diff().abs().max()) == 1      # the two neighbours of x
+    up = float((y.double().abs() == levels[1]).double().mean())
+    # e4m3's pairs of elements share their random bits: N / 2 independent draws
+    draws = N / 2 if dst == "e4m3" else N
+    assert abs(up - p) < 6 * (p * (1 - p) / draws) ** 0.5
