@@ -345,7 +345,28 @@ def test_cast_any_shape_and_in_chunks(src, dst, monkeypatch):
     same(tk.quant.cast(x, dst), want)
     monkeypatch.setattr(tk.quant, "CAST_CHUNK", 1024)      # 3 launches, each into its slice of one result
     same(tk.quant.cast(x, dst), want)
-    with pytest.raises(NotImplementedError, match="cast with stochastic_rounding=True"):
+
+
+@pytest.mark.parametrize("src, dst", [(torch.float32, torch.bfloat16), (torch.float32, torch.float8_e4m3fn),
+                                      (torch.bfloat16, torch.float8_e4m3fn)])
+def test_stochastic_cast_any_shape(src, dst):
+    x = (randn(3, 4, 100, dtype=torch.float32) * 30).to(src)
+    same(tk.quant.cast(x, dst, stochastic_rounding=True), ops.stochastic_cast(x.reshape(-1, 4), dst).view(x.shape))
+
+
+def test_stochastic_cast_in_chunks_counts_quads_on(monkeypatch):
+    x = randn(3, 4, 100, dtype=torch.float32) * 30
+    want = ops.stochastic_cast(x.reshape(-1, 4), "bf16").view(x.shape)
+    monkeypatch.setattr(tk.quant, "CAST_CHUNK", 1024)      # 2 launches, the second from quad 256
+    same(tk.quant.cast(x, torch.bfloat16, stochastic_rounding=True), want)
+    assert tk.quant.cast(x[:0], torch.bfloat16, stochastic_rounding=True).shape == (0, 4, 100)
+
+
+@pytest.mark.parametrize("x, dst", [(randn(8), torch.bfloat16), (randn(8, dtype=torch.float32), torch.float32),
+                                    (randn(8).to(torch.float8_e4m3fn), torch.bfloat16),
+                                    (randn(6, dtype=torch.float32), torch.bfloat16)])
+def test_stochastic_cast_takes_only_tilekernels_pairs_of_quads(x, dst):
+    with pytest.raises(AssertionError, match="stochastic rounding"):
         tk.quant.cast(x, dst, stochastic_rounding=True)
 
 
