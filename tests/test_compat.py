@@ -354,6 +354,22 @@ def test_stochastic_cast_any_shape(src, dst):
     same(tk.quant.cast(x, dst, stochastic_rounding=True), ops.stochastic_cast(x.reshape(-1, 4), dst).view(x.shape))
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_per_token_cast_stochastic(packed):
+    x = randn(T, H)
+    flags = dict(use_tma_aligned_col_major_sf=packed, round_sf=packed, use_packed_ue8m0=packed)
+    want = ops.per_token_cast_stochastic(x, 128, "ue8m0" if packed else "fp32", "col" if packed else "row")
+    got = tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True, **flags)
+    same(got[0], want[0])
+    same(got[1], want[1])
+    out = ops.per_token_cast_stochastic(torch.zeros_like(x), 128, "ue8m0" if packed else "fp32",
+                                        "col" if packed else "row")             # buffers of that layout
+    got = tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True, out=out, **flags)
+    assert got[0] is out[0] and got[1] is out[1]
+    same(out[0], want[0])
+    same(out[1], want[1])
+
+
 def test_stochastic_cast_in_chunks_counts_quads_on(monkeypatch):
     x = randn(3, 4, 100, dtype=torch.float32) * 30
     want = ops.stochastic_cast(x.reshape(-1, 4), "bf16").view(x.shape)
@@ -420,8 +436,8 @@ def test_every_name_is_there_and_what_is_not_built_says_so(root, names):
 
 def test_options_tkgen_lacks_raise_naming_them():
     x = randn(T, H)
-    with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True"):
-        tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True)
+    with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True into e2m1"):
+        tk.quant.per_token_cast(x, "e2m1", 32, stochastic_cast=True)
     with pytest.raises(NotImplementedError, match="psum_num_tokens_per_expert"):
         tk.quant.swiglu_forward(randn(T, 512), "bf16", torch.zeros(2, dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="precomputed_sf with packed UE8M0 or e4m3 scales"):

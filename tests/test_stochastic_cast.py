@@ -25,12 +25,12 @@ STEP = {"bf16": 2.0 ** -7, "e4m3": 2.0 ** -3}           # TileKernels' bias test
 MULTIPLIERS = (0x5671D42B, 0x9995E499, 0xACE1B8A5, 0xE153538D)
 
 
-def oracle_words(b, first_quad=0):
-    """The two 32-bit words of each quad of float32 bit patterns b [Q, 4] (uint32), in uint32 arithmetic."""
+def oracle_words(b, index):
+    """The two 32-bit words of each quad of float32 bit patterns b [Q, 4] (uint32) with its index, in
+    uint32 arithmetic."""
     u = np.uint32
-    q = ((np.arange(len(b), dtype=np.uint64) + first_quad) & 0xFFFFFFFF).astype(u)
     h = b[:, 0] * u(MULTIPLIERS[0]) + b[:, 1] * u(MULTIPLIERS[1]) + b[:, 2] * u(MULTIPLIERS[2]) \
-        + b[:, 3] * u(MULTIPLIERS[3]) + q
+        + b[:, 3] * u(MULTIPLIERS[3]) + (index & 0xFFFFFFFF).astype(u)
     h ^= h >> u(23)
     h *= u(0x7FEB352D)
     h ^= h >> u(16)
@@ -41,20 +41,19 @@ def oracle_words(b, first_quad=0):
     return out
 
 
-def oracle_random_bits(b, fmt, first_quad=0):
+def oracle_random_bits(b, fmt, index):
     """Each element's 16 random bits: as PTX's cvt.rs hands them to its operands, elements in memory order."""
-    w0, w1 = oracle_words(b, first_quad)
+    w0, w1 = oracle_words(b, index)
     lo, hi = (lambda w: w & np.uint32(0xFFFF)), (lambda w: w >> np.uint32(16))
     lanes = [lo(w0), lo(w0), hi(w0), hi(w0)] if fmt == "e4m3" else [lo(w0), hi(w0), lo(w1), hi(w1)]
     return np.stack(lanes, 1).astype(np.int64)
 
 
-def oracle(x, fmt, first_quad=0):
-    """y of x (any float dtype, numel % 4 == 0): |x| / step in float64 (step: the format's spacing in |x|'s
-    binade, or its subnormal spacing), its integer part k and the 16 bits below it f; k + 1 if f + r carries
-    past 16 bits; the largest finite value for larger results and infinities, NaN for NaN, x's sign."""
-    x32 = x.float().reshape(-1, 4).numpy()
-    r = oracle_random_bits(x32.view(np.uint32), fmt, first_quad)
+def oracle_round(x32, r, fmt):
+    """float32 values x32 [Q, 4] with random bits r: |x| / step in float64 (step: the format's spacing in
+    |x|'s binade, or its subnormal spacing), its integer part k and the 16 bits below it f; k + 1 if f + r
+    carries past 16 bits; the largest finite value for larger results and infinities, NaN for NaN, x's
+    sign."""
     mant, emin, top = (7, -126, (2 - 2.0 ** -7) * 2.0 ** 127) if fmt == "bf16" else (3, -6, 448.0)
     with np.errstate(invalid="ignore"):           # signalling NaNs widen quietly
         x64 = x32.astype(np.float64)
@@ -69,7 +68,14 @@ def oracle(x, fmt, first_quad=0):
     v = np.minimum((k + (f + r >= 65536)) * step, top)
     v = np.where(finite, v, np.where(np.isnan(a), np.nan, top))
     v = np.where(np.isnan(v), v, np.copysign(v, x64))
-    return torch.from_numpy(v.astype(np.float32)).reshape(x.shape).to(TORCH[fmt])
+    return torch.from_numpy(v.astype(np.float32)).to(TORCH[fmt])
+
+
+def oracle(x, fmt, first_quad=0):
+    """y of x (any float dtype, numel % 4 == 0): quads indexed from first_quad in the whole tensor."""
+    x32 = x.float().reshape(-1, 4).numpy()
+    r = oracle_random_bits(x32.view(np.uint32), fmt, np.arange(len(x32), dtype=np.int64) + first_quad)
+    return oracle_round(x32, r, fmt).reshape(x.shape)
 
 
 # -- inputs -----------------------------------------------------------------------------------------------
@@ -198,3 +204,65 @@ def test_rounds_up_at_the_rate_of_what_it_drops(src, dst, value, p):
     # e4m3's pairs of elements share their random bits: N / 2 independent draws
     draws = N / 2 if dst == "e4m3" else N
     assert abs(up - p) < 6 * (p * (1 - p) / draws) ** 0.5
+
+
+# -- per_token_cast(..., stochastic_cast=True) ------------------------------------------------------------
+def oracle_inv(x, group, scale):
+    """The quantization multiplier of each group, by TileKernels' rules: 448 / a (a = max(amax, 1e-4)), a
+    power of two 2^-ceil(log2(a / 448)), or 1 / e4m3(max(a, 448 * 2^-9) / 448)."""
+    a = x.float().reshape(x.shape[0], -1, group).abs().amax(-1).clamp(min=1e-4)
+    t448 = torch.tensor(448.0)
+    if scale == "fp32":
+        return t448 / a
+    if scale == "e4m3":
+        return torch.tensor(1.0) / (a.clamp(min=448 * 2.0 ** -9) / t448).to(torch.float8_e4m3fn).float()
+    m, e = torch.frexp((a / t448).double())
+    e = torch.where(m == 0.5, e - 1, e)                  # ceil(log2): a power of two is its own bin
+    return torch.ldexp(torch.ones_like(a, dtype=torch.float64), -e).float()
+
+
+def oracle_per_token(x, group, scale):
+    T, H = x.shape
+    v = (x.float().reshape(T, -1, group) * oracle_inv(x, group, scale)[..., None]).reshape(T, H)
+    v32 = v.reshape(-1, 4).numpy()
+    column_quad = np.arange(len(v32), dtype=np.int64) % (H // 4)      # the index inside the row
+    return oracle_round(v32, oracle_random_bits(v32.view(np.uint32), "e4m3", column_quad), "e4m3").reshape(T, H)
+
+
+def token_inputs(T, H, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, H, generator=g) * torch.exp2(torch.randint(-20, 20, (T, 1), generator=g).float())
+    x[1] = 0.0                                                          # a zero row: the amax floor
+    x[2, :5] = torch.tensor([-0.0, 2.0 ** -140, 3e38, -3e38, 1.0])      # subnormal, huge, -0
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype, group, scale, sf_layout", [
+    (torch.bfloat16, 128, "fp32", "row"), (torch.float32, 32, "ue8m0", "col"), (torch.bfloat16, 16, "e4m3", "row"),
+    (torch.float32, 64, "pow2", "row")])
+def test_per_token_cast_stochastic_bit_for_bit(dtype, group, scale, sf_layout):
+    x = token_inputs(7, 384, dtype, seed=group)
+    params = {"group": group, "scale": scale, "sf_layout": sf_layout}
+    (q, sf), (q_ref, _) = check_tensors("per_token_cast_stochastic", {"x": x}, params)    # kernel vs reference
+    compare("q", q_ref, oracle_per_token(x, group, scale), "bit")
+    if group != 16:                                       # the scales are those of the round-to-nearest cast
+        compare("sf", sf, ops.per_token_cast(x, "e4m3", group, scale, sf_layout)[1], "bit")
+    else:                                                 # e4m3 scales: e4m3(max(a, 448 * 2^-9) / 448)
+        a = x.float().reshape(7, -1, group).abs().amax(-1).clamp(min=448 * 2.0 ** -9)
+        compare("sf", sf, (a / torch.tensor(448.0)).to(torch.float8_e4m3fn), "bit")
+
+
+def test_per_token_cast_stochastic_statistics():
+    g = torch.Generator().manual_seed(70208163137)
+    x = torch.randn(256, 4096, generator=g).bfloat16()       # N = 2^20 elements
+    q, sf = ops.per_token_cast_stochastic(x, 128)
+    q_rne, sf_rne = ops.per_token_cast(x, "e4m3", 128)
+    compare("sf", sf, sf_rne, "bit")
+    assert torch.equal(q.view(torch.uint8), ops.per_token_cast_stochastic(x, 128)[0].view(torch.uint8))
+    deq = (q.float().reshape(256, 32, 128) * sf[..., None]).reshape(256, 4096).double()
+    ref = x.double()
+    below, same = int((deq < ref).sum()), int((deq == ref).sum())
+    assert abs((below + same / 2) / N - 0.5) < 10 / N ** 0.5
+    assert abs(float((deq - ref).mean())) / float(ref.abs().mean()) < 10 * STEP["e4m3"] / N ** 0.5
+    gap = (level_rank(q, "e4m3") - level_rank(q_rne, "e4m3")).abs()
+    assert int(gap.max()) <= 1 and int((gap == 1).sum()) > 0

@@ -17,12 +17,16 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
     q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf)."""
     name = "quant.per_token_cast"
     need(x_block_size is None and isinstance(x, torch.Tensor), name, "of a quantized input (x_block_size)")
-    need(not stochastic_cast, name, "with stochastic_cast=True")
     params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
                   sf_layout="col" if use_tma_aligned_col_major_sf else "row")
+    op = "per_token_cast"
+    if stochastic_cast:           # tkgen's per_token_cast_stochastic: e4m3 only (e2m1's random bits: not built)
+        need(as_format(fmt) == "e4m3", name, "with stochastic_cast=True into e2m1")
+        op = "per_token_cast_stochastic"
+        params.pop("fmt")
     if out is not None:
-        return written_into("per_token_cast", tuple(out), {"x": x}, params)
-    return ops().per_token_cast(x, **params)
+        return written_into(op, tuple(out), {"x": x}, params)
+    return getattr(ops(), op)(x, **params)
 
 
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
