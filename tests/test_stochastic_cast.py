@@ -6,7 +6,10 @@ and the rounding rule in float64 (floor(|x| / step), the 16 bits below it, a car
 the spec's bit arithmetic. The CPU kernel is held bit for bit to the reference (outputs poisoned first).
 Then the statistics of TileKernels' test, on N = 2^20 elements per pair (docs/numerics.md): determinism,
 direction bias, magnitude bias, codes adjacent to round-to-nearest-even and some differing from it, and the
-rate of rounding up of one value repeated N times against the fraction it drops."""
+rate of rounding up of one value repeated N times against the fraction it drops. Then
+`per_token_cast_stochastic` (2.1.0's `per_token_cast(..., stochastic_cast=True)`): the same oracle on the
+scaled values with the column-quad index, the scales of `per_token_cast`, and the same statistics of the
+dequantized values."""
 import numpy as np
 import pytest
 import torch
