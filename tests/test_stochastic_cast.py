@@ -269,3 +269,20 @@ def test_per_token_cast_stochastic_statistics():
     assert abs(float((deq - ref).mean())) / float(ref.abs().mean()) < 10 * STEP["e4m3"] / N ** 0.5
     gap = (level_rank(q, "e4m3") - level_rank(q_rne, "e4m3")).abs()
     assert int(gap.max()) <= 1 and int((gap == 1).sum()) > 0
+
+
+def test_type_rules(tmp_path):
+    from tkgen.model import validate_files
+    spec = (registry.specs_dir() / "quant" / "stochastic_cast.yaml").read_text()
+
+    def error(old, new):
+        assert old in spec
+        p = tmp_path / "op.yaml"
+        p.write_text(spec.replace(old, new))
+        errors = validate_files([p], registry.specs_dir())
+        assert len(errors) == 1, errors
+        return errors[0].message
+    assert "drops at least 16 bits" in error("stochastic_round(dtype, xf, r)", "stochastic_round(fp32, xf, r)")
+    assert "i32 random bits" in error("stochastic_round(dtype, xf, r)", "stochastic_round(dtype, xf, xf)")
+    assert "takes a float32" in error("bits(take(load(x), l, 0))", "bits(iota(l))")
+    assert "takes an i32" in error("- y = stochastic_round(dtype, xf, r)", "- y = from_bits(xf)")
