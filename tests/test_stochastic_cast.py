@@ -44,12 +44,17 @@ def oracle_words(b, index):
     return out
 
 
+REVERSED16 = np.array([int(f"{v:016b}"[::-1], 2) for v in range(1 << 16)], dtype=np.int64)
+
+
 def oracle_random_bits(b, fmt, index):
-    """Each element's 16 random bits: as PTX's cvt.rs hands them to its operands, elements in memory order."""
-    w0, w1 = oracle_words(b, index)
-    lo, hi = (lambda w: w & np.uint32(0xFFFF)), (lambda w: w >> np.uint32(16))
-    lanes = [lo(w0), lo(w0), hi(w0), hi(w0)] if fmt == "e4m3" else [lo(w0), hi(w0), lo(w1), hi(w1)]
-    return np.stack(lanes, 1).astype(np.int64)
+    """Each element's 16 random bits: as PTX's cvt.rs hands them to its operands, elements in memory order
+    (e4m3: a pair shares a half of the word, the odd element of the pair takes it reversed)."""
+    w0, w1 = (w.astype(np.int64) for w in oracle_words(b, index))
+    lo, hi = w0 & 0xFFFF, w0 >> 16
+    if fmt == "e4m3":
+        return np.stack([lo, REVERSED16[lo], hi, REVERSED16[hi]], 1)
+    return np.stack([lo, hi, w1 & 0xFFFF, w1 >> 16], 1)
 
 
 def oracle_round(x32, r, fmt):
@@ -204,7 +209,7 @@ def test_rounds_up_at_the_rate_of_what_it_drops(src, dst, value, p):
     assert levels.numel() == 2 and levels[0] < abs(value) < levels[1]
     assert int(torch.unique(level_rank(y, dst)).diff().abs().max()) == 1      # the two neighbours of x
     up = float((y.double().abs() == levels[1]).double().mean())
-    # e4m3's pairs of elements share their random bits: N / 2 independent draws
+    # e4m3's pairs of elements share their random bits (one of them reversed): N / 2 independent draws
     draws = N / 2 if dst == "e4m3" else N
     assert abs(up - p) < 6 * (p * (1 - p) / draws) ** 0.5
 
@@ -286,3 +291,28 @@ def test_type_rules(tmp_path):
     assert "i32 random bits" in error("stochastic_round(dtype, xf, r)", "stochastic_round(dtype, xf, xf)")
     assert "takes a float32" in error("bits(take(load(x), l, 0))", "bits(iota(l))")
     assert "takes an i32" in error("- y = stochastic_round(dtype, xf, r)", "- y = from_bits(xf)")
+    assert "power-of-two integer literal up to 64" in error("reverse_bits(half, 16)", "reverse_bits(half, 12)")
+    assert "takes an integer" in error("reverse_bits(half, 16)", "reverse_bits(to_f32(half), 16)")
+
+
+@pytest.mark.parametrize("dtype, n", [("i32", 8), ("i32", 16), ("i32", 32), ("i64", 16), ("i64", 64)])
+def test_reverse_bits_against_a_string_reversal(dtype, n):
+    from tkgen import expr as E
+    from tkgen import ir
+    from tkgen.printers import TorchPrinter
+    from tkgen.runtime import torch_prims as P
+    from tkgen.stages.elementwise import ReverseBits
+
+    class Args:                      # the builder's part the function uses: its operand, as a variable
+        def elementwise(self, idx, node, axes):
+            return ir.Var("x", dtype)
+    node = E.Call("reverse_bits", (E.Name("x", 0), E.Num(n, 0)), 0)
+    e = ReverseBits().build(Args(), 0, node, set())
+    width = 32 if dtype == "i32" else 64
+    g = torch.Generator().manual_seed(n)
+    x = torch.randint(-2 ** 62, 2 ** 62, (4096,), generator=g)
+    x = P._wrap_i32(x) if dtype == "i32" else x
+    got = eval(TorchPrinter()(e), vars(P), {"x": x})  # noqa: S307  (our own IR, printed)
+    want = [int(f"{v & ((1 << n) - 1):0{n}b}"[::-1], 2) for v in x.tolist()]
+    want = [w - (1 << width) if w >> (width - 1) else w for w in want]       # as a signed value
+    assert got.tolist() == want
