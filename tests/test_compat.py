@@ -345,7 +345,44 @@ def test_cast_any_shape_and_in_chunks(src, dst, monkeypatch):
     same(tk.quant.cast(x, dst), want)
     monkeypatch.setattr(tk.quant, "CAST_CHUNK", 1024)      # 3 launches, each into its slice of one result
     same(tk.quant.cast(x, dst), want)
-    with pytest.raises(NotImplementedError, match="cast with stochastic_rounding=True"):
+
+
+@pytest.mark.parametrize("src, dst", [(torch.float32, torch.bfloat16), (torch.float32, torch.float8_e4m3fn),
+                                      (torch.bfloat16, torch.float8_e4m3fn)])
+def test_stochastic_cast_any_shape(src, dst):
+    x = (randn(3, 4, 100, dtype=torch.float32) * 30).to(src)
+    same(tk.quant.cast(x, dst, stochastic_rounding=True), ops.stochastic_cast(x.reshape(-1, 4), dst).view(x.shape))
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_per_token_cast_stochastic(packed):
+    x = randn(T, H)
+    flags = dict(use_tma_aligned_col_major_sf=packed, round_sf=packed, use_packed_ue8m0=packed)
+    want = ops.per_token_cast_stochastic(x, 128, "ue8m0" if packed else "fp32", "col" if packed else "row")
+    got = tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True, **flags)
+    same(got[0], want[0])
+    same(got[1], want[1])
+    out = ops.per_token_cast_stochastic(torch.zeros_like(x), 128, "ue8m0" if packed else "fp32",
+                                        "col" if packed else "row")             # buffers of that layout
+    got = tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True, out=out, **flags)
+    assert got[0] is out[0] and got[1] is out[1]
+    same(out[0], want[0])
+    same(out[1], want[1])
+
+
+def test_stochastic_cast_in_chunks_counts_quads_on(monkeypatch):
+    x = randn(3, 4, 100, dtype=torch.float32) * 30
+    want = ops.stochastic_cast(x.reshape(-1, 4), "bf16").view(x.shape)
+    monkeypatch.setattr(tk.quant, "CAST_CHUNK", 1024)      # 2 launches, the second from quad 256
+    same(tk.quant.cast(x, torch.bfloat16, stochastic_rounding=True), want)
+    assert tk.quant.cast(x[:0], torch.bfloat16, stochastic_rounding=True).shape == (0, 4, 100)
+
+
+@pytest.mark.parametrize("x, dst", [(randn(8), torch.bfloat16), (randn(8, dtype=torch.float32), torch.float32),
+                                    (randn(8).to(torch.float8_e4m3fn), torch.bfloat16),
+                                    (randn(6, dtype=torch.float32), torch.bfloat16)])
+def test_stochastic_cast_takes_only_tilekernels_pairs_of_quads(x, dst):
+    with pytest.raises(AssertionError, match="stochastic rounding"):
         tk.quant.cast(x, dst, stochastic_rounding=True)
 
 
@@ -399,8 +436,8 @@ def test_every_name_is_there_and_what_is_not_built_says_so(root, names):
 
 def test_options_tkgen_lacks_raise_naming_them():
     x = randn(T, H)
-    with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True"):
-        tk.quant.per_token_cast(x, "e4m3", 128, stochastic_cast=True)
+    with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True into e2m1"):
+        tk.quant.per_token_cast(x, "e2m1", 32, stochastic_cast=True)
     with pytest.raises(NotImplementedError, match="psum_num_tokens_per_expert"):
         tk.quant.swiglu_forward(randn(T, 512), "bf16", torch.zeros(2, dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="precomputed_sf with packed UE8M0 or e4m3 scales"):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import ir
-from .ir import F32, U32, Builder, Function, Var, c, op, u32
+from .ir import F32, I32, U32, Builder, Function, Var, c, op, u32
 
 INT_DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8}
 # bytes per element of every dtype name a tensor may be held in (the generator runs without torch)
@@ -446,6 +446,35 @@ def round_positive(fmt: ElementFormat, v: ir.Expr) -> ir.Expr:
     if fmt.specials == "finite":          # no NaN: the codec gives the largest value, as for inf
         out = op("select", op("ne", v, v), c(fmt.max_value), out)
     return out
+
+
+def stochastic_rounding(fmt: ElementFormat, v: ir.Expr, r: ir.Expr, name: str):
+    """v (f32) rounded to the values of `fmt` by 16 random bits r (an i32 in [0, 2^16)), as PTX's
+    cvt.rs.satfinite: r is added to the top 16 of the mantissa bits the format drops (23 - m bits below a
+    normal result, more below the format's smallest normal), and the magnitude rounds away from zero on a
+    carry out of them, else toward zero; results past the largest finite value and infinities give it, NaN
+    stays NaN, the sign is kept. In i32 operations on the magnitude (never negative, so `>>` shifts in
+    zeros). Returns (lets, result): the let-bound values named `<name>_<part>`, then the f32 result, which
+    the format holds exactly."""
+    m = fmt.mantissa_bits
+    if 23 - m < 16:
+        raise ValueError(f"stochastic rounding drops at least 16 bits: {fmt.name} keeps {m} mantissa bits")
+    i = lambda x: ir.Const(x, I32)  # noqa: E731
+    lo = fmt.emin + 127                          # the biased float32 exponent of the format's smallest normal
+    b = Builder()
+    u = b.let(f"{name}_bits", op("u32_to_i32", op("bits", v)))
+    mag = b.let(f"{name}_mag", op("bitand", u, i(0x7FFFFFFF)))
+    ex = b.let(f"{name}_ex", op("shr", mag, i(23)))
+    sub = op("max", op("sub", i(lo), op("max", ex, i(1))), i(0))       # binades below the smallest normal
+    sig = b.let(f"{name}_sig", op("bitor", op("bitand", mag, i(0x7FFFFF)),
+                                 op("select", op("gt", ex, i(0)), i(0x800000), i(0))))
+    below = lambda bits_: op("shr", sig, op("min", op("add", sub, i(bits_)), i(31)))  # noqa: E731
+    kept = b.let(f"{name}_kept", op("add", below(23 - m),
+                                    op("shr", op("add", op("bitand", below(7 - m), i(0xFFFF)), r), i(16))))
+    step = pow2_of_int(op("sub", op("max", ex, i(lo)), i(127 + m)))
+    mag_out = b.let(f"{name}_abs", op("min", op("mul", op("to_f32", kept), step), c(fmt.max_value)))
+    out = op("select", op("isnan", v), v, op("select", op("lt", u, i(0)), op("neg", mag_out), mag_out))
+    return b.lets, out
 
 
 def scale_pair(rule, amax: ir.Expr, fmt_max: float):

@@ -188,6 +188,47 @@ def _convert(fn, x):
 define(("to_f32", "to_i32", "to_i64"), 1, _convert, _convert.__doc__)
 
 
+def _bits(fn, x):
+    """bits(x): a float32's bit pattern as an i32 (the sign bit is the i32's sign); from_bits(n): the
+    float32 whose bit pattern is the i32 n. Reinterpretations, exact for every value (NaN payloads too)."""
+    if fn == "bits":
+        if x.dtype != ir.F32:
+            raise TypeError(f"takes a float32, found {x.dtype}")
+        return op("u32_to_i32", op("bits", x))
+    if x.dtype != I32:
+        raise TypeError(f"takes an i32, found {x.dtype}")
+    return op("from_bits", op("i32_to_u32", x))
+
+
+define(("bits", "from_bits"), 1, _bits, _bits.__doc__)
+
+
+@function("reverse_bits", arity=2)
+class ReverseBits(Function):
+    """reverse_bits(x, n): the low n bits of integer x in reverse order (bit i to bit n - 1 - i), the bits
+    above them dropped; n an integer literal, a power of two up to x's width. A swap network: halves,
+    then quarters, ... (log2 n steps of masks and shifts)."""
+
+    def build(self, b, idx, node, axes):
+        x, width = b.elementwise(idx, node.args[0], axes), node.args[1]
+        if x.dtype not in INTS:
+            b.fail(idx, f"reverse_bits takes an integer, found {x.dtype}", node)
+        n = width.value if isinstance(width, E.Num) and isinstance(width.value, int) else 0
+        if n < 2 or n & (n - 1) or n > _WIDTH[x.dtype]:
+            b.fail(idx, f"reverse_bits(x, n): n must be a power-of-two integer literal up to {_WIDTH[x.dtype]}",
+                   width)
+        k = lambda v: ir.Const(v, x.dtype)  # noqa: E731
+        x = op("bitand", x, k((1 << n) - 1 if n < _WIDTH[x.dtype] else -1))
+        step = n // 2
+        while step:
+            mask = sum(((1 << step) - 1) << (2 * step * i) for i in range(n // (2 * step)))
+            mask = mask - (1 << _WIDTH[x.dtype]) if mask >> (_WIDTH[x.dtype] - 1) else mask   # as a signed literal
+            # the shifted-down half is masked after the shift, so an arithmetic shift brings in nothing
+            x = op("bitor", op("bitand", op("shr", x, k(step)), k(mask)), op("shl", op("bitand", x, k(mask)), k(step)))
+            step //= 2
+        return x
+
+
 @function("iota")
 class Iota(Function):
     """iota(a): the index along axis `a` (i32, varying over `a` alone; inside a row block, the index of

@@ -54,6 +54,26 @@ class RoundTo(Function):
         return v if fmt.is_float32 else ir.Call(f"round_{fmt.name}", (v,), F32)
 
 
+@stage("stochastic_round", args=("element", "value", "value"))
+class StochasticRound(Stage):
+    """y = stochastic_round(f, v, r): f32 value v rounded to element format f by the 16 random bits r (i32,
+    in [0, 2^16)) of each element, as PTX's cvt.rs.satfinite (tkgen/formats.py: stochastic_rounding); the
+    result is a value of f, which an output in f stores exactly."""
+
+    def build(self, b, call, fmt, v, r):
+        idx = call.index
+        if v.dtype != F32 or r.dtype != I32:
+            b.fail(idx, f"stochastic_round(f, v, r) takes a float v and i32 random bits r, found {v.dtype} and "
+                        f"{r.dtype}")
+        try:
+            lets, out = F.stochastic_rounding(fmt, ir.Var(v.name, F32), ir.Var(r.name, I32), "_" + call.targets[0])
+        except ValueError as e:
+            b.fail(idx, str(e), call.args[0])
+        for name, e in lets:
+            b.add(idx, Map(b.define(idx, name, b.axes_of(e), e.dtype), e))
+        b.add(idx, Map(b.define(idx, call.targets[0], b.axes_of(out), F32), out))
+
+
 def _exponent(fn, x):
     if x.dtype != F32:
         raise TypeError("takes a float value")

@@ -5,7 +5,7 @@ it (see tkgen/compat/__init__.py)."""
 import sys
 
 from .._missing import module
-from . import config, engram, moe, quant, transform
+from . import config, engram, moe, quant, rand, transform
 from .config import *  # noqa: F401,F403  (TileKernels re-exports its knobs at the top)
 
 RELEASE = "2.1.0"
@@ -23,8 +23,7 @@ mhc = module(__name__ + ".mhc", RELEASE, [
         "tkgen.compat.tilekernels_v1.modeling.mhc.ops.")
 modeling = module(__name__ + ".modeling", RELEASE, [])
 modeling.engram = module(__name__ + ".modeling.engram", RELEASE, ["EngramGateFn", "engram_gate"])
-rand = module(__name__ + ".rand", RELEASE, ["randn", "randn_like", "set_seed"])
-for _m in (mhc, modeling, modeling.engram, rand):
-    sys.modules[_m.__name__] = _m          # `from tkgen.compat.tilekernels.rand import randn` works too
+for _m in (mhc, modeling, modeling.engram):
+    sys.modules[_m.__name__] = _m          # `from tkgen.compat.tilekernels.mhc import ...` works too
 
 __all__ = ["config", "engram", "mhc", "modeling", "moe", "quant", "rand", "transform", *config.__all__]

@@ -17,12 +17,16 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
     q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf)."""
     name = "quant.per_token_cast"
     need(x_block_size is None and isinstance(x, torch.Tensor), name, "of a quantized input (x_block_size)")
-    need(not stochastic_cast, name, "with stochastic_cast=True")
     params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
                   sf_layout="col" if use_tma_aligned_col_major_sf else "row")
+    op = "per_token_cast"
+    if stochastic_cast:           # tkgen's per_token_cast_stochastic: e4m3 only (e2m1's random bits: not built)
+        need(as_format(fmt) == "e4m3", name, "with stochastic_cast=True into e2m1")
+        op = "per_token_cast_stochastic"
+        params.pop("fmt")
     if out is not None:
-        return written_into("per_token_cast", tuple(out), {"x": x}, params)
-    return ops().per_token_cast(x, **params)
+        return written_into(op, tuple(out), {"x": x}, params)
+    return getattr(ops(), op)(x, **params)
 
 
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
@@ -258,17 +262,30 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
 CAST_CHUNK = 1 << 30      # elements per launch: tkgen's kernels index in int32
 
 
+STOCHASTIC_PAIRS = {("fp32", "bf16"), ("fp32", "e4m3"), ("bf16", "e4m3")}
+
+
 def cast(x, dtype, stochastic_rounding=False):
-    """x.to(dtype) for fp32, bf16 and e4m3 (saturating), any shape, rounding to nearest even. More than
-    CAST_CHUNK elements go in several launches, each writing its slice of the result."""
-    need(not stochastic_rounding, "quant.cast", "with stochastic_rounding=True")
+    """x.to(dtype) for fp32, bf16 and e4m3 (saturating), any shape, rounding to nearest even; with
+    stochastic_rounding, fp32 -> bf16, fp32 -> e4m3 or bf16 -> e4m3 with numel % 4 == 0, rounded by the
+    hash of each quad of elements and its global index (tkgen's stochastic_cast). More than CAST_CHUNK
+    elements go in several launches, each writing its slice of the result (the quad index counting on)."""
     assert x.is_contiguous()
     flat, dtype = x.reshape(-1), as_format(dtype)
-    if flat.numel() <= CAST_CHUNK:
-        return ops().elementwise_cast(flat, dtype).view(x.shape)
+    if stochastic_rounding:
+        src = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(x.dtype)
+        assert (src, dtype) in STOCHASTIC_PAIRS, f"stochastic rounding casts {sorted(STOCHASTIC_PAIRS)}"
+        assert flat.numel() % 4 == 0, "stochastic rounding needs numel % 4 == 0"
+        name, flat = "stochastic_cast", flat.view(-1, 4)
+    else:
+        name = "elementwise_cast"
+    chunk = CAST_CHUNK // flat[0].numel() if flat.numel() else 1      # rows of a launch (elements or quads)
+    if flat.shape[0] <= chunk:
+        return getattr(ops(), name)(flat, dtype).view(x.shape)
     y = torch.empty(flat.shape, dtype=_TORCH[dtype], device=x.device)
-    for i in range(0, flat.numel(), CAST_CHUNK):
-        written_into("elementwise_cast", (y[i:i + CAST_CHUNK],), {"x": flat[i:i + CAST_CHUNK]}, {"dtype": dtype})
+    for i in range(0, flat.shape[0], chunk):
+        params = {"dtype": dtype, **({"first_quad": i} if stochastic_rounding else {})}
+        written_into(name, (y[i:i + chunk],), {"x": flat[i:i + chunk]}, params)
     return y.view(x.shape)
 
 
