@@ -22,7 +22,11 @@ mhc = module(__name__ + ".mhc", RELEASE, [
         "mhc_head_compute_mix and their _backward ops; the first release's signatures are in "
         "tkgen.compat.tilekernels_v1.modeling.mhc.ops.")
 modeling = module(__name__ + ".modeling", RELEASE, [])
-modeling.engram = module(__name__ + ".modeling.engram", RELEASE, ["EngramGateFn", "engram_gate"])
+modeling.engram = module(__name__ + ".modeling.engram", RELEASE, [],
+                         doc="TileKernels 2.1.0's `modeling.engram`: the gate composite over a packed kv, on "
+                             "tkgen's kernels.")
+modeling.engram.engram_gate, modeling.engram.EngramGateFn = engram.engram_gate, engram.EngramGateFn
+modeling.engram.__all__ = ["engram_gate", "EngramGateFn"]
 rand = module(__name__ + ".rand", RELEASE, ["randn", "randn_like", "set_seed"])
 for _m in (mhc, modeling, modeling.engram, rand):
     sys.modules[_m.__name__] = _m          # `from tkgen.compat.tilekernels.rand import randn` works too
