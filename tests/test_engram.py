@@ -384,3 +384,55 @@ def test_composite_2_1_0_against_float64_autograd():
     tk.modeling.engram.EngramGateFn.apply(*leaves, clamp, eps, mask).backward(go)
     for a, t in zip(first, leaves):
         assert torch.equal(bits(a), bits(t.grad))
+
+
+def rel_err(got, want):
+    return float(((got.double() - want).abs() / want.abs()).max())
+
+
+@pytest.mark.parametrize("eps", [1e-20, 0.25])
+def test_sinkhorn_iteration_against_float64(eps):
+    """Four steps of the factored iteration X = diag(r) M diag(c) through TileKernels' API (step: row norms,
+    r updated in place, column partials; step_reduce into col_sumsq; the caller's c /= sqrt(col_sumsq) + eps),
+    then finalize with alpha = sqrt(D), against the same iteration written in float64 from its definition.
+    Each float32 value passes through sums of at most D = 96 terms of one sign (relative error at most about
+    D * 2^-24 = 5.7e-6, typically far less) and a few roundings; the bound is 1e-5 (measured: below 5e-7)."""
+    R, D = 37, 96
+    M = torch.randn(R, D, generator=g) * (0.05 if eps > 1e-3 else 1.0)     # eps matters: row norms near 0.5
+    r, c = torch.rand(R, generator=g) + 0.5, torch.rand(D, generator=g) + 0.5
+    rf, cf = r.double(), c.double()
+    col_sumsq = torch.full((D,), float("nan"))
+    for _ in range(4):
+        row_scale = r
+        norm, partial = tk.engram.engram_sinkhorn_step(M, r, c, eps)
+        assert r is row_scale and partial.shape == (1, D) and norm.shape == (R,)
+        assert tk.engram.engram_sinkhorn_step_reduce(partial, col_sumsq) is None
+        assert torch.equal(col_sumsq, partial.sum(0))
+        X = rf[:, None] * M.double() * cf
+        n = X.square().sum(1).sqrt()
+        want_colsq = (X / (n + eps)[:, None]).square().sum(0)
+        rf = rf / (n + eps)
+        assert rel_err(norm, n) < 1e-5 and rel_err(r, rf) < 1e-5 and rel_err(col_sumsq, want_colsq) < 1e-5
+        c = c / (col_sumsq.sqrt() + eps)
+        cf = cf / (want_colsq.sqrt() + eps)
+    alpha = math.sqrt(D)
+    out = tk.engram.engram_sinkhorn_finalize(M, r, c, eps, alpha)
+    X = rf[:, None] * M.double() * cf
+    want = X * (alpha / (X.square().sum(1, keepdim=True).sqrt() + eps))
+    assert out.shape == (R, D) and rel_err(out, want) < 1e-5
+
+
+def test_sinkhorn_finalize_into_out_and_reduce_in_order():
+    R, D = 5, 16
+    M, r, c = torch.randn(R, D, generator=g), torch.rand(R, generator=g), torch.rand(D, generator=g)
+    want = tk.engram.engram_sinkhorn_finalize(M, r, c, 1e-20, 4.0)
+    out = torch.full((R, D), float("nan"))
+    assert tk.engram.engram_sinkhorn_finalize(M, r, c, 1e-20, 4.0, out=out) is out
+    assert torch.equal(out, want)
+    wide = torch.full((R, 2 * D), float("nan"))
+    got = tk.engram.engram_sinkhorn_finalize(M, r, c, 1e-20, 4.0, out=wide[:, :D])
+    assert got.data_ptr() == wide.data_ptr() and torch.equal(wide[:, :D], want) and wide[:, D:].isnan().all()
+    partial = torch.randn(3, D, generator=g)
+    col_sumsq = torch.empty(D)
+    tk.engram.engram_sinkhorn_step_reduce(partial, col_sumsq)
+    assert torch.equal(col_sumsq, (-0.0 + partial[0]) + partial[1] + partial[2])
