@@ -1,6 +1,7 @@
 """The Engram family beyond the property tests: the hash against Python's big integers over the whole int64
 range, the gate's z == 0 sign and clamp edges, the inference form's bits, the gradients of the composite
 against float64 autograd, deterministic backward passes, and the TileKernels-compatible API."""
+import importlib
 import math
 
 import pytest
@@ -436,3 +437,23 @@ def test_sinkhorn_finalize_into_out_and_reduce_in_order():
     col_sumsq = torch.empty(D)
     tk.engram.engram_sinkhorn_step_reduce(partial, col_sumsq)
     assert torch.equal(col_sumsq, (-0.0 + partial[0]) + partial[1] + partial[2])
+
+
+def test_strided_k_and_v_load_16_bytes_at_a_time_and_misaligned_views_are_refused():
+    """The kernels assume the strides of k and v are multiples of 8 bf16 (as a contiguous tensor's are at
+    D = 2560), so that the sm_90a source loads them 16 bytes at a time, as it does hidden_states; the op
+    refuses a view that breaks the assumption (a row stride of D + 1), and the compat layer copies it."""
+    import re
+    from tkgen import registry
+    from tkgen.runtime.compile import lower_source
+    module = importlib.import_module(f"{registry.op_package('engram_gate_fwd').__name__}.kernel_sm90")
+    src = lower_source(module, module.build_true, (4, 2560, 1e-20, 1e-6))
+    for name in ("hidden_states", "k", "v"):
+        assert re.search(rf"\*\(uint4\*\)\({name} \+", src), name
+    x, _, w = gate_v2_inputs(T=3, hc=2, D=16)
+    kv = bf16(3, 3, 17)[..., :16]
+    with pytest.raises(ValueError, match="`k` must start on 16 bytes and have strides that are multiples of 8"):
+        ops.engram_gate_fwd(x, kv[:, :2], kv[:, 2], w)
+    want = ops.engram_gate_fwd(x, kv[:, :2].contiguous(), kv[:, 2].contiguous(), w)
+    for a, b in zip(tk.engram.engram_gate_fwd(x, kv, w, 1e-20, 1e-6), want):
+        assert torch.equal(bits(a), bits(b))

@@ -2,6 +2,7 @@
 import torch
 
 from ._common import need, ops
+from ..runtime.ops import strides_aligned
 
 
 def engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets):
@@ -16,8 +17,9 @@ def fused_weight(weight_hidden, weight_embed):
 
 
 def unit_last(t):
-    """t itself where its last dim has stride 1 (the gate kernels take such views' strides), else a copy."""
-    return t if t.dim() == 0 or t.stride(-1) == 1 else t.contiguous()
+    """t itself where the gate kernels can read it through its strides (the last dim contiguous, the others
+    multiples of the kernels' 16-byte loads: tkgen/runtime/ops.py: strides_aligned), else a copy."""
+    return t if t.is_contiguous() or (t.stride(-1) == 1 and strides_aligned(t)) else t.contiguous()
 
 
 def image_mask(image_token_mask):

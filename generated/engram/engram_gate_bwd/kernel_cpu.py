@@ -32,6 +32,8 @@ def build_base(HC, D, clamp_value, *, threads=1, block_t=1, blocks=4):
     B_d = N_d
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -51,6 +53,9 @@ def build_base(HC, D, clamp_value, *, threads=1, block_t=1, blocks=4):
         scratch_grad_w: T.Tensor((blocks, (HC * D)), 'float32'),
     ):
         with T.Kernel(blocks, threads=threads) as (bid,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             w = T.alloc_local((B_h, B_d), 'float32')
             carry_grad_w = T.alloc_local((B_h, B_d), 'float32')
             go = T.alloc_local((B_t, B_h, B_d), 'float32')
@@ -148,6 +153,9 @@ def build_base(HC, D, clamp_value, *, threads=1, block_t=1, blocks=4):
                 scratch_grad_w[bid, ((i_h * D) + i_d)] = carry_grad_w[i_h, i_d]
         with T.Kernel(T.ceildiv(N_blocksum_grad_w, B_blocksum_grad_w), threads=B_blocksum_grad_w) as (
                 b_blocksum_grad_w,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             carry_grad_w = T.alloc_local((B_blocksum_grad_w,), 'float32')
             T.fill(carry_grad_w, T.float32(0.0))
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
@@ -180,6 +188,8 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads=1, block_t=1, blo
     B_d = N_d
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -200,6 +210,9 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads=1, block_t=1, blo
         scratch_grad_w: T.Tensor((blocks, (HC * D)), 'float32'),
     ):
         with T.Kernel(blocks, threads=threads) as (bid,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             w = T.alloc_local((B_h, B_d), 'float32')
             carry_grad_w = T.alloc_local((B_h, B_d), 'float32')
             go = T.alloc_local((B_t, B_h, B_d), 'float32')
@@ -313,6 +326,9 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads=1, block_t=1, blo
                 scratch_grad_w[bid, ((i_h * D) + i_d)] = carry_grad_w[i_h, i_d]
         with T.Kernel(T.ceildiv(N_blocksum_grad_w, B_blocksum_grad_w), threads=B_blocksum_grad_w) as (
                 b_blocksum_grad_w,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             carry_grad_w = T.alloc_local((B_blocksum_grad_w,), 'float32')
             T.fill(carry_grad_w, T.float32(0.0))
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):

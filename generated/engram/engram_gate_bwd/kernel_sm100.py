@@ -30,6 +30,8 @@ def build_base(HC, D, clamp_value, *, threads=512, block_t=1, blocks=296):
     B_d = pad_pow2(N_d)
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -49,6 +51,9 @@ def build_base(HC, D, clamp_value, *, threads=512, block_t=1, blocks=296):
         scratch_grad_w: T.Tensor((blocks, (HC * D)), 'float32'),
     ):
         with T.Kernel(blocks, threads=threads) as (bid,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             w = T.alloc_fragment((B_h, B_d), 'float32')
             carry_grad_w = T.alloc_fragment((B_h, B_d), 'float32')
             go = T.alloc_fragment((B_t, B_h, B_d), 'float32')
@@ -144,6 +149,9 @@ def build_base(HC, D, clamp_value, *, threads=512, block_t=1, blocks=296):
                     scratch_grad_w[bid, ((i_h * D) + i_d)] = carry_grad_w[i_h, i_d]
         with T.Kernel(T.ceildiv(N_blocksum_grad_w, B_blocksum_grad_w), threads=B_blocksum_grad_w) as (
                 b_blocksum_grad_w,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             carry_grad_w = T.alloc_fragment((B_blocksum_grad_w,), 'float32')
             T.fill(carry_grad_w, T.float32(0.0))
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
@@ -176,6 +184,8 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads=512, block_t=1, b
     B_d = pad_pow2(N_d)
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -196,6 +206,9 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads=512, block_t=1, b
         scratch_grad_w: T.Tensor((blocks, (HC * D)), 'float32'),
     ):
         with T.Kernel(blocks, threads=threads) as (bid,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             w = T.alloc_fragment((B_h, B_d), 'float32')
             carry_grad_w = T.alloc_fragment((B_h, B_d), 'float32')
             go = T.alloc_fragment((B_t, B_h, B_d), 'float32')
@@ -305,6 +318,9 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads=512, block_t=1, b
                     scratch_grad_w[bid, ((i_h * D) + i_d)] = carry_grad_w[i_h, i_d]
         with T.Kernel(T.ceildiv(N_blocksum_grad_w, B_blocksum_grad_w), threads=B_blocksum_grad_w) as (
                 b_blocksum_grad_w,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             carry_grad_w = T.alloc_fragment((B_blocksum_grad_w,), 'float32')
             T.fill(carry_grad_w, T.float32(0.0))
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):

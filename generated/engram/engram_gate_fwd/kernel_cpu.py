@@ -30,6 +30,8 @@ def build_false(HC, D, eps, clamp_value, *, threads=1, block_t=1):
     B_h = N_h
     B_d = N_d
     B_t = block_t
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -40,6 +42,9 @@ def build_false(HC, D, eps, clamp_value, *, threads=1, block_t=1):
         output: T.Tensor((T_, HC, D), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             xf = T.alloc_local((B_t, B_h, B_d), 'float32')
             kf = T.alloc_local((B_t, B_h, B_d), 'float32')
             x2 = T.alloc_local((B_t, B_h, B_d), 'float32')
@@ -110,6 +115,8 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads=1, blo
     B_h = N_h
     B_d = N_d
     B_t = block_t
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -121,6 +128,9 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads=1, blo
         output: T.Tensor((T_, HC, D), 'uint16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             xf = T.alloc_local((B_t, B_h, B_d), 'float32')
             kf = T.alloc_local((B_t, B_h, B_d), 'float32')
             x2 = T.alloc_local((B_t, B_h, B_d), 'float32')
@@ -197,6 +207,8 @@ def build_true(HC, D, eps, clamp_value, *, threads=1, block_t=1):
     B_h = N_h
     B_d = N_d
     B_t = block_t
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -211,6 +223,9 @@ def build_true(HC, D, eps, clamp_value, *, threads=1, block_t=1):
         rstd_k: T.Tensor((T_, HC), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             xf = T.alloc_local((B_t, B_h, B_d), 'float32')
             kf = T.alloc_local((B_t, B_h, B_d), 'float32')
             x2 = T.alloc_local((B_t, B_h, B_d), 'float32')
@@ -289,6 +304,8 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads=1, bloc
     B_h = N_h
     B_d = N_d
     B_t = block_t
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -304,6 +321,9 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads=1, bloc
         rstd_k: T.Tensor((T_, HC), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             xf = T.alloc_local((B_t, B_h, B_d), 'float32')
             kf = T.alloc_local((B_t, B_h, B_d), 'float32')
             x2 = T.alloc_local((B_t, B_h, B_d), 'float32')

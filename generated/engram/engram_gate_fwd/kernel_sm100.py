@@ -30,6 +30,8 @@ def build_false(HC, D, eps, clamp_value, *, threads=256, block_t=1, block_h=1):
     B_h = block_h
     if not (((N_h % B_h) == 0)):
         raise ValueError('block size of axis h must divide its extent')
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -42,6 +44,9 @@ def build_false(HC, D, eps, clamp_value, *, threads=256, block_t=1, block_h=1):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             xf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
             kf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
             x2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
@@ -112,6 +117,8 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads=256, b
     B_h = block_h
     if not (((N_h % B_h) == 0)):
         raise ValueError('block size of axis h must divide its extent')
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -125,6 +132,9 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads=256, b
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             xf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
             kf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
             x2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
@@ -200,6 +210,8 @@ def build_true(HC, D, eps, clamp_value, *, threads=256, block_t=1, block_h=1):
     B_h = block_h
     if not (((N_h % B_h) == 0)):
         raise ValueError('block size of axis h must divide its extent')
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -216,6 +228,9 @@ def build_true(HC, D, eps, clamp_value, *, threads=256, block_t=1, block_h=1):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             xf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
             kf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
             x2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
@@ -294,6 +309,8 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads=256, bl
     B_h = block_h
     if not (((N_h % B_h) == 0)):
         raise ValueError('block size of axis h must divide its extent')
+    S_k_g = min(8, (D) & -(D))
+    S_v_g = min(8, (D) & -(D))
 
     @T.prim_func
     def kernel(
@@ -311,6 +328,9 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads=256, bl
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
+            T.assume(S_k_0 % S_k_g == 0)
+            T.assume(S_k_1 % S_k_g == 0)
+            T.assume(S_v_0 % S_v_g == 0)
             xf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
             kf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
             x2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
