@@ -1,6 +1,6 @@
-"""`tile_kernels.engram` of TileKernels 2.1.0 on tkgen's kernels: the first release's operators (the gate
-forward and backward over a packed `kv` with an optional `image_token_mask`, the hash with the mask) and the
-four Sinkhorn kernels."""
+"""`tile_kernels.engram` of TileKernels 2.1.0 on tkgen's kernels: the first release's operators with 2.1.0's
+changes (the gate forward and backward over a packed `kv` with an optional `image_token_mask`, the forward
+in place, the hash with the mask) and the four Sinkhorn kernels."""
 import torch
 
 from .._common import into, ops, written_into
