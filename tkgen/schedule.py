@@ -93,6 +93,16 @@ def _budget_share(name, sized, groups) -> E.Node:
     return products[0] if len(products) == 1 else P.call("max", *products)
 
 
+def _replicates_row_work(name, spec, dyn, groups, whole) -> bool:
+    """Whether splitting axis `name` across blocks would make each of them redo a row's reduction: an axis
+    that no input is read along (only outputs vary over it), beside a tile over the rows and a reduced (or
+    top-k'd) axis that does not vary over it (the top-k of a gate, split by its output slots, ran five
+    times per row). Such an axis is held whole where the tile budget allows."""
+    read_along = {a for t in spec.inputs.values() for group in t.resolved({}).view for a in group}
+    return dyn is not None and name not in read_along and \
+        any(dyn in g and name not in g and set(g) & set(whole) for g in groups)
+
+
 def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
     """(tiles in sizing order, knobs, checks). Whole axes (reduced, top-k'd, inner parts of a split tensor
     dim, counted, `all`) are sized first, then the rows, then axes with explicit sizes, and last `auto`
@@ -149,8 +159,9 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
                          (k != "auto" or order.index(o) < order.index(name))]
                 others = _budget_share(name, sized, groups)
                 cap = P.call("max", E.Num(1), E.Binary("//", E.Name("tile_elems"), others))
-                tiles.append((name, kir.Tile(P.call("pick_block", n_, cap, E.Num(_pack_multiple(module, name))),
-                                             True)))
+                whole_fits = _replicates_row_work(name, spec, dyn, groups, program.whole_axes)
+                tiles.append((name, kir.Tile(P.call("pick_block", n_, cap, E.Num(_pack_multiple(module, name)),
+                                                    *([E.Num(1)] if whole_fits else [])), True, whole_fits)))
     if len(split) > 3:
         raise ValueError(f"{spec.name}: at most three axes can be split across blocks, not {split}")
     if any(k == "auto" for k, _ in kinds.values()):

@@ -30,8 +30,14 @@ MIN_CHUNK = 64
 CHUNKS = (64, 128, 256, 512)   # mapping_positions compares a chunk's pairs pairwise: at most 512
 
 
+# resolved when this module is imported, so that torch.compile only reads it (the registry globs files)
+_OPS = {name: getattr(registry.op_package(name), name)
+        for name in ("mapping_chunk_counts", "mapping_chunk_offsets", "mapping_segments", "mapping_positions",
+                     "get_mapping_from_psum", "mapping_scatter")}
+
+
 def _op(name):
-    return getattr(registry.op_package(name), name)
+    return _OPS[name]
 
 
 def chunk_for(pairs: int) -> int:

@@ -3,6 +3,7 @@ kernels, through torch.library ops with registered autograd formulas)."""
 import torch
 
 from . import functional
+from ..compat._moe_mapping import upper_bound
 
 
 class SwiGLU(torch.nn.Module):
@@ -87,4 +88,56 @@ class EngramGate(torch.nn.Module):
         return functional.engram_gate(x, k, v, self.weight_hidden, self.weight_embed, self.clamp_value, self.eps)
 
 
-__all__ = ["functional", "SwiGLU", "RMSNorm", "MHC", "MHCHead", "EngramGate"]
+def expert_matmul(x, weight, pos_to_expert, alignment):
+    """x [T_exp, n] times weight [E, n, m] of each row's expert, as one torch.bmm over blocks of `alignment`
+    rows: in the layout of `get_fused_mapping` each expert's segment starts at a multiple of the alignment and
+    is a whole number of blocks long, so every block holds rows of one expert (then its padding), or padding
+    only (past the last segment; any weight serves, its rows are zero). It gathers one weight per block
+    (blocks x n x m elements): plain and traceable, not a grouped GEMM."""
+    rows = x.shape[0]
+    expert = pos_to_expert.view(rows // alignment, alignment).amax(1).clamp(min=0)
+    return torch.bmm(x.view(rows // alignment, alignment, -1), weight[expert]).view(rows, -1)
+
+
+class MoE(torch.nn.Module):
+    """A routed MoE layer on tkgen's kernels, differentiable end to end: logits = x @ router^T (float32), the
+    gate (`functional.moe_gate`), the mapping (`functional.get_fused_mapping`, sized by its upper bound so
+    that no step waits for the host), expand (`functional.moe_expand`), the experts' gate and up projection,
+    the generated SwiGLU with positions (padding rows skipped), the down projection, reduce
+    (`functional.moe_reduce`). The routing weights multiply the activation inside the SwiGLU
+    (`weights_in="swiglu"`, TileKernels' place) or the rows in the reduce (`"reduce"`); either way their
+    gradient reaches the router. The expert GEMMs are torch (`expert_matmul`: a bmm over blocks of
+    `alignment` rows). Parameters: router [E, hidden] float32, gate_up [E, hidden, 2 * intermediate] and
+    down [E, intermediate, hidden] in `dtype` (bf16 or float32, the dtype of x)."""
+
+    def __init__(self, hidden, intermediate, num_experts, num_topk, *, alignment=16, routed_scaling_factor=1.0,
+                 weights_in="swiglu", dtype=torch.float32, device=None):
+        super().__init__()
+        if weights_in not in ("swiglu", "reduce"):
+            raise ValueError(f"MoE: weights_in is 'swiglu' or 'reduce', got {weights_in!r}")
+        self.num_experts, self.num_topk, self.alignment = num_experts, num_topk, alignment
+        self.routed_scaling_factor, self.weights_in = routed_scaling_factor, weights_in
+        init = lambda *shape, fan_in: torch.randn(*shape, device=device) / fan_in ** 0.5  # noqa: E731
+        self.router = torch.nn.Parameter(init(num_experts, hidden, fan_in=hidden))
+        self.gate_up = torch.nn.Parameter(init(num_experts, hidden, 2 * intermediate, fan_in=hidden).to(dtype))
+        self.down = torch.nn.Parameter(init(num_experts, intermediate, hidden, fan_in=intermediate).to(dtype))
+
+    def forward(self, x):
+        """x [T, hidden] -> [T, hidden] in x's dtype."""
+        F, e, a = functional, self.num_experts, self.alignment
+        topk_idx, topk_weights = F.moe_gate(x.float() @ self.router.t(), self.num_topk,
+                                            routed_scaling_factor=self.routed_scaling_factor)
+        rows = upper_bound(x.shape[0], self.num_topk, e, a)
+        pos_to_expert, _, pos_to_token_topk, token_topk_to_pos, *_ = F.get_fused_mapping(topk_idx, e, rows, a)
+        h = expert_matmul(F.moe_expand(x, token_topk_to_pos, pos_to_expert), self.gate_up, pos_to_expert, a)
+        in_swiglu = self.weights_in == "swiglu"
+        act = F.swiglu(h, pos_to_token_topk=pos_to_token_topk if in_swiglu else None,
+                       topk_weights=topk_weights if in_swiglu else None, pos_to_expert=pos_to_expert,
+                       fmt="fp32" if x.dtype == torch.float32 else "bf16")
+        # the SwiGLU leaves the padding rows unwritten (uninitialised): zero them before the down projection
+        act = torch.where(pos_to_expert[:, None] >= 0, act, 0.0)
+        y = expert_matmul(act, self.down, pos_to_expert, a)
+        return F.moe_reduce(y, None if in_swiglu else topk_weights, token_topk_to_pos, pos_to_expert)
+
+
+__all__ = ["functional", "SwiGLU", "RMSNorm", "MHC", "MHCHead", "EngramGate", "MoE"]

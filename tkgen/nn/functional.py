@@ -12,6 +12,7 @@ import torch
 from .. import registry
 from ..compat import _engram
 from ..compat._moe_mapping import get_fused_mapping  # noqa: F401  (a composite of generated ops)
+from ..compat._moe_autograd import moe_expand, moe_gate, moe_reduce  # noqa: F401  (differentiable composites)
 
 
 def _functions():

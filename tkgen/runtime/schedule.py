@@ -6,13 +6,17 @@ _BYTES = {"float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "u
           "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
 
 
-def pick_block(extent: int, cap: int, multiple: int = 1) -> int:
-    """The block size of an `auto` axis: a divisor of `extent`, at most `cap`, a multiple of `multiple`.
+def pick_block(extent: int, cap: int, multiple: int = 1, whole_if_fits: int = 0) -> int:
+    """The block size of an `auto` axis: a divisor of `extent`, at most `cap`, a multiple of `multiple`;
+    with `whole_if_fits`, the whole extent padded to a power of two where that is at most `cap` (an axis
+    that blocks would each redo a row's reduction for; the kernel guards the padding).
 
     Powers of two come first: a tile of 5 groups of 128 left TileLang a thread layout where each thread
     held a whole group and read it alone (9x slower on an H200 than 4 groups). The largest other divisor
     is the fallback, and the whole extent when none fits (a packed axis shorter than a word).
     """
+    if whole_if_fits and pad_pow2(extent) <= cap:
+        return pad_pow2(extent)       # unpadded, 33 slots left TileLang a mask fragment on 33 of 64 threads
     fits = [b for b in range(multiple, min(extent, max(cap, multiple)) + 1, multiple) if extent % b == 0]
     pow2 = [b for b in fits if b & (b - 1) == 0]
     return max(pow2 or fits or [extent])

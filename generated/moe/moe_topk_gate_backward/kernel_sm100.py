@@ -46,9 +46,8 @@ def build_base(E, K, routed_scaling_factor, *, threads=128, block_t=1):
             den = T.alloc_fragment((B_t,), 'float32')
             rho = T.alloc_fragment((B_t,), 'float32')
             per_slot = T.alloc_fragment((B_t, B_j), 'float32')
-            hit = T.alloc_fragment((B_t, B_e, B_j), 'float32')
+            per_slot_shared = T.alloc_shared((B_t, B_j), 'float32')
             du = T.alloc_fragment((B_t, B_e), 'float32')
-            hit_by_j = T.alloc_shared((B_t, B_e, B_j), 'float32')
             u2 = T.alloc_fragment((B_t, B_e), 'float32')
             q3 = T.alloc_fragment((B_t, B_e), 'float32')
             q = T.alloc_fragment((B_t, B_e), 'float32')
@@ -97,16 +96,16 @@ def build_base(E, K, routed_scaling_factor, *, threads=128, block_t=1):
             for i_t, i_j in T.Parallel(B_t, B_j):
                 per_slot[i_t, i_j] = T.Select(valid[i_t, i_j],
                     (((T.float32(routed_scaling_factor) * g[i_t, i_j]) - rho[i_t]) / den[i_t]), T.float32(0.0))
-            for i_t, i_e, i_j in T.Parallel(B_t, B_e, B_j):
-                hit[i_t, i_e, i_j] = T.Select((ids[i_t, i_j] == T.cast(i_e, "int64")), per_slot[i_t, i_j],
-                    T.float32(0.0))
+                per_slot_shared[i_t, i_j] = per_slot[i_t, i_j]
             for i_t, i_e in T.Parallel(B_t, B_e):
                 du[i_t, i_e] = T.float32(0.0)
-            for i_t, i_e, i_j in T.Parallel(B_t, B_e, B_j):
-                hit_by_j[i_t, i_e, i_j] = hit[i_t, i_e, i_j]
-            for r_j in T.serial(N_j):
+            for r_j in (T.unroll if N_j <= 256 else T.serial)(N_j):
                 for i_t, i_e in T.Parallel(B_t, B_e):
-                    du[i_t, i_e] = (du[i_t, i_e] + hit_by_j[i_t, i_e, r_j])
+                    du[i_t, i_e] = (du[i_t, i_e]
+                        + T.Select((
+                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_j < N_j)),
+                                    T.cast(topk_idx[(b_t * B_t + i_t), r_j], "int64"), T.int64(0))
+                                == T.cast(i_e, "int64")), per_slot_shared[i_t, r_j], T.float32(0.0)))
             for i_t, i_e in T.Parallel(B_t, B_e):
                 u2[i_t, i_e] = (u[i_t, i_e] * u[i_t, i_e])
                 q3[i_t, i_e] = ((((((T.reinterpret(T.uint32(0x39076753), "float32") * u2[i_t, i_e])

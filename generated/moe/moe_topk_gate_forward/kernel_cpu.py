@@ -28,7 +28,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads=64, blo
     B_e = N_e
     B_j = N_j
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
 
     @T.prim_func
     def kernel(
@@ -109,7 +109,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads=64, blo
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
                     topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
                     topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = weight[i_t, i_s]
             for i_t, i_e in T.grid(B_t, B_e):
@@ -128,7 +128,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
     B_e = N_e
     B_j = N_j
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
 
     @T.prim_func
     def kernel(
@@ -216,7 +216,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
                     topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
                     topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = weight[i_t, i_s]
             for i_t, i_e in T.grid(B_t, B_e):
@@ -235,7 +235,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
     B_e = N_e
     B_j = N_j
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
 
     @T.prim_func
     def kernel(
@@ -324,7 +324,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads=64
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
                     topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(
                         T.Select(routed[i_t], T.cast(idx[i_t, i_s], "int64"), T.int64(-1)), "int64")
                     topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
@@ -345,7 +345,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
     B_e = N_e
     B_j = N_j
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1)
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
 
     @T.prim_func
     def kernel(
@@ -441,7 +441,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
                     topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(
                         T.Select(routed[i_t], T.cast(idx[i_t, i_s], "int64"), T.int64(-1)), "int64")
                     topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
