@@ -360,22 +360,57 @@ def _tk_kv(k, v):
     return _PACKED[key]
 
 
+def _tk_mask(mask):
+    return None if mask is None else mask.bool()
+
+
 def tk_engram_gate_fwd(params, dims):
     tk = _tile_kernels()
-    return lambda x, k, v, w: tk.engram.engram_gate_fwd(x, _tk_kv(k, v), w, params["eps"], params["clamp_value"],
-                                                        params["save_for_backward"])
+    return lambda x, k, v, w, mask=None: tk.engram.engram_gate_fwd(
+        x, _tk_kv(k, v), w, params["eps"], params["clamp_value"], params["save_for_backward"], _tk_mask(mask))
 
 
 def tk_engram_gate_bwd(params, dims):
     tk = _tile_kernels()
-    return lambda go, x, k, v, w, dot, gate, rstd_x, rstd_k: tk.engram.engram_gate_bwd(
-        go, x, _tk_kv(k, v), w, dot, gate, rstd_x, rstd_k, params["clamp_value"])
+    return lambda go, x, k, v, w, dot, gate, rstd_x, rstd_k, mask=None: tk.engram.engram_gate_bwd(
+        go, x, _tk_kv(k, v), w, dot, gate, rstd_x, rstd_k, params["clamp_value"], _tk_mask(mask))
 
 
 def tk_engram_hash(params, dims):
     tk = _tile_kernels()
     return lambda ids, mult, vocab, offsets, mask=None: tk.engram.engram_hash(
         ids, mult, vocab, offsets, None if mask is None else mask.bool())
+
+
+def tk_engram_sinkhorn_step(params, dims):
+    """TileKernels' step writes 3 x S column partials and leaves their reduce to a second call; tkgen's op
+    runs both kernels (its shares added in block order), so the timed TileKernels call includes the reduce."""
+    tk = _tile_kernels()
+    col_sumsq = {}
+
+    def run(matrix, row_scale, col_scale):
+        norm, partial = tk.engram.engram_sinkhorn_step(matrix, row_scale, col_scale, params["eps"])
+        out = col_sumsq.setdefault(matrix.shape[1], matrix.new_empty(matrix.shape[1]))
+        tk.engram.engram_sinkhorn_step_reduce(partial, out)
+        return norm, out
+    return run
+
+
+def tk_engram_sinkhorn_step_reduce(params, dims):
+    tk = _tile_kernels()
+    return lambda partial, col_sumsq: tk.engram.engram_sinkhorn_step_reduce(partial, col_sumsq)
+
+
+def tk_engram_sinkhorn_finalize(params, dims):
+    tk = _tile_kernels()
+    return lambda matrix, row_scale, col_scale: tk.engram.engram_sinkhorn_finalize(
+        matrix, row_scale, col_scale, params["eps"], params["alpha"])
+
+
+def tk_engram_sinkhorn_momentum_update(params, dims):
+    tk = _tile_kernels()
+    return lambda grad, buf: tk.engram.engram_sinkhorn_momentum_update(grad, buf, params["beta1"],
+                                                                       params["nesterov"])
 
 
 def tk_fused_weight(params, dims):
@@ -469,6 +504,10 @@ ADAPTERS = {
         "engram_gate_fwd": tk_engram_gate_fwd,
         "engram_gate_bwd": tk_engram_gate_bwd,
         "engram_hash": tk_engram_hash,
+        "engram_sinkhorn_step": tk_engram_sinkhorn_step,
+        "engram_sinkhorn_step_reduce": tk_engram_sinkhorn_step_reduce,
+        "engram_sinkhorn_finalize": tk_engram_sinkhorn_finalize,
+        "engram_sinkhorn_momentum_update": tk_engram_sinkhorn_momentum_update,
         "fused_weight": tk_fused_weight,
         "grad_w_reduce": tk_grad_w_reduce,
         "per_block_cast": tk_per_block_cast,

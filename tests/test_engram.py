@@ -1,6 +1,7 @@
 """The Engram family beyond the property tests: the hash against Python's big integers over the whole int64
 range, the gate's z == 0 sign and clamp edges, the inference form's bits, the gradients of the composite
 against float64 autograd, deterministic backward passes, and the TileKernels-compatible API."""
+import importlib
 import math
 
 import pytest
@@ -161,7 +162,7 @@ def test_main_grad_is_accumulated_in_place():
     tk1.modeling.engram.engram_gate(x, k, v, wh, we, 1e-6, 1e-20).backward(go)
     w = ops.fused_weight(wh.detach(), we.detach())
     fwd = ops.engram_gate_fwd(x, k, v, w)
-    grad_w = ops.engram_gate_bwd(go, x, k, v, w, *fwd[1:], 1e-6)[3]
+    grad_w = ops.engram_gate_bwd(go, x, k, v, w, *fwd[1:], clamp_value=1e-6)[3]
     assert wh.grad is None and we.grad is not None
     assert torch.equal(wh.main_grad, start + grad_w * we.detach().float())
 
@@ -192,8 +193,6 @@ def test_backward_partials_sum_to_the_gradient():
     assert a[3].shape == (1, 4, 64)
     for s, t in zip(a, b):
         assert torch.equal(s.view(torch.uint8), t.view(torch.uint8))
-    with pytest.raises(NotImplementedError, match="engram.engram_gate_fwd is not built"):
-        tk.engram.engram_gate_fwd(x)
 
 
 def test_nn_engram_gate_is_the_composite():
@@ -272,3 +271,189 @@ def test_hash_image_tokens_are_minus_one():
     want = hash_oracle(ids, mult, vocab, offsets)
     want[:, mask] = -1
     assert torch.equal(got, want)
+
+
+# TileKernels 2.1.0: the gate over a packed kv, image tokens, in place; the Sinkhorn kernels.
+
+def packed_kv(T, hc, D):
+    """kv [T, hc + 1, D] as a view into a wider buffer: strided rows, k and v then views of a view."""
+    return bf16(T, hc + 3, D)[:, 1:hc + 2]
+
+
+def gate_v2_inputs(T=6, hc=4, D=64):
+    x, _, _, wh, we = gate_inputs(T, hc, D)
+    return x, packed_kv(T, hc, D), ops.fused_weight(wh, we)
+
+
+def bits(t):
+    return t.contiguous().view(torch.uint8)
+
+
+def test_packed_kv_views_give_the_bits_of_separate_k_and_v():
+    """2.1.0's forward and backward read k = kv[:, :hc] and v = kv[:, hc] through their strides: the bits of
+    the first release's ops on contiguous copies; grad_kv packs grad_k and grad_v the same way."""
+    x, kv, w = gate_v2_inputs()
+    hc = x.shape[1]
+    assert not kv.is_contiguous() and not kv[:, hc].is_contiguous()
+    k, v = kv[:, :hc].contiguous(), kv[:, hc].contiguous()
+    want = ops.engram_gate_fwd(x, k, v, w, eps=1e-20, clamp_value=1e-6)
+    got = tk.engram.engram_gate_fwd(x, kv, w, 1e-20, 1e-6)
+    for a, b in zip(got, want):
+        assert torch.equal(bits(a), bits(b))
+    lean = tk.engram.engram_gate_fwd(x, kv, w, 1e-20, 1e-6, save_for_backward=False)
+    assert lean[1:] == (None, None, None, None) and torch.equal(bits(lean[0]), bits(want[0]))
+    go = bf16(*x.shape)
+    grad_x, grad_k, grad_v, grad_w = ops.engram_gate_bwd(go, x, k, v, w, *want[1:], clamp_value=1e-6)
+    gx, gkv, partial = tk.engram.engram_gate_bwd(go, x, kv, w, *got[1:], 1e-6)
+    assert gkv.shape == kv.shape and partial.shape == (1, hc, x.shape[2])
+    assert torch.equal(bits(gx), bits(grad_x)) and torch.equal(bits(partial[0]), bits(grad_w))
+    assert torch.equal(bits(gkv[:, :hc]), bits(grad_k)) and torch.equal(bits(gkv[:, hc]), bits(grad_v))
+
+
+def test_image_tokens_bypass_the_gate_forward_and_in_place():
+    x, kv, w = gate_v2_inputs(T=7)
+    mask = torch.tensor([True, False, True, False, False, True, False])
+    plain = tk.engram.engram_gate_fwd(x, kv, w, 1e-20, 1e-6)
+    got = tk.engram.engram_gate_fwd(x, kv, w, 1e-20, 1e-6, image_token_mask=mask)
+    assert torch.equal(bits(got[0][mask]), bits(x[mask]))           # x unchanged, bit for bit
+    for a, b in zip(got, plain):                                    # the other tokens as without the mask
+        assert torch.equal(bits(a[~mask]), bits(b[~mask]))
+    with pytest.raises(AssertionError, match="inplace is incompatible with save_for_backward"):
+        tk.engram.engram_gate_fwd(x.clone(), kv, w, 1e-20, 1e-6, image_token_mask=mask, inplace=True)
+    xs = x.clone()
+    res = tk.engram.engram_gate_fwd(xs, kv, w, 1e-20, 1e-6, save_for_backward=False, image_token_mask=mask,
+                                    inplace=True)
+    assert res[0] is xs and res[1:] == (None, None, None, None)
+    assert torch.equal(bits(xs), bits(got[0]))
+
+
+def test_image_tokens_backward_whatever_their_saved_values():
+    """An image token: grad_x = grad_out and grad_kv = +0 bit for bit, and no share of the weight gradient,
+    even where its saved intermediates are garbage (TileKernels' forward leaves them unwritten): the
+    weight gradient has the bits of the unmasked backward with those tokens' grad_out zeroed."""
+    x, kv, w = gate_v2_inputs(T=7)
+    mask = torch.tensor([False, True, True, False, False, False, True])
+    fwd = tk.engram.engram_gate_fwd(x, kv, w, 1e-20, 1e-6)
+    go = bf16(*x.shape)
+    junk = [t.clone() for t in fwd[1:]]
+    for t, bad in zip(junk, (float("nan"), 2.0, float("inf"), 0.0)):
+        t[mask] = bad
+    gx, gkv, partial = tk.engram.engram_gate_bwd(go, x, kv, w, *junk, 1e-6, image_token_mask=mask)
+    assert torch.equal(bits(gx[mask]), bits(go[mask]))
+    assert not bits(gkv[mask]).any()
+    go0 = go.clone()
+    go0[mask] = 0
+    plain = tk.engram.engram_gate_bwd(go0, x, kv, w, *fwd[1:], 1e-6)
+    assert torch.equal(bits(gx[~mask]), bits(plain[0][~mask])) and torch.equal(bits(gkv[~mask]), bits(plain[1][~mask]))
+    assert torch.equal(bits(partial), bits(plain[2]))
+
+
+def gate_f64_masked(x, kv, wh, we, clamp, eps, mask):
+    hc, D = x.shape[-2:]
+    kv = kv.reshape(*kv.shape[:-1], hc + 1, D)
+    out = gate_f64(x, kv[..., :hc, :], kv[..., hc, :], wh, we, clamp, eps)
+    return torch.where(mask[..., None, None], x, out)
+
+
+def test_composite_2_1_0_against_float64_autograd():
+    """modeling.engram.engram_gate over hidden_states [2, 3, hc, D], kv [2, 3, (hc + 1) * D] and an image
+    mask: output and gradients as the first release's composite (calc_diff below 1e-5, the bound argued
+    there); image tokens pass x and its gradient through, with a zero grad_kv; two backward passes give
+    the same bits."""
+    hc, D = 4, 64
+    x = bf16(2, 3, hc, D)
+    kv = bf16(2, 3, (hc + 1) * D)
+    wh, we = bf16(hc, D), bf16(hc, D)
+    mask = torch.tensor([[False, True, False], [True, False, False]])
+    clamp, eps = 1e-6, 1e-20
+    leaves = [t.clone().requires_grad_() for t in (x, kv, wh, we)]
+    out = tk.modeling.engram.engram_gate(*leaves, clamp, eps, mask)
+    go = bf16(*out.shape)
+    out.backward(go)
+    ref_leaves = [t.double().requires_grad_() for t in (x, kv, wh, we)]
+    ref = gate_f64_masked(*ref_leaves, clamp, eps, mask)
+    ref.backward(go.double())
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape and torch.equal(bits(out[mask]), bits(x[mask]))
+    assert calc_diff(out, ref) < 1e-5
+    for got, want in zip(leaves, ref_leaves):
+        assert got.grad.shape == got.shape
+        assert calc_diff(got.grad, want.grad) < 1e-5, calc_diff(got.grad, want.grad)
+    assert not bits(leaves[1].grad[mask]).any()
+    first = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    tk.modeling.engram.EngramGateFn.apply(*leaves, clamp, eps, mask).backward(go)
+    for a, t in zip(first, leaves):
+        assert torch.equal(bits(a), bits(t.grad))
+
+
+def rel_err(got, want):
+    return float(((got.double() - want).abs() / want.abs()).max())
+
+
+@pytest.mark.parametrize("eps", [1e-20, 0.25])
+def test_sinkhorn_iteration_against_float64(eps):
+    """Four steps of the factored iteration X = diag(r) M diag(c) through TileKernels' API (step: row norms,
+    r updated in place, column partials; step_reduce into col_sumsq; the caller's c /= sqrt(col_sumsq) + eps),
+    then finalize with alpha = sqrt(D), against the same iteration written in float64 from its definition.
+    Each float32 value passes through sums of at most D = 96 terms of one sign (relative error at most about
+    D * 2^-24 = 5.7e-6, typically far less) and a few roundings; the bound is 1e-5 (measured: below 5e-7)."""
+    R, D = 37, 96
+    M = torch.randn(R, D, generator=g) * (0.05 if eps > 1e-3 else 1.0)     # eps matters: row norms near 0.5
+    r, c = torch.rand(R, generator=g) + 0.5, torch.rand(D, generator=g) + 0.5
+    rf, cf = r.double(), c.double()
+    col_sumsq = torch.full((D,), float("nan"))
+    for _ in range(4):
+        row_scale = r
+        norm, partial = tk.engram.engram_sinkhorn_step(M, r, c, eps)
+        assert r is row_scale and partial.shape == (1, D) and norm.shape == (R,)
+        assert tk.engram.engram_sinkhorn_step_reduce(partial, col_sumsq) is None
+        assert torch.equal(col_sumsq, partial.sum(0))
+        X = rf[:, None] * M.double() * cf
+        n = X.square().sum(1).sqrt()
+        want_colsq = (X / (n + eps)[:, None]).square().sum(0)
+        rf = rf / (n + eps)
+        assert rel_err(norm, n) < 1e-5 and rel_err(r, rf) < 1e-5 and rel_err(col_sumsq, want_colsq) < 1e-5
+        c = c / (col_sumsq.sqrt() + eps)
+        cf = cf / (want_colsq.sqrt() + eps)
+    alpha = math.sqrt(D)
+    out = tk.engram.engram_sinkhorn_finalize(M, r, c, eps, alpha)
+    X = rf[:, None] * M.double() * cf
+    want = X * (alpha / (X.square().sum(1, keepdim=True).sqrt() + eps))
+    assert out.shape == (R, D) and rel_err(out, want) < 1e-5
+
+
+def test_sinkhorn_finalize_into_out_and_reduce_in_order():
+    R, D = 5, 16
+    M, r, c = torch.randn(R, D, generator=g), torch.rand(R, generator=g), torch.rand(D, generator=g)
+    want = tk.engram.engram_sinkhorn_finalize(M, r, c, 1e-20, 4.0)
+    out = torch.full((R, D), float("nan"))
+    assert tk.engram.engram_sinkhorn_finalize(M, r, c, 1e-20, 4.0, out=out) is out
+    assert torch.equal(out, want)
+    wide = torch.full((R, 2 * D), float("nan"))
+    got = tk.engram.engram_sinkhorn_finalize(M, r, c, 1e-20, 4.0, out=wide[:, :D])
+    assert got.data_ptr() == wide.data_ptr() and torch.equal(wide[:, :D], want) and wide[:, D:].isnan().all()
+    partial = torch.randn(3, D, generator=g)
+    col_sumsq = torch.empty(D)
+    tk.engram.engram_sinkhorn_step_reduce(partial, col_sumsq)
+    assert torch.equal(col_sumsq, (-0.0 + partial[0]) + partial[1] + partial[2])
+
+
+def test_strided_k_and_v_load_16_bytes_at_a_time_and_misaligned_views_are_refused():
+    """The kernels assume the strides of k and v are multiples of 8 bf16 (as a contiguous tensor's are at
+    D = 2560), so that the sm_90a source loads them 16 bytes at a time, as it does hidden_states; the op
+    refuses a view that breaks the assumption (a row stride of D + 1), and the compat layer copies it."""
+    import re
+    from tkgen import registry
+    from tkgen.runtime.compile import lower_source
+    module = importlib.import_module(f"{registry.op_package('engram_gate_fwd').__name__}.kernel_sm90")
+    src = lower_source(module, module.build_true, (4, 2560, 1e-20, 1e-6))
+    for name in ("hidden_states", "k", "v"):
+        assert re.search(rf"\*\(uint4\*\)\({name} \+", src), name
+    x, _, w = gate_v2_inputs(T=3, hc=2, D=16)
+    kv = bf16(3, 3, 17)[..., :16]
+    with pytest.raises(ValueError, match="`k` must start on 16 bytes and have strides that are multiples of 8"):
+        ops.engram_gate_fwd(x, kv[:, :2], kv[:, 2], w)
+    want = ops.engram_gate_fwd(x, kv[:, :2].contiguous(), kv[:, 2].contiguous(), w)
+    for a, b in zip(tk.engram.engram_gate_fwd(x, kv, w, 1e-20, 1e-6), want):
+        assert torch.equal(bits(a), bits(b))

@@ -171,3 +171,20 @@ def test_strided_kernels_lower_for_both_cuda_archs():
         module = importlib.import_module(f"{registry.op_package('apply_rotary').__name__}.kernel_{arch}")
         src = lower_source(module, module.build_true_true, (4, 64, "bf16", "int64"))
         assert "__global__" in src and "S_query_0" in src and "__fmaf_rn" in src, arch
+
+
+def test_views_off_the_16_byte_loads_are_refused_by_the_op_and_copied_by_the_compat_layer():
+    """The kernel assumes strides and start on its 16-byte load granule (docs/spec-language.md, `strided`):
+    tkgen.ops refuses a slice that starts 2 bytes in; TileKernels' entry point rotates it through a copy,
+    leaving the columns outside the slice as they were."""
+    gen = torch.Generator().manual_seed(7)
+    base = torch.randn(5, 3, 67, generator=gen).to(torch.bfloat16)
+    q, before = base[..., 1:65], base.clone()
+    cache, pos = cache_of(16, 64, gen), torch.randint(0, 16, (5,), generator=gen, dtype=torch.int32)
+    with pytest.raises(ValueError, match="`query` must start on 16 bytes"):
+        tkgen.ops.apply_rotary(q, pos, cache)
+    want = q.clone()
+    tkgen.ops.apply_rotary(want, pos, cache)
+    tk.transform.apply_rotary(q, cache, positions=pos)
+    assert torch.equal(q.view(torch.int16), want.view(torch.int16))
+    assert torch.equal(base[..., 0], before[..., 0]) and torch.equal(base[..., 65:], before[..., 65:])

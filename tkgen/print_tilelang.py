@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+from . import expr as E
 from . import ir, kir
 from . import pyexpr as P
 from .ir import F32, I32, I64, RAW, U32
 from .printers import TileLangPrinter, tl_dtype
+from .runtime.schedule import bank_pad
 from .safety import int_problem
 from .signature import INT_ELEMS, INT_STORAGE, is_native, storage
 
@@ -277,9 +279,41 @@ class KernelPrinter:
         lines = [f"{ind}with T.Kernel({', '.join(exts)}, threads={threads}) as ({', '.join(ids)},):"]
         inner = ind + "    "
         lines += [inner + b for b in block_ids]
+        lines += [inner + a for a in self.stride_assumptions()]
         lines += [inner + self.alloc(b) for b in self.buffers.values()]
         for st in kernel.body:
             lines += self.statement(st, inner)
+        return lines
+
+    def stride_granules(self) -> Dict[str, str]:
+        """For each strided input whose last dim is static (the name of its first stride -> Python source
+        for the factory), the granule its strides are multiples of: 16 bytes' worth of elements, at most the
+        largest power of two dividing the last dim, as in a contiguous tensor of its shape (the runtime
+        checks it: tkgen/runtime/ops.py: stride_granule)."""
+        static = set(self.m.dims)
+        out = {}
+        for t in self.m.tensors:
+            if t.strides is None or not {P.sym(n) for n in E.names(t.shape[-1])} <= static:
+                continue
+            if t.elem.startswith("@"):       # one dtype of several: the storage is picked in the factory
+                stored = [storage(self.catalog, self.arch, dt) for dt in self.dtypes_of(t.elem)]
+                vec = f"{ {s: bank_pad(s) for s in stored}!r}[{self.storage_src(t.elem)}]"
+            else:
+                vec = str(bank_pad(storage(self.catalog, self.arch, t.elem)))
+            last = P.py_expr(t.shape[-1])
+            out.setdefault(P.py_expr(t.strides[0]), f"min({vec}, ({last}) & -({last}))")
+        return out
+
+    def stride_assumptions(self) -> List[str]:
+        """`T.assume` that each runtime stride is a multiple of its granule: TileLang then keeps 16-byte
+        vector loads through strides it cannot see (the views of a packed kv load as a contiguous tensor)."""
+        granules = self.stride_granules()
+        lines = []
+        for t in self.m.tensors:
+            first = P.py_expr(t.strides[0]) if t.strides is not None else None
+            for s in t.strides[:-1] if first in granules else ():
+                line = f"T.assume({P.py_expr(s)} % {granule_name(first)} == 0)"
+                lines += [line] if line not in lines else []
         return lines
 
     def factory(self, name: str, choices=()) -> List[str]:
@@ -322,6 +356,7 @@ class KernelPrinter:
             else:
                 entries = ", ".join(f"{dt!r}: {fn}" for dt, fn in table.items())
                 pre.append(f"{tname} = {{{entries}}}[{owner}_dtype]")
+        pre += [f"{granule_name(s)} = {g}" for s, g in self.stride_granules().items()]
         params = [f"        {t.name}: T.Tensor({self.shape(t)}, {self.storage_src(t.elem)})," if t.strides is None else
                   f"        {t.name}: T.StridedTensor({self.shape(t)}, {self.tuple_src(t.strides)}, "
                   f"{self.storage_src(t.elem)})," for t in m.tensors]
@@ -336,6 +371,11 @@ class KernelPrinter:
     def tuple_src(sizes) -> str:
         dims = [P.py_expr(s) for s in sizes]
         return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def granule_name(first_stride: str) -> str:
+    """The factory's name for the granule of the strides S_<tensor>_0, S_<tensor>_1, ...: S_<tensor>_g."""
+    return first_stride.rsplit("_", 1)[0] + "_g"
 
 
 def print_factory(catalog, arch, module: kir.Module, name: str, choices=()):

@@ -226,7 +226,7 @@ _TORCH_CHAINS = {"library": frozenset({"custom_op"}), "ops": frozenset({"tkgen"}
 _TILELANG_ATTRS = frozenset({
     "Kernel", "Parallel", "Pipelined", "Serial", "Unroll", "serial", "unroll", "grid", "vectorized",
     "prim_func", "macro", "dynamic", "symbolic", "Tensor", "StridedTensor", "Buffer", "Select", "if_then_else",
-    "cast",
+    "cast", "assume",
     "reinterpret", "alloc_fragment", "alloc_local", "alloc_shared", "alloc_var", "copy", "fill", "clear",
     "reduce_absmax", "reduce_max", "reduce_min", "reduce_sum", "reduce_abssum", "cumsum", "cummax",
     "atomic_add", "atomic_max", "atomic_min", "gemm", "max", "min", "abs", "ceildiv", "floordiv",

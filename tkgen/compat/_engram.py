@@ -2,6 +2,7 @@
 import torch
 
 from ._common import need, ops
+from ..runtime.ops import strides_aligned
 
 
 def engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets):
@@ -15,12 +16,37 @@ def fused_weight(weight_hidden, weight_embed):
     return ops().fused_weight(weight_hidden, weight_embed)
 
 
+def unit_last(t):
+    """t itself where the gate kernels can read it through its strides (the last dim contiguous, the others
+    multiples of the kernels' 16-byte loads: tkgen/runtime/ops.py: strides_aligned), else a copy."""
+    return t if t.is_contiguous() or (t.stride(-1) == 1 and strides_aligned(t)) else t.contiguous()
+
+
+def image_mask(image_token_mask):
+    """TileKernels' bool (or integer) image-token mask as the int32 mask the kernels take, or None."""
+    return None if image_token_mask is None else image_token_mask.to(torch.int32).contiguous()
+
+
+def gate_fwd(hidden_states, k, v, weight_fused, eps, clamp_value, save_for_backward, mask=None):
+    """The gate forward of either release: k and v go to the kernel as views (strided), mask an int32 mask."""
+    outs = ops().engram_gate_fwd(hidden_states, unit_last(k), unit_last(v), weight_fused, image_token_mask=mask,
+                                 eps=eps, clamp_value=clamp_value, save_for_backward=save_for_backward)
+    return tuple(outs) if save_for_backward else (outs[0], None, None, None, None)
+
+
+def gate_bwd(grad_out, hidden_states, k, v, weight_fused, dot, gate_score, rstd_x, rstd_k, clamp_value, mask=None):
+    """(grad_x, grad_k, grad_v, grad_w_partial [1, hc, D]) of either release."""
+    grad_x, grad_k, grad_v, grad_w = ops().engram_gate_bwd(grad_out, hidden_states, unit_last(k), unit_last(v),
+                                                           weight_fused, dot, gate_score, rstd_x, rstd_k,
+                                                           image_token_mask=mask, clamp_value=clamp_value)
+    return grad_x, grad_k, grad_v, grad_w.unsqueeze(0)
+
+
 def engram_gate_fwd(hidden_states, k, v, weight_fused, eps, clamp_value, save_for_backward=True):
     """(output, dot, gate_score, rstd_x, rstd_k); the last four are None without save_for_backward (the
-    kernel then stores output only, with the same bits). k and v may be strided (copied contiguous)."""
-    outs = ops().engram_gate_fwd(hidden_states, k.contiguous(), v.contiguous(), weight_fused, eps=eps,
-                                 clamp_value=clamp_value, save_for_backward=save_for_backward)
-    return tuple(outs) if save_for_backward else (outs[0], None, None, None, None)
+    kernel then stores output only, with the same bits). k and v may be strided views (last dim
+    contiguous): the kernel reads them through their strides."""
+    return gate_fwd(hidden_states, k, v, weight_fused, eps, clamp_value, save_for_backward)
 
 
 def engram_gate_bwd(grad_out, hidden_states, k, v, weight_fused, dot, gate_score, rstd_x, rstd_k, clamp_value):
@@ -28,10 +54,7 @@ def engram_gate_bwd(grad_out, hidden_states, k, v, weight_fused, dot, gate_score
     gradient per persistent block, [S, hc, D]; tkgen's kernel reduces them itself in block order (the same
     bits on every run), so grad_w_partial is [1, hc, D]: its sum over the first dim, by grad_w_reduce or
     by `.sum(0)`, is the gradient, as with TileKernels' partials."""
-    grad_x, grad_k, grad_v, grad_w = ops().engram_gate_bwd(grad_out, hidden_states, k.contiguous(), v.contiguous(),
-                                                           weight_fused, dot, gate_score, rstd_x, rstd_k,
-                                                           clamp_value=clamp_value)
-    return grad_x, grad_k, grad_v, grad_w.unsqueeze(0)
+    return gate_bwd(grad_out, hidden_states, k, v, weight_fused, dot, gate_score, rstd_x, rstd_k, clamp_value)
 
 
 def grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden, grad_weight_embed):
@@ -42,34 +65,52 @@ def grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidde
     ops().grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden, grad_weight_embed)
 
 
+def weight_grads(wh, we, partial):
+    """The two weight gradients from grad_w_partial: added into `weight.main_grad` (float32) where a weight
+    has one (its gradient is then None), else into fresh float32 zeros that are returned."""
+    grads = []
+    for weight in (wh, we):
+        main = getattr(weight, "main_grad", None)
+        grads.append(main if main is not None else torch.zeros(weight.shape, dtype=torch.float32,
+                                                               device=weight.device))
+    grad_w_reduce(partial, wh, we, grads[0], grads[1])
+    return tuple(None if getattr(t, "main_grad", None) is not None else g for t, g in zip((wh, we), grads))
+
+
+def gate_forward(ctx, x, k, v, weight_hidden, weight_embed, clamp_value, eps, mask=None):
+    """The composite's forward over rows, for either release's autograd.Function: x [N, hc, D], k [N, hc, D]
+    (may be a strided view), v [N, D], mask int32 [N] or None; saves what gate_backward needs."""
+    w = fused_weight(weight_hidden, weight_embed)
+    out, dot, gate, rstd_x, rstd_k = gate_fwd(x, k, v, w, eps, clamp_value, True, mask)
+    ctx.save_for_backward(x, k, v, weight_hidden, weight_embed, w, dot, gate, rstd_x, rstd_k, mask)
+    ctx.clamp_value = clamp_value
+    return out
+
+
+def gate_backward(ctx, grad_out):
+    """(grad_x, grad_k, grad_v, grad_weight_hidden, grad_weight_embed) over the rows of gate_forward."""
+    x, k, v, wh, we, w, dot, gate, rstd_x, rstd_k, mask = ctx.saved_tensors
+    grad_x, grad_k, grad_v, partial = gate_bwd(grad_out.reshape(x.shape).contiguous(), x, k, v, w, dot, gate,
+                                               rstd_x, rstd_k, ctx.clamp_value, mask)
+    return (grad_x, grad_k, grad_v, *weight_grads(wh, we, partial))
+
+
 class EngramGateFn(torch.autograd.Function):
-    """TileKernels' composite: fused_weight and the gate forward; backward: the gate backward, then the
-    weight gradients accumulated into `weight.main_grad` (float32) where a weight has one (its gradient is
-    then None), else into fresh float32 zeros that are returned."""
+    """TileKernels' first-release composite: fused_weight and the gate forward; backward: the gate backward,
+    then the weight gradients accumulated into `weight.main_grad` (float32) where a weight has one (its
+    gradient is then None), else into fresh float32 zeros that are returned."""
 
     @staticmethod
     def forward(ctx, hidden_states, k, v, weight_hidden, weight_embed, clamp_value, eps):
-        shape, d = hidden_states.shape, hidden_states.shape[-1]
-        hc = hidden_states.shape[-2]
-        x, kk, vv = hidden_states.reshape(-1, hc, d), k.reshape(-1, hc, d), v.reshape(-1, d)
-        w = fused_weight(weight_hidden, weight_embed)
-        out, dot, gate, rstd_x, rstd_k = engram_gate_fwd(x, kk, vv, w, eps, clamp_value, save_for_backward=True)
-        ctx.save_for_backward(x, kk, vv, weight_hidden, weight_embed, w, dot, gate, rstd_x, rstd_k)
-        ctx.clamp_value, ctx.shapes = clamp_value, (shape, k.shape, v.shape)
-        return out.reshape(shape)
+        hc, d = hidden_states.shape[-2:]
+        ctx.shapes = hidden_states.shape, k.shape, v.shape
+        out = gate_forward(ctx, hidden_states.reshape(-1, hc, d), k.reshape(-1, hc, d), v.reshape(-1, d),
+                           weight_hidden, weight_embed, clamp_value, eps)
+        return out.reshape(hidden_states.shape)
 
     @staticmethod
     def backward(ctx, grad_out):
-        x, k, v, wh, we, w, dot, gate, rstd_x, rstd_k = ctx.saved_tensors
-        go = grad_out.reshape(x.shape).contiguous()
-        grad_x, grad_k, grad_v, partial = engram_gate_bwd(go, x, k, v, w, dot, gate, rstd_x, rstd_k, ctx.clamp_value)
-        grads = []
-        for weight in (wh, we):
-            main = getattr(weight, "main_grad", None)
-            grads.append(main if main is not None else torch.zeros(weight.shape, dtype=torch.float32,
-                                                                   device=weight.device))
-        grad_w_reduce(partial, wh, we, grads[0], grads[1])
-        gwh, gwe = (None if getattr(t, "main_grad", None) is not None else g for t, g in zip((wh, we), grads))
+        grad_x, grad_k, grad_v, gwh, gwe = gate_backward(ctx, grad_out)
         shape, kshape, vshape = ctx.shapes
         return grad_x.reshape(shape), grad_k.reshape(kshape), grad_v.reshape(vshape), gwh, gwe, None, None
 

@@ -132,6 +132,22 @@ def _dtype_name(dt: torch.dtype) -> str:
     return {v: k for k, v in TORCH_DTYPES.items() if k in ("fp32", "bf16", "e4m3", "int32", "int64")}.get(dt, str(dt))
 
 
+def stride_granule(t: torch.Tensor) -> int:
+    """The elements a kernel may load at once from a strided input: 16 bytes' worth, at most the largest
+    power of two dividing its last dim (as in a contiguous tensor of its shape). The generated kernels
+    assume the strides are multiples of it (`T.assume`), so that the loads stay 16-byte vectors."""
+    last = t.shape[-1] if t.dim() else 1
+    return min(max(16 // t.element_size(), 1), last & -last) if last else 1
+
+
+def strides_aligned(t: torch.Tensor) -> bool:
+    """Whether a strided input meets its kernel's assumption: each stride (of a dim longer than 1) a
+    multiple of the granule, and the data starting on a granule."""
+    g = stride_granule(t)
+    return t.data_ptr() % (g * t.element_size()) == 0 and \
+        all(st % g == 0 for n, st in zip(t.shape[:-1], t.stride()[:-1]) if n > 1)
+
+
 def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> Dict[str, int]:
     """Validate arguments; return the bound sizes (dims and params) of this call."""
     tensors, params = complete(op, tensors, params)
@@ -167,6 +183,12 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
             if t.dim() and t.stride(-1) != 1:
                 raise ValueError(f"{op.name}: argument `{info.name}` must have a contiguous last dim (stride 1), "
                                  f"got strides {tuple(t.stride())}")
+            if not t.is_contiguous() and not strides_aligned(t):     # a contiguous one is laid out as assumed
+                g = stride_granule(t)
+                raise ValueError(f"{op.name}: argument `{info.name}` must start on {g * t.element_size()} bytes and "
+                                 f"have strides that are multiples of {g}, as a contiguous tensor of its shape (the "
+                                 f"kernel loads {g} elements at a time), got strides {tuple(t.stride())}; call "
+                                 f".contiguous()")
         elif not t.is_contiguous():
             raise ValueError(f"{op.name}: argument `{info.name}` must be contiguous (row-major); call .contiguous()")
     # structural params first: they pick the formats, which fix the containers of format-typed inputs

@@ -36,6 +36,7 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads=1, bl
     LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
     LOAD_query = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[query_dtype]
     STORE_query = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[query_dtype]
+    S_query_g = min({'uint16': 8, 'float32': 4}[STORAGE_query], (R) & -(R))
 
     @T.prim_func
     def kernel(
@@ -45,6 +46,8 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads=1, bl
         rotated: T.StridedTensor((T_, H, R), (S_query_0, S_query_1, 1), STORAGE_query),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            T.assume(S_query_0 % S_query_g == 0)
+            T.assume(S_query_1 % S_query_g == 0)
             _at_positions = T.alloc_local((B_t,), 'int32')
             x1 = T.alloc_local((B_t, B_h, B_i), 'float32')
             x2 = T.alloc_local((B_t, B_h, B_i), 'float32')
@@ -112,6 +115,7 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads=1, blo
     LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
     LOAD_query = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[query_dtype]
     STORE_query = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[query_dtype]
+    S_query_g = min({'uint16': 8, 'float32': 4}[STORAGE_query], (R) & -(R))
 
     @T.prim_func
     def kernel(
@@ -121,6 +125,8 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads=1, blo
         rotated: T.StridedTensor((T_, H, R), (S_query_0, S_query_1, 1), STORAGE_query),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            T.assume(S_query_0 % S_query_g == 0)
+            T.assume(S_query_1 % S_query_g == 0)
             _at_positions = T.alloc_local((B_t,), 'int32')
             x1 = T.alloc_local((B_t, B_h, B_i), 'float32')
             x2 = T.alloc_local((B_t, B_h, B_i), 'float32')

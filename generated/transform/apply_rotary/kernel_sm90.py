@@ -36,6 +36,7 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads=128, 
     LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
     LOAD_query = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[query_dtype]
     STORE_query = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[query_dtype]
+    S_query_g = min({'bfloat16': 8, 'float32': 4}[STORAGE_query], (R) & -(R))
 
     @T.prim_func
     def kernel(
@@ -47,6 +48,8 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads=128, 
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
+            T.assume(S_query_0 % S_query_g == 0)
+            T.assume(S_query_1 % S_query_g == 0)
             _at_positions = T.alloc_fragment((B_t,), 'int32')
             x1 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             x2 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
@@ -114,6 +117,7 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads=128, b
     LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
     LOAD_query = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[query_dtype]
     STORE_query = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[query_dtype]
+    S_query_g = min({'bfloat16': 8, 'float32': 4}[STORAGE_query], (R) & -(R))
 
     @T.prim_func
     def kernel(
@@ -125,6 +129,8 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads=128, b
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
+            T.assume(S_query_0 % S_query_g == 0)
+            T.assume(S_query_1 % S_query_g == 0)
             _at_positions = T.alloc_fragment((B_t,), 'int32')
             x1 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             x2 = T.alloc_fragment((B_t, B_h, B_i), 'float32')

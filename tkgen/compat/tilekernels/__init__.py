@@ -5,7 +5,7 @@ it (see tkgen/compat/__init__.py)."""
 import sys
 
 from .._missing import module
-from . import config, engram, moe, quant, rand, transform
+from . import config, engram, modeling_engram, moe, quant, rand, transform
 from .config import *  # noqa: F401,F403  (TileKernels re-exports its knobs at the top)
 
 RELEASE = "2.1.0"
@@ -22,8 +22,9 @@ mhc = module(__name__ + ".mhc", RELEASE, [
         "mhc_head_compute_mix and their _backward ops; the first release's signatures are in "
         "tkgen.compat.tilekernels_v1.modeling.mhc.ops.")
 modeling = module(__name__ + ".modeling", RELEASE, [])
-modeling.engram = module(__name__ + ".modeling.engram", RELEASE, ["EngramGateFn", "engram_gate"])
-for _m in (mhc, modeling, modeling.engram):
+modeling.engram = modeling_engram
+for _m in (mhc, modeling):
     sys.modules[_m.__name__] = _m          # `from tkgen.compat.tilekernels.mhc import ...` works too
+sys.modules[__name__ + ".modeling.engram"] = modeling_engram     # a real module, importable by TileKernels' path
 
 __all__ = ["config", "engram", "mhc", "modeling", "moe", "quant", "rand", "transform", *config.__all__]

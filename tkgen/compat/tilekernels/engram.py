@@ -1,9 +1,9 @@
-"""`tile_kernels.engram` of TileKernels 2.1.0 on tkgen's kernels: the operators its first release had, unchanged,
-and the Sinkhorn momentum update. The gate forward and backward with the packed `kv` and `image_token_mask`,
-and the other three Sinkhorn kernels, are not built yet (they raise NotImplementedError naming themselves)."""
+"""`tile_kernels.engram` of TileKernels 2.1.0 on tkgen's kernels: the first release's operators with 2.1.0's
+changes (the gate forward and backward over a packed `kv` with an optional `image_token_mask`, the forward
+in place, the hash with the mask) and the four Sinkhorn kernels."""
 import torch
 
-from .._common import missing, ops
+from .._common import into, ops, written_into
 from .. import _engram as _v1
 
 RELEASE = "2.1.0"
@@ -15,8 +15,43 @@ grad_w_reduce = _v1.grad_w_reduce
 def engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets, image_token_mask=None):
     """As the first release's; with image_token_mask [T] (bool or integers), image tokens get -1 in every
     column."""
-    mask = None if image_token_mask is None else image_token_mask.to(torch.int32).contiguous()
-    return ops().engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets, image_token_mask=mask)
+    return ops().engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets,
+                             image_token_mask=_v1.image_mask(image_token_mask))
+
+
+def split_kv(kv, hc):
+    """k [T, hc, D] and v [T, D] of a packed kv [T, hc + 1, D], as views (the kernels take their strides)."""
+    assert kv.dim() == 3 and kv.shape[1] == hc + 1, f"kv must be [T, {hc + 1}, D], got {tuple(kv.shape)}"
+    return kv[:, :hc], kv[:, hc]
+
+
+def engram_gate_fwd(hidden_states, kv, weight_fused, eps, clamp_value, save_for_backward=True,
+                    image_token_mask=None, inplace=False):
+    """(output, dot, gate_score, rstd_x, rstd_k) over kv [T, hc + 1, D] (k = kv[:, :hc], v = kv[:, hc],
+    read in place); the last four are None without save_for_backward. An image token (image_token_mask
+    True) gets its hidden_states row unchanged. With inplace (not with save_for_backward, as TileKernels
+    asserts), the output is hidden_states, overwritten; tkgen's kernel writes a fresh output that is then
+    copied over it (the same bits, one more pass over the tensor)."""
+    assert not (inplace and save_for_backward), "inplace is incompatible with save_for_backward"
+    k, v = split_kv(kv, hidden_states.shape[1])
+    outs = _v1.gate_fwd(hidden_states, k, v, weight_fused, eps, clamp_value, save_for_backward,
+                        _v1.image_mask(image_token_mask))
+    if not inplace:
+        return outs
+    return (hidden_states.copy_(outs[0]), *outs[1:])
+
+
+def engram_gate_bwd(grad_out, hidden_states, kv, weight_fused, dot, gate_score, rstd_x, rstd_k, clamp_value,
+                    image_token_mask=None):
+    """(grad_x, grad_kv, grad_w_partial): grad_kv [T, hc + 1, D] holds grad_k in its first hc rows and grad_v
+    in the last; an image token has grad_x = grad_out, grad_kv = 0 and no share of the weight gradient.
+    grad_w_partial is [1, hc, D], already reduced in block order (as the first release's: TileKernels gives
+    one partial per SM, [S, hc, D]); its sum over the first dim is the gradient of weight_fused."""
+    hc = hidden_states.shape[1]
+    k, v = split_kv(kv, hc)
+    grad_x, grad_k, grad_v, grad_w = _v1.gate_bwd(grad_out, hidden_states, k, v, weight_fused, dot, gate_score,
+                                                  rstd_x, rstd_k, clamp_value, _v1.image_mask(image_token_mask))
+    return grad_x, torch.cat([grad_k, grad_v[:, None]], dim=1), grad_w
 
 
 def engram_sinkhorn_momentum_update(grad, momentum_buffer, beta1, nesterov=True):
@@ -26,9 +61,30 @@ def engram_sinkhorn_momentum_update(grad, momentum_buffer, beta1, nesterov=True)
     return ops().engram_sinkhorn_momentum_update(grad, momentum_buffer, beta1=beta1, nesterov=nesterov)
 
 
-_MISSING = ["engram_gate_bwd", "engram_gate_fwd", "engram_sinkhorn_finalize", "engram_sinkhorn_step",
-            "engram_sinkhorn_step_reduce"]
-for _name in _MISSING:
-    globals()[_name] = missing(f"engram.{_name}", RELEASE)
+def engram_sinkhorn_step(matrix, row_scale, col_scale, eps):
+    """(row_norm [R], col_sumsq_partial [1, D]); row_scale [R] is updated in place (times 1 / (norm + eps)).
+    TileKernels returns one column partial per worker, [3 * S, D]; tkgen's kernel adds its blocks' shares
+    itself in block order (the same bits on every run), so the partial is [1, D]: engram_sinkhorn_step_reduce
+    or `.sum(0)` gives the column sums of squares, as with TileKernels' partials."""
+    row_norm, col_sumsq = ops().engram_sinkhorn_step(matrix, row_scale, col_scale, eps=eps)
+    return row_norm, col_sumsq.unsqueeze(0)
 
-__all__ = ["fused_weight", "grad_w_reduce", "engram_hash", "engram_sinkhorn_momentum_update", *_MISSING]
+
+def engram_sinkhorn_step_reduce(col_sumsq_partial, col_sumsq):
+    """Writes the sum of the partials [P, D] over P, in order, into col_sumsq [D]; returns None."""
+    ops().engram_sinkhorn_step_reduce(col_sumsq_partial, col_sumsq)
+
+
+def engram_sinkhorn_finalize(matrix, row_scale, col_scale, eps, alpha, out=None):
+    """The row-normalized iterate scaled by alpha, [R, D] float32; stored into `out` when given (the kernel
+    writes straight into a contiguous one), which is then returned."""
+    params = {"eps": eps, "alpha": alpha}
+    if out is not None and out.is_contiguous():
+        return written_into("engram_sinkhorn_finalize", (out,), {"matrix": matrix, "row_scale": row_scale,
+                                                                  "col_scale": col_scale}, params)
+    return into(out, ops().engram_sinkhorn_finalize(matrix, row_scale, col_scale, **params))
+
+
+__all__ = ["fused_weight", "grad_w_reduce", "engram_hash", "engram_gate_fwd", "engram_gate_bwd",
+           "engram_sinkhorn_momentum_update", "engram_sinkhorn_step", "engram_sinkhorn_step_reduce",
+           "engram_sinkhorn_finalize"]

@@ -2,6 +2,7 @@
 import torch
 
 from .._common import ops
+from ...runtime.ops import strides_aligned
 
 RELEASE = "2.1.0"
 
@@ -47,6 +48,11 @@ def _positions(positions, tokens, offset, device):
 
 
 def _rotate(x, pos, cache, interleaved, conjugate):
+    if not (x.is_contiguous() or strides_aligned(x)):      # a view off the kernel's 16-byte loads: via a copy
+        tmp = x.contiguous()
+        _rotate(tmp, pos, cache, interleaved, conjugate)
+        x.copy_(tmp)
+        return
     if x.dim() == 3:
         ops().apply_rotary(x, pos.contiguous(), cache, interleaved=interleaved, conjugate=conjugate)
         return
