@@ -30,18 +30,33 @@ def _defs(body) -> Dict[str, kir.Compute]:
 
 
 def _pure(name, defs, used: set, seen=()) -> Optional[ir.Expr]:
-    """The value of buffer `name` as an expression of indices, tensors and constants alone (its reads of
-    other buffers expanded; their names added to `used`), or None where it reads state (a reduction, a
-    loop's carry, a slice)."""
+    """The value of buffer `name` as an expression of indices, tensors, constants and shared copies alone
+    (its reads of other buffers expanded; their names added to `used`), or None where it reads state (a
+    reduction, a loop's carry, a slice).
+
+    A shared buffer written once by a whole-buffer copy stays a read (at explicit indices, themselves
+    expanded): it holds the same values wherever the expression is computed after it, and every thread
+    can read any element of it. So a fold over pairs, `fold(sum, where(gather(ids, j, r) == ids, ...), j)`,
+    reads the gathered element from the [r] copy at each step instead of a staged [r, j] tile."""
     st = defs.get(name)
     if st is None or name in seen:
         return None
     used.add(name)
     failed = []
 
+    def expand(e):
+        return None if e is None else ir.rebuild(e, fn)
+
     def fn(n):
         if isinstance(n, ir.Read):
-            inner = _pure(n.buffer, defs, used, seen + (name,)) if n.indices is None and n.guard is None else None
+            if n.indices is None and n.guard is None:
+                inner = _pure(n.buffer, defs, used, seen + (name,))
+            elif n.buffer in defs and defs[n.buffer].dst.scope == "shared":
+                buf = defs[n.buffer].dst
+                indices = n.indices or tuple(ir.Index(a, local=True) for a in buf.axes)
+                inner = dataclasses.replace(n, indices=tuple(map(expand, indices)), guard=expand(n.guard))
+            else:
+                inner = None
             if inner is None:
                 failed.append(n)
                 return n

@@ -23,7 +23,7 @@ def build_base(num_experts, chunk, *, threads=256, block_b=1):
     N_r = chunk
     N_e = num_experts
     B_r = pad_pow2(N_r)
-    B_e = N_e
+    B_e = pad_pow2(N_e)
     B_b = block_b
 
     @T.prim_func
@@ -47,7 +47,7 @@ def build_base(num_experts, chunk, *, threads=256, block_b=1):
                                 T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32")))),
                         counts_tile[i_b, i_e])
             for i_b, i_e in T.Parallel(B_b, B_e):
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b + i_b) < N_b) & (i_e < N_e)):
                     counts[(b_b * B_b + i_b), i_e] = T.cast(counts_tile[i_b, i_e], "int32")
 
     return kernel

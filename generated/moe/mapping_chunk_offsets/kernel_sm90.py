@@ -25,7 +25,7 @@ def build_base(E, group, *, threads=128, block_u=1, tile_elems=4096):
     B_c = pad_pow2(N_c)
     B_u = fit_rows(block_u, tile_elems, B_c)
     B_e = pick_block(N_e, max(1, (tile_elems // (B_u * B_c))), 1)
-    threads = fit_threads(threads, max(B_u * B_c * B_e, B_u * B_e), tile_elems)
+    threads = fit_threads(threads, B_u * B_e, tile_elems)
 
     @T.prim_func
     def kernel(
@@ -37,7 +37,7 @@ def build_base(E, group, *, threads=128, block_u=1, tile_elems=4096):
             b_u = pid // (T.ceildiv(N_e, B_e))
             b_e = pid % T.ceildiv(N_e, B_e)
             offsets_tile_run = T.alloc_fragment((B_u, B_e), 'int32')
-            offsets_tile = T.alloc_fragment((B_u, B_c, B_e), 'int32')
+            offsets_tile = T.alloc_shared((B_u, B_c, B_e), 'int32')
             totals_tile = T.alloc_fragment((B_u, B_e), 'int32')
             T.fill(offsets_tile_run, T.int32(0))
             for r_c in (T.unroll if N_c <= 256 else T.serial)(N_c):

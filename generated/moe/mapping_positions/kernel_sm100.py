@@ -43,12 +43,8 @@ def build_base(E, chunk, *, threads=128, block_b=1):
             eid = T.alloc_fragment((B_b, B_r), 'int32')
             base_by_e = T.alloc_shared((B_b, B_e), 'int32')
             first = T.alloc_fragment((B_b, B_r), 'int32')
-            jj = T.alloc_fragment((B_j,), 'int32')
             ids_by_r = T.alloc_shared((B_b, B_r), 'int64')
-            other = T.alloc_fragment((B_b, B_j), 'int64')
-            same = T.alloc_fragment((B_b, B_r, B_j), 'int32')
             rank = T.alloc_fragment((B_b, B_r), 'int32')
-            same_by_j = T.alloc_shared((B_b, B_r, B_j), 'int32')
             for i_b, i_r in T.Parallel(B_b, B_r):
                 ids[i_b, i_r] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < N) & (i_r < N_r)),
                     T.cast(topk_idx[(((b_b * B_b + i_b) * N_r) + i_r)], "int64"), T.int64(0))
@@ -66,24 +62,17 @@ def build_base(E, chunk, *, threads=128, block_b=1):
             for i_b, i_r in T.Parallel(B_b, B_r):
                 first[i_b, i_r] = T.if_then_else(((eid[i_b, i_r] >= T.int32(0)) & (eid[i_b, i_r] < N_e)),
                     base_by_e[i_b, eid[i_b, i_r]], T.int32(0))
-            for i_j in T.Parallel(B_j):
-                jj[i_j] = i_j
-            for i_b, i_r in T.Parallel(B_b, B_r):
                 ids_by_r[i_b, i_r] = ids[i_b, i_r]
-            for i_b, i_j in T.Parallel(B_b, B_j):
-                other[i_b, i_j] = T.if_then_else(((jj[i_j] >= T.int32(0)) & (jj[i_j] < N_r)), ids_by_r[i_b, jj[i_j]],
-                    T.int64(0))
-            for i_b, i_r, i_j in T.Parallel(B_b, B_r, B_j):
-                same[i_b, i_r, i_j] = T.Select(((other[i_b, i_j] == ids[i_b, i_r]) & (i_j < i_r)),
-                    T.Select(T.isnan(T.float32(1.0)), T.int32(0), T.cast(T.float32(1.0), "int32")),
-                    T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32")))
-            for i_b, i_r in T.Parallel(B_b, B_r):
                 rank[i_b, i_r] = T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))
-            for i_b, i_r, i_j in T.Parallel(B_b, B_r, B_j):
-                same_by_j[i_b, i_r, i_j] = same[i_b, i_r, i_j]
             for r_j in T.serial(N_j):
                 for i_b, i_r in T.Parallel(B_b, B_r):
-                    rank[i_b, i_r] = (rank[i_b, i_r] + same_by_j[i_b, i_r, r_j])
+                    rank[i_b, i_r] = (rank[i_b, i_r]
+                        + T.Select(((T.if_then_else(((r_j >= T.int32(0)) & (r_j < N_r)), ids_by_r[i_b, r_j], T.int64(0))
+                                    == T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < N) & (i_r < N_r)),
+                                        T.cast(topk_idx[(((b_b * B_b + i_b) * N_r) + i_r)], "int64"), T.int64(0)))
+                                & (r_j < i_r)),
+                            T.Select(T.isnan(T.float32(1.0)), T.int32(0), T.cast(T.float32(1.0), "int32")),
+                            T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))))
             for i_b, i_r in T.Parallel(B_b, B_r):
                 if (((((b_b * B_b + i_b) * N_r) + i_r) < N) & (i_r < N_r)):
                     token_topk_to_pos[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(

@@ -36,7 +36,7 @@ def build_base(E, alignment, *, threads=128, block_u=1):
             n = T.alloc_fragment((B_u, B_e), 'int32')
             aligned = T.alloc_fragment((B_u, B_e), 'int32')
             start_run = T.alloc_fragment((B_u,), 'int32')
-            start = T.alloc_fragment((B_u, B_e), 'int32')
+            start = T.alloc_shared((B_u, B_e), 'int32')
             for i_u, i_e in T.Parallel(B_u, B_e):
                 n[i_u, i_e] = T.if_then_else((((b_u * B_u + i_u) < N_u) & (i_e < N_e)),
                     T.cast(totals[(b_u * B_u + i_u), i_e], "int32"), T.int32(0))
