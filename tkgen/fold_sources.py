@@ -29,7 +29,7 @@ def _defs(body) -> Dict[str, kir.Compute]:
             if isinstance(st, kir.Compute) and not st.at and count.get(st.dst.name) == 1}
 
 
-def _pure(name, defs, used: set, seen=()) -> Optional[ir.Expr]:
+def _pure(name, defs, used: set, seen=(), fixed=frozenset()) -> Optional[ir.Expr]:
     """The value of buffer `name` as an expression of indices, tensors, constants and shared copies alone
     (its reads of other buffers expanded; their names added to `used`), or None where it reads state (a
     reduction, a loop's carry, a slice).
@@ -37,7 +37,11 @@ def _pure(name, defs, used: set, seen=()) -> Optional[ir.Expr]:
     A shared buffer written once by a whole-buffer copy stays a read (at explicit indices, themselves
     expanded): it holds the same values wherever the expression is computed after it, and every thread
     can read any element of it. So a fold over pairs, `fold(sum, where(gather(ids, j, r) == ids, ...), j)`,
-    reads the gathered element from the [r] copy at each step instead of a staged [r, j] tile."""
+    reads the gathered element from the [r] copy at each step instead of a staged [r, j] tile.
+
+    `fixed`: the axes the expression is read at other indices of (the fold's axis). A tile that does not
+    vary over them, written once, stays a read at the statement's own indices (the pair's own expert),
+    rather than its loads repeated at every step."""
     st = defs.get(name)
     if st is None or name in seen:
         return None
@@ -49,8 +53,12 @@ def _pure(name, defs, used: set, seen=()) -> Optional[ir.Expr]:
 
     def fn(n):
         if isinstance(n, ir.Read):
-            if n.indices is None and n.guard is None:
-                inner = _pure(n.buffer, defs, used, seen + (name,))
+            st_n = defs.get(n.buffer)
+            if n.indices is None and n.guard is None and fixed and st_n is not None and \
+                    st_n.dst.scope == "tile" and not set(st_n.dst.axes) & fixed:
+                inner = n
+            elif n.indices is None and n.guard is None:
+                inner = _pure(n.buffer, defs, used, seen + (name,), fixed)
             elif n.buffer in defs and defs[n.buffer].dst.scope == "shared":
                 buf = defs[n.buffer].dst
                 indices = n.indices or tuple(ir.Index(a, local=True) for a in buf.axes)
@@ -81,7 +89,7 @@ def read_fold_sources(body, kernel: kir.Kernel):
             chain = set()
             pure = _pure(v.buffer, defs, chain) if src is not None and src.dst.axes == st.dst.axes else None
             if pure is not None:
-                staged[name] = (st.dst, pure)
+                staged[name] = (st.dst, v.buffer)
                 used |= chain | {name}
     if not staged:
         return list(body)
@@ -89,7 +97,7 @@ def read_fold_sources(body, kernel: kir.Kernel):
     def inline(n):
         if not (isinstance(n, ir.Read) and n.buffer in staged and n.indices is not None and n.guard is None):
             return None
-        buf, pure = staged[n.buffer]
+        buf, src = staged[n.buffer]
         index = {}
         for axis, i in zip(buf.axes, n.indices):
             if isinstance(i, ir.Index) and i.axis == axis:
@@ -97,7 +105,8 @@ def read_fold_sources(body, kernel: kir.Kernel):
             if kernel.tile(axis).split:        # a loop index stands for a global one only on a whole axis
                 return None
             index[axis] = i
-        return _at(pure, index)
+        pure = _pure(src, defs, set(), fixed=frozenset(index))
+        return None if pure is None else _at(pure, index)
     return drop_unread(kir.map_exprs(body, lambda e: ir.rebuild(e, inline)), used)
 
 

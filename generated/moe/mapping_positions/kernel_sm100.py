@@ -68,9 +68,7 @@ def build_base(E, chunk, *, threads=128, block_b=1):
                 for i_b, i_r in T.Parallel(B_b, B_r):
                     rank[i_b, i_r] = (rank[i_b, i_r]
                         + T.Select(((T.if_then_else(((r_j >= T.int32(0)) & (r_j < N_r)), ids_by_r[i_b, r_j], T.int64(0))
-                                    == T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < N) & (i_r < N_r)),
-                                        T.cast(topk_idx[(((b_b * B_b + i_b) * N_r) + i_r)], "int64"), T.int64(0)))
-                                & (r_j < i_r)),
+                                    == ids[i_b, i_r]) & (r_j < i_r)),
                             T.Select(T.isnan(T.float32(1.0)), T.int32(0), T.cast(T.float32(1.0), "int32")),
                             T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))))
             for i_b, i_r in T.Parallel(B_b, B_r):
