@@ -68,3 +68,23 @@ def test_chunk_counts_lower_for_expert_counts_past_the_threads(experts, chunk):
         module = _kernel("mapping_chunk_counts", arch)
         src = lower_source(module, module.build_base, (experts, chunk))
         assert re.search(rf"< {experts}\)", src), arch          # the stores past the last expert are guarded
+
+
+def test_a_fragment_written_one_slice_at_a_time_is_refused_on_cuda():
+    """The printer refuses what TileLang 0.1.15 lowers wrong (see above), so a stage cannot bring it back;
+    the C target's thread-local arrays take it."""
+    from tkgen import ir, kir
+    from tkgen.print_tilelang import KernelPrinter
+    catalog = load_catalog(registry.specs_dir())
+    step = ir.Var("r_c", "i32")
+    module = kir.Module("demo", "base", {}, (), (), ())
+    for scope in ("tile", "shared"):
+        dst = kir.Buffer("out", ("u", "c"), "i32", scope)
+        write = kir.Compute(dst, ir.i32(0), at=(("c", step),))
+        for arch in ("sm90", "cpu"):
+            printer = KernelPrinter(catalog, catalog.archs[arch], module)
+            if scope == "tile" and arch == "sm90":
+                with pytest.raises(ValueError, match="collect it in shared memory"):
+                    printer.target(write)
+            else:
+                assert printer.target(write) == "out[i_u, r_c]"
