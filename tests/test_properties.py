@@ -44,6 +44,25 @@ def test_kernel_matches_reference_on_cpu(name):
     prop()
 
 
+def _pinned():
+    from tkgen.model import load_catalog
+    ops = load_catalog(registry.specs_dir()).ops
+    return [n for n in sorted(ops) if ops[n].tests.get("cuda_cases")]
+
+
+@pytest.mark.parametrize("name", _pinned())
+def test_pinned_cases_lower_for_cuda(name):
+    """`tests.cuda_cases`: specializations lowered for every CUDA profile whatever the strategies draw
+    (params that once failed to lower or ran wrong on a GPU)."""
+    op = registry.op_package(name).OP
+    for pinned in _tests(name)["cuda_cases"]:
+        case = {"dims": dict(pinned.get("dims", {})),
+                "params": {**{p.name: p.default for p in op.params}, **pinned.get("params", {})},
+                "inputs": {i.name: None for i in op.inputs}}
+        for arch, src in C.lower_cuda(name, case).items():
+            assert "__global__" in src, (arch, pinned)
+
+
 @pytest.mark.parametrize("name", op_names())
 def test_empty_and_single_row(name):
     op = registry.op_package(name).OP

@@ -31,13 +31,22 @@ def _defs(body) -> Dict[str, kir.Compute]:
             if isinstance(st, kir.Compute) and not st.at and count.get(st.dst.name) == 1}
 
 
-def _pure(name, defs, used: set, seen=(), smaller=None) -> Optional[ir.Expr]:
-    """The value of buffer `name` as an expression of indices, tensors and constants alone (its reads of
-    other buffers expanded; their names added to `used`), or None where it reads state (a reduction, a
-    loop's carry, a slice).
+def _pure(name, defs, used: set, seen=(), fixed=frozenset(), smaller=None) -> Optional[ir.Expr]:
+    """The value of buffer `name` as an expression of indices, tensors, constants and shared copies alone
+    (its reads of other buffers expanded; their names added to `used`), or None where it reads state (a
+    reduction, a loop's carry, a slice).
+
+    A shared buffer written once by a whole-buffer copy stays a read (at explicit indices, themselves
+    expanded): it holds the same values wherever the expression is computed after it, and every thread
+    can read any element of it. So a fold over pairs, `fold(sum, where(gather(ids, j, r) == ids, ...), j)`,
+    reads the gathered element from the [r] copy at each step instead of a staged [r, j] tile.
+
+    `fixed`: the axes the expression is read at other indices of (the fold's axis). A tile that does not
+    vary over them, written once, stays a read at the statement's own indices (the pair's own expert),
+    rather than its loads repeated at every step.
 
     `smaller` (a dict, with the axes of the staged tile under the key None): a buffer of state defined by
-    one Compute over fewer of those axes is read instead, from a copy that every thread can read (added to
+    one Compute over fewer of those axes is read from a copy that every thread can read (added to
     `smaller`): `hit = where(ids == e, per_slot, 0)` over (t, e, j) reads per_slot's [t, j] copy, not a
     staged [t, e, j] tile."""
     st = defs.get(name)
@@ -46,18 +55,31 @@ def _pure(name, defs, used: set, seen=(), smaller=None) -> Optional[ir.Expr]:
     used.add(name)
     failed = []
 
+    def expand(e):
+        return None if e is None else ir.rebuild(e, fn)
+
     def fn(n):
         if isinstance(n, ir.Read):
+            st_n = defs.get(n.buffer)
             plain = n.indices is None and n.guard is None
-            trial = None if smaller is None else dict(smaller)     # copies of a failed expansion are not kept
-            inner = _pure(n.buffer, defs, used, seen + (name,), trial) if plain else None
-            if inner is not None and smaller is not None:
-                smaller.update(trial)
-            if inner is None and plain and smaller is not None and n.buffer in defs:
-                axes = defs[n.buffer].dst.axes
-                if set(axes) < set(smaller[None]):
+            if plain and fixed and st_n is not None and st_n.dst.scope == "tile" and not set(st_n.dst.axes) & fixed:
+                inner = n
+            elif plain:
+                trial = None if smaller is None else dict(smaller)     # copies of a failed expansion are not kept
+                inner = _pure(n.buffer, defs, used, seen + (name,), fixed, trial)
+                if inner is not None and smaller is not None:
+                    smaller.update(trial)
+                if inner is None and smaller is not None and st_n is not None and \
+                        set(st_n.dst.axes) < set(smaller[None]):
+                    axes = st_n.dst.axes
                     copy = smaller.setdefault(n.buffer, kir.Buffer(f"{n.buffer}_shared", axes, n.dtype, "shared"))
-                    return ir.Read(copy.name, n.dtype, tuple(ir.Index(a, local=True) for a in axes))
+                    inner = ir.Read(copy.name, n.dtype, tuple(ir.Index(a, local=True) for a in axes))
+            elif st_n is not None and st_n.dst.scope == "shared":
+                buf = st_n.dst
+                indices = n.indices or tuple(ir.Index(a, local=True) for a in buf.axes)
+                inner = dataclasses.replace(n, indices=tuple(map(expand, indices)), guard=expand(n.guard))
+            else:
+                inner = None
             if inner is None:
                 failed.append(n)
                 return n
@@ -83,7 +105,7 @@ def read_fold_sources(body, kernel: kir.Kernel):
             pure = _pure(v.buffer, defs, chain, smaller=smaller) if src is not None and src.dst.axes == st.dst.axes \
                 else None
             if pure is not None:
-                staged[name] = (st.dst, pure)
+                staged[name] = (st.dst, v.buffer)
                 used |= chain | {name}
                 copies.update({k: b for k, b in smaller.items() if k is not None})
     if not staged:
@@ -98,7 +120,7 @@ def read_fold_sources(body, kernel: kir.Kernel):
     def inline(n):
         if not (isinstance(n, ir.Read) and n.buffer in staged and n.indices is not None and n.guard is None):
             return None
-        buf, pure = staged[n.buffer]
+        buf, src = staged[n.buffer]
         index = {}
         for axis, i in zip(buf.axes, n.indices):
             if isinstance(i, ir.Index) and i.axis == axis:
@@ -106,8 +128,14 @@ def read_fold_sources(body, kernel: kir.Kernel):
             if kernel.tile(axis).split:        # a loop index stands for a global one only on a whole axis
                 return None
             index[axis] = i
+        known = {None: buf.axes, **copies}
+        trial = dict(known)
+        pure = _pure(src, defs, set(), fixed=frozenset(index), smaller=trial)
+        if pure is None or set(trial) != set(known):      # a copy the body does not make
+            return None
         return _at(pure, index)
-    return drop_unread(kir.map_exprs(body, lambda e: ir.rebuild(e, inline)), used)
+    dead = used | {b.name for b in copies.values()}       # a copy that no inlined source reads goes too
+    return drop_unread(kir.map_exprs(body, lambda e: ir.rebuild(e, inline)), dead)
 
 
 UNROLL_FETCHES = 256      # a fold that reads its elements from tensors is unrolled up to this many steps

@@ -186,6 +186,10 @@ class KernelPrinter:
 
     def target(self, st: kir.Compute) -> str:
         at = dict(st.at)
+        if at and st.dst.scope == "tile" and self.arch.tile_memory == "fragment":
+            # TileLang 0.1.15 takes the writing threads of such a slice from the fragment's layout and
+            # guards them with `thread < owner + 1`: every thread up to the owner writes (wrong results)
+            raise ValueError(f"{st.dst.name}: a fragment written one slice at a time; collect it in shared memory")
         return f"{st.dst.name}[{', '.join(self.expr(at[a]) if a in at else f'i_{a}' for a in st.dst.axes) or '0'}]"
 
     def store_line(self, st: kir.Store) -> str:

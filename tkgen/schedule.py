@@ -103,6 +103,17 @@ def _replicates_row_work(name, spec, dyn, groups, whole) -> bool:
         any(dyn in g and name not in g and set(g) & set(whole) for g in groups)
 
 
+def _declared_past_threads(spec, name, threads) -> bool:
+    """Whether axis `name`'s extent is a param whose declared range reaches past the block's threads.
+    TileLang 0.1.15 lays out no fragment of more elements than threads that is not a multiple of them
+    ("no available layout found": mapping_chunk_counts with 513 or 1023 experts), so on profiles that pad
+    (`pad_reduced`) such an axis held whole is padded to a power of two like a reduced one."""
+    extent = spec.axes[name].extent
+    param = spec.params.get(extent.id) if isinstance(extent, E.Name) else None
+    high = param.range[1] if param is not None and param.range is not None else None
+    return isinstance(high, E.Num) and high.value > threads
+
+
 def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
     """(tiles in sizing order, knobs, checks). Whole axes (reduced, top-k'd, inner parts of a split tensor
     dim, counted, `all`) are sized first, then the rows, then axes with explicit sizes, and last `auto`
@@ -138,7 +149,8 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
                 continue
             n_ = E.Name(f"N_{name}")
             if kind == "whole":
-                padded = arch.pad_reduced and name in program.whole_axes
+                padded = arch.pad_reduced and (name in program.whole_axes or
+                                               _declared_past_threads(spec, name, knobs[0][1]))
                 # warp reductions want a power-of-two extent; the padding is never loaded or stored
                 tiles.append((name, kir.Tile(P.call("pad_pow2", n_) if padded else n_, False, padded)))
                 continue

@@ -99,15 +99,38 @@ def _source_hash(path: str) -> str:
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
-def lower_source(module, factory_fn, args: tuple, schedule=None) -> str:
-    """Lower `factory_fn(*args, **schedule)` (a kernel factory of `module`, see `factory`) for its module's
-    target and return the device source (no GPU needed)."""
+def _lower(module, factory_fn, args: tuple, schedule=None):
     tilelang = _tilelang()
     from tilelang import tvm
     prim = factory_fn(*args, **dict(schedule or {}))
     with tvm.transform.PassContext(config=dict(module.PASS_CONFIGS)), tvm.target.Target(module.TARGET):
-        artifact = tilelang.lower(prim, target=tvm.target.Target(module.TARGET))
-    return artifact.kernel_source
+        return tilelang.lower(prim, target=tvm.target.Target(module.TARGET))
+
+
+def lower_source(module, factory_fn, args: tuple, schedule=None) -> str:
+    """Lower `factory_fn(*args, **schedule)` (a kernel factory of `module`, see `factory`) for its module's
+    target and return the device source (no GPU needed)."""
+    return _lower(module, factory_fn, args, schedule).kernel_source
+
+
+def shared_memory_bytes(module, factory_fn, args: tuple, schedule=None) -> int:
+    """The shared memory one block of the lowered kernel allocates (the largest over its kernels): every
+    buffer of a shared scope in the device IR, the merged dynamic buffer included. No GPU needed."""
+    from tilelang import tvm
+    artifact = _lower(module, factory_fn, args, schedule)
+    most = 0
+    for func in artifact.device_mod.functions.values():
+        sizes = []
+
+        def visit(node):
+            if isinstance(node, tvm.tirx.AllocBuffer) and str(node.buffer.scope()).startswith("shared"):
+                n = 1
+                for d in node.buffer.shape:
+                    n *= int(d)
+                sizes.append(n * tvm.DataType(str(node.buffer.dtype)).bits // 8)
+        tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+        most = max(most, sum(sizes))
+    return most
 
 
 def nvcc_cubin(src: str, sm: str, flags=()):

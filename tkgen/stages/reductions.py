@@ -198,9 +198,14 @@ class Prefix(Step):
     def lower(self, lw):
         """A carried sum over the other axes and a serial loop over the axis: each step writes the slice of
         the result at its index, then adds the source's slice. The source is read from a copy every thread
-        can read (shared memory on CUDA); rows of a row block past the tensor add nothing."""
+        can read (shared memory on CUDA); rows of a row block past the tensor add nothing.
+
+        The result is collected where every thread can write it (shared memory on CUDA): a fragment slice
+        written at the loop's index takes its threads from the fragment's layout, and TileLang 0.1.15 then
+        guards the write with `thread < (owner of the index) + 1`, not `==`, so every thread up to the
+        owner overwrote its own elements with the running sum (mapping_chunk_offsets, mapping_segments)."""
         src = lw.bufs[self.src.name]
-        out = lw.buffer(self.out)
+        out = lw.buffer(self.out, scope="shared")
         rest = tuple(a for a in src.axes if a != self.axis)
         acc = kir.Buffer(f"{out.name}_run", rest, src.dtype)
         zero = ir.Const(0.0 if src.dtype == F32 else 0, src.dtype)

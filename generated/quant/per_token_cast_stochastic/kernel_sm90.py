@@ -54,7 +54,6 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4
             _t0 = T.alloc_fragment((B_t, B_g, B_k), 'float32')
             _t1 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
-            amax_shared = T.alloc_shared((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             v = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
             j = T.alloc_fragment((B_g, B_k), 'int32')
@@ -80,7 +79,6 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4
             T.reduce_absmax(_t0, _t1, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(9.999999747378752e-05))
-                amax_shared[i_t, i_g] = amax[i_t, i_g]
                 if ((b_t * B_t + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
                         sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
@@ -148,217 +146,46 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads=128, block_t=4
                 _t2[i_t, i_g, i_k] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
             for r_l in (T.unroll if N_l <= 256 else T.serial)(N_l):
                 for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
-                    if scale == 'fp32':
-                        _t2[i_t, i_g, i_k] = (_t2[i_t, i_g, i_k]
-                            + T.Select((r_l == T.int32(0)),
+                    _t2[i_t, i_g, i_k] = (_t2[i_t, i_g, i_k]
+                        + T.Select((r_l == T.int32(0)),
+                            ((
+                                    T.cast(
+                                        T.reinterpret(
+                                            T.reinterpret((
+                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            LOAD_x(
+                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                    & T.int64(4294967295)) * T.int64(1450300459)),
+                            T.Select((r_l == T.int32(1)),
                                 ((
                                         T.cast(
                                             T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * (T.float32(448.0) / amax_shared[i_t, i_g])), "uint32"), "int32"),
-                                            "int64") & T.int64(4294967295)) * T.int64(1450300459)),
-                                T.Select((r_l == T.int32(1)),
+                                            T.reinterpret((
+                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            LOAD_x(
+                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                        & T.int64(4294967295)) * T.int64(2576737433)),
+                                T.Select((r_l == T.int32(2)),
                                     ((
                                             T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * (T.float32(448.0) / amax_shared[i_t, i_g])), "uint32"), "int32"),
-                                                "int64") & T.int64(4294967295)) * T.int64(2576737433)),
-                                    T.Select((r_l == T.int32(2)),
-                                        ((
-                                                T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * (T.float32(448.0) / amax_shared[i_t, i_g])), "uint32"), "int32"),
-                                                "int64") & T.int64(4294967295)) * T.int64(2900474021)),
-                                        ((
-                                                T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * (T.float32(448.0) / amax_shared[i_t, i_g])), "uint32"), "int32"),
-                                                "int64") & T.int64(4294967295)) * T.int64(3780334477))))))
-                    if scale in ('pow2', 'ue8m0_byte'):
-                        _t2[i_t, i_g, i_k] = (_t2[i_t, i_g, i_k]
-                            + T.Select((r_l == T.int32(0)),
-                                ((
-                                        T.cast(
                                             T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * T.reinterpret(((T.uint32(254)
-                                                - (((T.reinterpret((amax_shared[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
-                                                "float32")), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                    * T.int64(1450300459)),
-                                T.Select((r_l == T.int32(1)),
+                                            T.reinterpret((
+                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            LOAD_x(
+                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                            & T.int64(4294967295)) * T.int64(2900474021)),
                                     ((
                                             T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * T.reinterpret(((T.uint32(254)
-                                                - (((T.reinterpret((amax_shared[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
-                                                "float32")), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                        * T.int64(2576737433)),
-                                    T.Select((r_l == T.int32(2)),
-                                        ((
-                                                T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * T.reinterpret(((T.uint32(254)
-                                                - (((T.reinterpret((amax_shared[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
-                                                "float32")), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                            * T.int64(2900474021)),
-                                        ((
-                                                T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * T.reinterpret(((T.uint32(254)
-                                                - (((T.reinterpret((amax_shared[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
-                                                "float32")), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                            * T.int64(3780334477))))))
-                    if scale == 'e4m3':
-                        _t2[i_t, i_g, i_k] = (_t2[i_t, i_g, i_k]
-                            + T.Select((r_l == T.int32(0)),
-                                ((
-                                        T.cast(
                                             T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * (T.float32(1.0)
-                                                / T.Select(((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)) >= T.float32(0.015625)),
-                                                T.reinterpret(
-                                                T.min((((
-                                                T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                                (((T.max(amax_shared[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                                + T.float32(16384.0))
-                                                - T.reinterpret(T.uint32(0x46800000), "float32"))))), "uint32"),
-                                                "int32"), "int64") & T.int64(4294967295)) * T.int64(1450300459)),
-                                T.Select((r_l == T.int32(1)),
-                                    ((
-                                            T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * (T.float32(1.0)
-                                                / T.Select(((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)) >= T.float32(0.015625)),
-                                                T.reinterpret(
-                                                T.min((((
-                                                T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                                (((T.max(amax_shared[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                                + T.float32(16384.0))
-                                                - T.reinterpret(T.uint32(0x46800000), "float32"))))), "uint32"),
-                                                "int32"), "int64") & T.int64(4294967295)) * T.int64(2576737433)),
-                                    T.Select((r_l == T.int32(2)),
-                                        ((
-                                                T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * (T.float32(1.0)
-                                                / T.Select(((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)) >= T.float32(0.015625)),
-                                                T.reinterpret(
-                                                T.min((((
-                                                T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                                (((T.max(amax_shared[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                                + T.float32(16384.0))
-                                                - T.reinterpret(T.uint32(0x46800000), "float32"))))), "uint32"),
-                                                "int32"), "int64") & T.int64(4294967295)) * T.int64(2900474021)),
-                                        ((
-                                                T.cast(
-                                                T.reinterpret(
-                                                T.reinterpret((
-                                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k))
-                                                & (r_l < N_l)),
-                                                LOAD_x(
-                                                x[(b_t * B_t + i_t),
-                                                (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                                * (T.float32(1.0)
-                                                / T.Select(((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)) >= T.float32(0.015625)),
-                                                T.reinterpret(
-                                                T.min((((
-                                                T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                                (((T.max(amax_shared[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                                + T.float32(16384.0))
-                                                - T.reinterpret(T.uint32(0x46800000), "float32"))))), "uint32"),
-                                                "int32"), "int64") & T.int64(4294967295)) * T.int64(3780334477))))))
+                                            T.reinterpret((
+                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            LOAD_x(
+                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                            & T.int64(4294967295)) * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
                 h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
@@ -473,7 +300,6 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, tile_ele
             _t0 = T.alloc_fragment((B_t, B_g, B_k), 'float32')
             _t1 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
-            amax_shared = T.alloc_shared((B_t, B_g), 'float32')
             sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
@@ -501,7 +327,6 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, tile_ele
             T.reduce_absmax(_t0, _t1, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(9.999999747378752e-05))
-                amax_shared[i_t, i_g] = amax[i_t, i_g]
                 sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
@@ -560,12 +385,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, tile_ele
                                             T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
                                             x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0))
-                                            * T.reinterpret(((T.uint32(254)
-                                            - (((T.reinterpret((amax_shared[i_t, i_g] / T.float32(448.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
-                                            "float32")), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                * T.int64(1450300459)),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                    & T.int64(4294967295)) * T.int64(1450300459)),
                             T.Select((r_l == T.int32(1)),
                                 ((
                                         T.cast(
@@ -574,12 +395,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, tile_ele
                                             T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
                                             x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0))
-                                            * T.reinterpret(((T.uint32(254)
-                                            - (((T.reinterpret((amax_shared[i_t, i_g] / T.float32(448.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
-                                            "float32")), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                    * T.int64(2576737433)),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                        & T.int64(4294967295)) * T.int64(2576737433)),
                                 T.Select((r_l == T.int32(2)),
                                     ((
                                             T.cast(
@@ -588,12 +405,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, tile_ele
                                             T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
                                             x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0))
-                                            * T.reinterpret(((T.uint32(254)
-                                            - (((T.reinterpret((amax_shared[i_t, i_g] / T.float32(448.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
-                                            "float32")), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                        * T.int64(2900474021)),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                            & T.int64(4294967295)) * T.int64(2900474021)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
@@ -601,12 +414,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads=128, block_t=4, tile_ele
                                             T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
                                             x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0))
-                                            * T.reinterpret(((T.uint32(254)
-                                            - (((T.reinterpret((amax_shared[i_t, i_g] / T.float32(448.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
-                                            "float32")), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                        * T.int64(3780334477))))))
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                            & T.int64(4294967295)) * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
                 h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
@@ -715,7 +524,6 @@ def build_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096
             _t0 = T.alloc_fragment((B_t, B_g, B_k), 'float32')
             _t1 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
-            amax_shared = T.alloc_shared((B_t, B_g), 'float32')
             sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
             sf_staged = T.alloc_shared((B_t, B_g + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
@@ -743,7 +551,6 @@ def build_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096
             T.reduce_absmax(_t0, _t1, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(9.999999747378752e-05))
-                amax_shared[i_t, i_g] = amax[i_t, i_g]
                 sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                         >= T.float32(0.015625)),
                     T.reinterpret(
@@ -789,21 +596,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096
                                             T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
                                             x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0))
-                                            * (T.float32(1.0)
-                                            / T.Select(((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)) >= T.float32(0.015625)),
-                                            T.reinterpret(
-                                            T.min((((
-                                            T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                            (((T.max(amax_shared[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                            + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))),
-                                            "uint32"), "int32"), "int64") & T.int64(4294967295)) * T.int64(1450300459)),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                    & T.int64(4294967295)) * T.int64(1450300459)),
                             T.Select((r_l == T.int32(1)),
                                 ((
                                         T.cast(
@@ -812,21 +606,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096
                                             T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
                                             x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0))
-                                            * (T.float32(1.0)
-                                            / T.Select(((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)) >= T.float32(0.015625)),
-                                            T.reinterpret(
-                                            T.min((((
-                                            T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                            (((T.max(amax_shared[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                            + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))),
-                                            "uint32"), "int32"), "int64") & T.int64(4294967295)) * T.int64(2576737433)),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                        & T.int64(4294967295)) * T.int64(2576737433)),
                                 T.Select((r_l == T.int32(2)),
                                     ((
                                             T.cast(
@@ -835,21 +616,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096
                                             T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
                                             x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0))
-                                            * (T.float32(1.0)
-                                            / T.Select(((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)) >= T.float32(0.015625)),
-                                            T.reinterpret(
-                                            T.min((((
-                                            T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                            (((T.max(amax_shared[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                            + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))),
-                                            "uint32"), "int32"), "int64") & T.int64(4294967295)) * T.int64(2900474021)),
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                            & T.int64(4294967295)) * T.int64(2900474021)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
@@ -857,22 +625,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads=128, block_t=4, tile_elems=4096
                                             T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
                                             x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0))
-                                            * (T.float32(1.0)
-                                            / T.Select(((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)) >= T.float32(0.015625)),
-                                            T.reinterpret(
-                                            T.min((((
-                                            T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax_shared[i_t, i_g], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                            (((T.max(amax_shared[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                            + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))),
-                                            "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                        * T.int64(3780334477))))))
+                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
+                                            & T.int64(4294967295)) * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
                 h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
