@@ -36,11 +36,14 @@ from . import pyexpr as P
 from .ir import F32, op
 from .lower import neutral
 from .fold_sources import read_fold_sources, unroll_fetching_loops
+from .gemm import expand_gemm, gemm_tiles, place_gemm
 from .padding_rows import zero_padding_rows
 from .persistent import BLOCKS, go_persistent
 from .signature import is_native, storage
+from .stream import stream_body, stream_tiles
 
 KNOB_BLOCK = "block_{}"
+GEMM_K_STEP = 8           # a TF32 tensor-core step covers 8 elements of K: a streamed chunk is a multiple
 
 
 def resolve(spec, arch) -> dict:
@@ -438,9 +441,26 @@ def coalesce_widening_loads(body, module: kir.Module, catalog, arch, vector_byte
 
 
 # -- the schedule -----------------------------------------------------------------------------------------
+def _tiles(module, spec, program, arch, sched, groups=None):
+    """plan_tiles, then the streamed axes (`stream:`) and, where T.gemm runs, its padded result axes."""
+    tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched, groups)
+    gemm_target = arch.tile_memory == "fragment"
+    tiles, chunks = stream_tiles(tiles, sched.get("stream", {}), GEMM_K_STEP if gemm_target else 1)
+    if gemm_target:
+        tiles = gemm_tiles(tiles, module.kernels[0].body)
+    return tiles, knobs + chunks, checks
+
+
+def _stream(body, sched, arch):
+    kind, stages = ("pipelined", 2) if arch.loops == "parallel" else ("serial", 0)
+    for axis in sched.get("stream", {}):
+        body = stream_body(body, axis, kind, stages)
+    return place_gemm(body) if arch.tile_memory == "fragment" else expand_gemm(body)
+
+
 def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module:
     """The module rewritten for `arch` under schedule `sched` (see the module docstring)."""
-    tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched)
+    tiles, knobs, checks = _tiles(module, spec, program, arch, sched)
     tile_of = dict(tiles)
     dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
     ranged = {a for a, t in tiles if t.padded}
@@ -459,8 +479,9 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
     if groups != held_groups(module.kernels[0].body):
         # the rewrites dropped tiles (a fold that reads its elements in the loop holds no tile over its
         # axis): size the blocks for the tiles that are left (only block sizes change, not how axes are held)
-        tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched, groups)
+        tiles, knobs, checks = _tiles(module, spec, program, arch, sched, groups)
         kernel = dataclasses.replace(kernel, tiles=tuple(tiles))
+    kernel = dataclasses.replace(kernel, body=tuple(_stream(kernel.body, sched, arch)))
     module = module.replace(kernels=(kernel,), knobs=tuple(knobs), checks=module.checks + tuple(checks))
     if sched.get("persistent"):
         module = go_persistent(module, kernel, dyn)
