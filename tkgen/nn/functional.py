@@ -87,15 +87,33 @@ def _tokens(t, trailing):
 
 
 def mhc_norm_fn(residual, fn, norm_weight=None, norm_eps=1e-6):
-    """The RMS-normalised projection of each token's m streams onto the rows of `fn` (TileKernels'
-    pre-norm GEMM): with r the token's residual flattened to m * D values in float32 and F = fn * norm_weight,
-    mixes = (r @ F^T) * rsqrt(sum(r^2) / (m * D) + norm_eps). Composed here from a plain float32 torch matmul
-    (TileKernels runs it on TF32 tensor cores; that GEMM is not a tkgen kernel yet), differentiable by torch's
-    autograd. residual (..., m, D); fn (rows, m * D); returns (..., rows) float32."""
-    r = residual.flatten(-2).float()
-    f = fn if norm_weight is None else fn * norm_weight
-    a = r @ f.t()
+    """The RMS-normalised projection of each token's m streams onto the rows of `fn` (TileKernels' pre-norm
+    GEMM): with r the token's residual flattened to m * D values in float32 and F = fn * norm_weight,
+    mixes = (r @ F^T) * rsqrt(sum(r^2) / (m * D) + norm_eps). residual (..., m, D); fn (rows, m * D);
+    returns (..., rows) float32.
+
+    Where no gradient is needed and the generated op takes the shapes (a bf16 residual, m * D a multiple of
+    8, at most 64 rows), the generated `mhc_pre_norm_fn` computes it (a TF32 tile matmul on CUDA, an ordered
+    float32 loop on the CPU; docs/numerics.md). Otherwise, since that op has no backward yet, a float32 torch
+    matmul, differentiable by torch's autograd."""
+    r = residual.flatten(-2)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (residual, fn, norm_weight))
+    if not needs_grad and _fits_pre_norm_fn(r, fn, norm_weight):
+        from .. import ops
+        mixes = ops.mhc_pre_norm_fn(_tokens(r, 1).contiguous(), fn.contiguous(),
+                                    None if norm_weight is None else norm_weight.contiguous(), eps=float(norm_eps))
+        return mixes.reshape(*r.shape[:-1], fn.shape[0])
+    r = r.float()
+    a = r @ (fn if norm_weight is None else fn * norm_weight).t()
     return a * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + norm_eps)
+
+
+def _fits_pre_norm_fn(r, fn, norm_weight):
+    """Whether the generated mhc_pre_norm_fn takes these tensors (its dtypes and its dims' bounds)."""
+    k = r.shape[-1]
+    return (r.dtype == torch.bfloat16 and fn.dtype == torch.float32 and fn.dim() == 2 and fn.shape[1] == k
+            and 8 <= k <= 131072 and k % 8 == 0 and 1 <= fn.shape[0] <= 64 and r.device == fn.device
+            and (norm_weight is None or (norm_weight.dtype == torch.float32 and norm_weight.shape == (k,))))
 
 
 def expand_from_embedding(x, mhc_mult=4):
@@ -125,7 +143,7 @@ def mhc_pre(residual, fn, scale, base, *, norm_weight=None, norm_eps=1e-6, mhc_m
             pre_eps=1e-6, sinkhorn_eps=1e-6, sinkhorn_repeat=10, n_splits=16):
     """TileKernels' mhc_pre: the sublayer input of each token and the mixes its residual update takes.
 
-    mixes = mhc_norm_fn(residual, fn, norm_weight, norm_eps) (a torch matmul, see there), then the generated
+    mixes = mhc_norm_fn(residual, fn, norm_weight, norm_eps) (see there), then the generated
     mhc_split_mixes, sinkhorn of the comb mix and mhc_mix of the streams by the pre mix, each with its
     generated backward. residual (..., m, D) bf16, fn (m * (m + 2), m * D), scale (3,), base (m * (m + 2),)
     float32. Returns (layer_input (..., D) bf16, (post_mix (..., m, 1), comb_mix (..., m, m))), to be used as

@@ -1,11 +1,13 @@
 """`tile_kernels.modeling.mhc.ops` of TileKernels' first release, on tkgen's kernels: each function
-differentiable through the generated backward. Leading dims (n0, n1, ...) are flattened into tokens; mixes
+differentiable through the generated backward (mhc_pre_norm_fn: forward only). Leading dims (n0, n1, ...) are flattened into tokens; mixes
 keep TileKernels' shapes ((..., m, 1) for pre and post). The gradient of the residual is summed by autograd
 over its consumers (TileKernels instead has its consumers add into a buffer hung on the residual's storage
 by mhc_post's backward: the same sum, rounded to bf16 once here rather than at each addition there)."""
 from __future__ import annotations
 
-from .._common import into, missing, ops
+import torch
+
+from .._common import Missing, into, missing, ops
 
 
 def _tokens(t, trailing):
@@ -57,10 +59,24 @@ def mhc_head_compute_mix(input_mix, mhc_scale, mhc_base, mhc_pre_eps: float):
     return res.reshape(input_mix.shape)
 
 
+def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse_grad_acc: bool = True,
+                    n_splits: int = 16):
+    """residual (..., m, D) bf16, mhc_fn (m * (m + 2), m * D) float32, mhc_norm_weight (m * D,) float32 or None
+    -> mixes (..., m * (m + 2)) float32: (r @ (fn * norm_weight)^T) * rsqrt(mean(r^2) + eps) per token, r the
+    token's residual flattened; a TF32 tile matmul on CUDA. `n_splits` has no effect (TileKernels forces it to
+    1 too). Forward only: its backward (the fused accumulation of the residual's and fn's gradients) is not
+    built yet, so a call that needs gradients raises NotImplementedError (tkgen.nn.functional.mhc_norm_fn
+    differentiates a torch matmul instead)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (residual, mhc_fn, mhc_norm_weight)):
+        raise Missing("modeling.mhc.ops.mhc_pre_norm_fn", "with gradients (its backward)")
+    k = residual.shape[-2] * residual.shape[-1]
+    mixes = ops().mhc_pre_norm_fn(residual.reshape(-1, k).contiguous(), mhc_fn.contiguous(), mhc_norm_weight, eps=float(mhc_norm_eps))
+    return mixes.reshape(*residual.shape[:-2], mhc_fn.shape[0])
+
+
 RELEASE = "1.0"
-# the TF32 pre-norm GEMM, the inference fusion built on it, the multilayer recompute, and the kernel entry
-# points of mhc_post (whose signatures the catalog does not give)
-mhc_pre_norm_fn = missing("modeling.mhc.ops.mhc_pre_norm_fn", RELEASE)
+# the inference fusion built on the pre-norm GEMM, the multilayer recompute, and the kernel entry points of
+# mhc_post (whose signatures the catalog does not give)
 mhc_pre_big_fuse = missing("modeling.mhc.ops.mhc_pre_big_fuse", RELEASE)
 mhc_multilayer_recompute = missing("modeling.mhc.ops.mhc_multilayer_recompute", RELEASE)
 mhc_post_fwd = missing("modeling.mhc.ops.mhc_post_fwd", RELEASE)

@@ -1,0 +1,110 @@
+"""mhc_pre_norm_fn and the `matmul` stage under it: the CPU kernel's products' sum is the reference's
+ordered loop bit for bit (streamed in chunks, with and without a norm weight), the mixes against a float64
+formula and against the torch formula of tkgen.nn.functional.mhc_norm_fn, the compat layer's TileKernels
+signature, and the T.gemm form lowering to tensor-core code for sm_90a and sm_100a (no GPU needed)."""
+import importlib
+import shutil
+
+import pytest
+import torch
+
+import tkgen.nn.functional as F
+import tkgen.ops as ops
+from tkgen import registry
+from tkgen.compat import tilekernels_v1 as tk1
+from tkgen.runtime.compile import lower_source, nvcc_cubin
+from tkgen.testing import check as C
+
+GEN = torch.Generator().manual_seed(11)
+
+
+def rand(*shape, scale=1.0):
+    return torch.randn(*shape, generator=GEN) * scale
+
+
+def formula64(r, fn, w, eps):
+    """The mixes in float64 from the same float32 inputs."""
+    r, f = r.double(), (fn if w is None else fn * w).double()
+    return (r @ f.T) * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + eps)
+
+
+def ordered(r, f):
+    """The ordered float32 sum of the products, written out here: k ascending, from +0.0."""
+    acc = torch.zeros(r.shape[0], f.shape[0])
+    for k in range(r.shape[1]):
+        acc = acc + r[:, k:k + 1] * f[:, k][None, :]
+    return acc
+
+
+@pytest.mark.parametrize("with_weight", [False, True])
+def test_the_products_sum_is_the_ordered_loop_bit_for_bit(with_weight):
+    """Residuals of small integers make every sum of squares exact in any order, so the mixes isolate the
+    products' sum: the kernel's (streamed in chunks of 32 over K = 160) must be the ordered loop's, to the
+    bit, and so must the reference's. fn's values are not integers: their sum depends on the order."""
+    t, k, n, eps = 7, 160, 24, 1e-6
+    r = torch.randint(-3, 4, (t, k), generator=GEN).to(torch.bfloat16)
+    r[2] = 0                                       # a zero row: rsqrt(eps) times +0.0
+    fn = rand(n, k, scale=0.1)
+    fn[3, 5] = -0.0
+    w = rand(k) + 1 if with_weight else None
+    f = fn if w is None else fn * w
+    rf = r.float()
+    want = ordered(rf, f) * torch.rsqrt((rf * rf).sum(-1, keepdim=True) / k + torch.tensor(eps, dtype=torch.float32))
+    got = ops.mhc_pre_norm_fn(r, fn, w, eps=eps)
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    outs, refs = C.check_tensors("mhc_pre_norm_fn", {"residual": r, "fn": fn, "norm_weight": w}, {"eps": eps})
+    assert torch.equal(refs[0].view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("t, k, n", [(1, 8, 1), (37, 512, 24), (5, 96, 4)])
+def test_mixes_against_float64(t, k, n):
+    """Against the exact sums rounded once: float32's ordered sum of K products and a float32 sum of
+    squares, well within TF32's tolerance the spec declares."""
+    r = rand(t, k).to(torch.bfloat16)
+    fn, w = rand(n, k, scale=1e-2), rand(k) * 0.1 + 1
+    for weight in (None, w):
+        got = ops.mhc_pre_norm_fn(r, fn, weight, eps=1e-6).double()
+        want = formula64(r.float(), fn, weight, 1e-6)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * float(want.abs().max()))
+
+
+def test_nn_functional_uses_the_op_without_gradients_and_torch_with_them():
+    m, d, rows = 4, 64, 24
+    res = rand(3, 5, m, d).to(torch.bfloat16)
+    fn, w = rand(rows, m * d, scale=1e-2), rand(m * d) * 0.1 + 1
+    with torch.no_grad():
+        got = F.mhc_norm_fn(res, fn, w, 1e-6)
+    op = ops.mhc_pre_norm_fn(res.reshape(15, m * d), fn, w, eps=1e-6).reshape(3, 5, rows)
+    assert torch.equal(got, op)
+    # the torch formula this replaced (float32 matmul), within the op's tolerance
+    r = res.flatten(-2).float()
+    torch_formula = (r @ (fn * w).t()) * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + 1e-6)
+    torch.testing.assert_close(got, torch_formula, rtol=2e-3, atol=1e-4 * float(torch_formula.abs().max()))
+    fn.requires_grad_(True)
+    mixes = F.mhc_norm_fn(res, fn, w, 1e-6)           # differentiable: the torch formula
+    mixes.sum().backward()
+    assert fn.grad is not None and fn.grad.shape == fn.shape
+    torch.testing.assert_close(mixes.detach(), torch_formula, rtol=0, atol=0)
+
+
+def test_compat_signature():
+    m, d = 4, 32
+    res = rand(2, 3, m, d).to(torch.bfloat16)
+    fn, w = rand(m * (m + 2), m * d, scale=1e-2), rand(m * d) + 1
+    got = tk1.modeling.mhc.ops.mhc_pre_norm_fn(res, fn, w, 1e-6, fuse_grad_acc=False, n_splits=16)
+    assert got.shape == (2, 3, m * (m + 2)) and got.dtype == torch.float32
+    assert torch.equal(got, ops.mhc_pre_norm_fn(res.reshape(6, m * d), fn, w, eps=1e-6).reshape(2, 3, -1))
+    with pytest.raises(NotImplementedError, match="mhc_pre_norm_fn with gradients"):
+        tk1.modeling.mhc.ops.mhc_pre_norm_fn(res, fn.requires_grad_(True), None, 1e-6)
+
+
+@pytest.mark.parametrize("arch, sm", [("sm90", "sm_90a"), ("sm100", "sm_100a")])
+def test_the_cuda_form_is_a_tensor_core_tile_matmul(arch, sm):
+    """The T.gemm form (fn's 24 rows padded to 32, K streamed in chunks of 64, pipelined) lowers to mma
+    instructions on TF32 operands; where nvcc is installed it builds."""
+    module = importlib.import_module(f"{registry.op_package('mhc_pre_norm_fn').__name__}.kernel_{arch}")
+    src = lower_source(module, module.build_with_norm_weight, (28672, 24, 1e-6))
+    assert "mma_sync<tl::DataType::kTensorFloat32, tl::DataType::kTensorFloat32, tl::DataType::kFloat32" in src
+    if shutil.which("nvcc"):
+        r = nvcc_cubin(src, sm)
+        assert r.returncode == 0, r.stderr[-2000:]
