@@ -10,7 +10,7 @@ import numbers
 import torch
 
 from .. import registry
-from ..compat import _engram
+from ..compat import _engram, _mhc_norm
 from ..compat._moe_mapping import get_fused_mapping  # noqa: F401  (a composite of generated ops)
 
 
@@ -93,27 +93,15 @@ def mhc_norm_fn(residual, fn, norm_weight=None, norm_eps=1e-6):
     returns (..., rows) float32.
 
     Where no gradient is needed and the generated op takes the shapes (a bf16 residual, m * D a multiple of
-    8, at most 64 rows), the generated `mhc_pre_norm_fn` computes it (a TF32 tile matmul on CUDA, an ordered
-    float32 loop on the CPU; docs/numerics.md). Otherwise, since that op has no backward yet, a float32 torch
-    matmul, differentiable by torch's autograd."""
-    r = residual.flatten(-2)
+    8, at most 64 rows), the generated pre-norm op computes it (F rounded to TF32 as TileKernels rounds it;
+    a TF32 tile matmul on CUDA, an ordered float32 loop on the CPU; docs/numerics.md). Otherwise, since that
+    op has no backward yet, a float32 torch matmul of F unrounded, differentiable by torch's autograd."""
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (residual, fn, norm_weight))
-    if not needs_grad and _fits_pre_norm_fn(r, fn, norm_weight):
-        from .. import ops
-        mixes = ops.mhc_pre_norm_fn(_tokens(r, 1).contiguous(), fn.contiguous(),
-                                    None if norm_weight is None else norm_weight.contiguous(), eps=float(norm_eps))
-        return mixes.reshape(*r.shape[:-1], fn.shape[0])
-    r = r.float()
+    if not needs_grad and _mhc_norm.fits(residual, fn, norm_weight):
+        return _mhc_norm.pre_norm_fn(residual, fn, norm_weight, norm_eps)
+    r = residual.flatten(-2).float()
     a = r @ (fn if norm_weight is None else fn * norm_weight).t()
     return a * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + norm_eps)
-
-
-def _fits_pre_norm_fn(r, fn, norm_weight):
-    """Whether the generated mhc_pre_norm_fn takes these tensors (its dtypes and its dims' bounds)."""
-    k = r.shape[-1]
-    return (r.dtype == torch.bfloat16 and fn.dtype == torch.float32 and fn.dim() == 2 and fn.shape[1] == k
-            and 8 <= k <= 131072 and k % 8 == 0 and 1 <= fn.shape[0] <= 64 and r.device == fn.device
-            and (norm_weight is None or (norm_weight.dtype == torch.float32 and norm_weight.shape == (k,))))
 
 
 def expand_from_embedding(x, mhc_mult=4):

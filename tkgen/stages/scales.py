@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import expr as E
 from .. import formats as F
 from .. import ir
-from ..ir import F32, I32
+from ..ir import F32, I32, op
 from .base import Function, Stage, function, stage
 from .elementwise import Map, define
 
@@ -67,5 +67,19 @@ def _exp2(fn, n):
     return F.pow2_of_int(n)
 
 
+def _bits_of(fn, x):
+    if x.dtype != F32:
+        raise TypeError("takes a float value")
+    return op("u32_to_i32", op("bits", x))
+
+
+def _from_bits(fn, n):
+    if n.dtype != I32:
+        raise TypeError("takes an i32 value (the bits of a float, e.g. from bits_of(v))")
+    return op("from_bits", op("i32_to_u32", n))
+
+
 define(("exponent",), 1, _exponent, "The biased exponent field of a float (bits 23-30), as i32.")
+define(("bits_of",), 1, _bits_of, "The 32 bits of a float, as i32 (the sign in bit 31).")
+define(("from_bits",), 1, _from_bits, "The float whose 32 bits an i32 holds (bits_of's inverse).")
 define(("exp2",), 1, _exp2, "2^n of an integer n, exactly (built from bits).")

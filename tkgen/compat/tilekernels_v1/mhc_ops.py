@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from .._common import Missing, into, missing, ops
+from .._mhc_norm import pre_norm_fn
 
 
 def _tokens(t, trailing):
@@ -62,16 +63,15 @@ def mhc_head_compute_mix(input_mix, mhc_scale, mhc_base, mhc_pre_eps: float):
 def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse_grad_acc: bool = True,
                     n_splits: int = 16):
     """residual (..., m, D) bf16, mhc_fn (m * (m + 2), m * D) float32, mhc_norm_weight (m * D,) float32 or None
-    -> mixes (..., m * (m + 2)) float32: (r @ (fn * norm_weight)^T) * rsqrt(mean(r^2) + eps) per token, r the
-    token's residual flattened; a TF32 tile matmul on CUDA. `n_splits` has no effect (TileKernels forces it to
+    -> mixes (..., m * (m + 2)) float32: (r @ F^T) * rsqrt(mean(r^2) + eps) per token, r the token's residual
+    flattened, F = fn * norm_weight rounded to TF32 as TileKernels rounds it; a TF32 tile matmul on CUDA, an
+    ordered float32 loop on the CPU. `n_splits` has no effect (TileKernels forces it to
     1 too). Forward only: its backward (the fused accumulation of the residual's and fn's gradients) is not
     built yet, so a call that needs gradients raises NotImplementedError (tkgen.nn.functional.mhc_norm_fn
     differentiates a torch matmul instead)."""
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (residual, mhc_fn, mhc_norm_weight)):
         raise Missing("modeling.mhc.ops.mhc_pre_norm_fn", "with gradients (its backward)")
-    k = residual.shape[-2] * residual.shape[-1]
-    mixes = ops().mhc_pre_norm_fn(residual.reshape(-1, k).contiguous(), mhc_fn.contiguous(), mhc_norm_weight, eps=float(mhc_norm_eps))
-    return mixes.reshape(*residual.shape[:-2], mhc_fn.shape[0])
+    return pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps)
 
 
 RELEASE = "1.0"
