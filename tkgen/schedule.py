@@ -249,6 +249,10 @@ def _neutral_where_reduced(body, module, ranged, covered):
             if (st.kind in ("absmax", "sum") and st.src.name in zero) or st.src.pad_safe:
                 continue
             need.setdefault(st.src.name, {})[st.axis] = st.kind
+        elif isinstance(st, kir.Gemm) and st.k in ranged:        # a matmul adds its operands' products
+            for b in (st.a, st.b):
+                if b.name not in zero and not b.pad_safe:
+                    need.setdefault(b.name, {})[st.k] = "sum"
     # a reduction of the same kind over another axis is neutral where its source is: the need moves to the
     # source (the ones of a count, reduced axis by axis, are masked once)
     producers = {st.dst.name: st for st in kir.statements(body) if isinstance(st, kir.Reduce)}
@@ -261,6 +265,9 @@ def _neutral_where_reduced(body, module, ranged, covered):
                 need.setdefault(st.src.name, {}).update(need.pop(name))
                 moved = True
     copies = {b for b, m in need.items() if len(set(m.values())) > 1 or b in producers}
+    for st in kir.statements(body):
+        if isinstance(st, kir.Gemm) and {st.a.name, st.b.name} & copies:
+            raise ValueError(f"a matmul over padded axis {st.k!r} of a reduction's result (stream the axis instead)")
 
     def in_range(axes):
         return ir.conj(*[_in_range(a, module) for a in sorted(axes, key=list(module.axes).index)])
