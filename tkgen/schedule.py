@@ -17,7 +17,10 @@ tune`. The rewrites, in the order `apply` runs them:
 5. `inline_stored`: a computed value that is only stored is computed where it is stored; then
    `read_fold_sources` (tkgen/fold_sources.py): an ordered fold of a value that is a function of loads
    computes each element where it is added, instead of reading a staged copy of the whole tile;
-6. `go_persistent` (tkgen/persistent.py), where the schedule says `persistent: true`: a fixed number of
+6. `stream_body` (tkgen/stream.py), for the axes of `stream:`: the statements over such an axis run in a
+   loop over its chunks, reductions and matmuls over it carried; then the tile matmuls (tkgen/gemm.py):
+   `place_gemm` where fragments exist (T.gemm), `expand_gemm` (the ordered loop) elsewhere;
+   `go_persistent` (tkgen/persistent.py), where the schedule says `persistent: true`: a fixed number of
    blocks loop over the row tiles, and sums over the rows are added per block, then in block order;
 7. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
    which TileLang then vectorizes to 16 bytes);
