@@ -129,3 +129,37 @@ def test_the_cuda_form_is_a_tensor_core_tile_matmul(arch, sm):
     if shutil.which("nvcc"):
         r = nvcc_cubin(src, sm)
         assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _validate(tmp_path, old, new):
+    from tkgen.model import validate_files
+    good = (registry.specs_dir() / "mhc" / "mhc_pre_norm_fn.yaml").read_text()
+    bad = good.replace(old, new)
+    assert bad != good
+    p = tmp_path / "op.yaml"
+    p.write_text(bad.replace("op: mhc_pre_norm_fn", "op: pre_norm_variant"))
+    return validate_files([p], registry.specs_dir())
+
+
+@pytest.mark.parametrize("line, message", [
+    ("a = matmul(r, r, t)", "matmul runs along the rows"),
+    ("a = matmul(r, r, k)", "the two values share axis 't'"),
+    ("a = matmul(r, f, n)", "'r' does not vary over axis 'n'"),
+    ("fi = bits_of(f)\n  - a = matmul(r, fi, k)", "matmul multiplies float values, found i32 ('fi')"),
+    ("p = r * f\n  - a = matmul(p, f, k)", "'p' must vary over 'k' and one other axis, not t, n, k"),
+    ("a = matmul(r, bits_of(f), k)", "expected a value computed by an earlier stage"),
+])
+def test_matmul_rejects_what_it_cannot_run(tmp_path, line, message):
+    errors = _validate(tmp_path, "a = matmul(r, f, k)", line)
+    assert len(errors) == 1 and message in errors[0].message, errors
+    assert errors[0].field_path[0] == "compute"
+
+
+def test_a_stream_the_kernels_cannot_take_points_at_the_schedule(tmp_path):
+    """Streaming n, which the matmul's result and the stores vary over but nothing reduces, would leave the
+    rsqrt's sum (over k, not over n) and the store after a loop that writes a chunk of n at a time."""
+    errors = _validate(tmp_path, "stream: {k: 32}", "stream: {k: 32, n: 8}")
+    assert len(errors) == 1 and "cpu schedule" in errors[0].message, errors
+    assert errors[0].field_path[:2] == ("schedule", "cpu")
+    errors = _validate(tmp_path, "stream: {k: 32}", "stream: {q: 32}")
+    assert len(errors) == 1 and "unknown axis 'q' in `stream`" in errors[0].message, errors

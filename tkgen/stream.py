@@ -93,6 +93,10 @@ def stream_body(body, axis, kind="serial", stages=0) -> List[kir.Stmt]:
     for st in body:
         if not _involves(st, axis):
             continue
+        if isinstance(st, (kir.Loop, kir.Nest)) and not all(
+                _involves(s, axis) for s in kir.statements(st.body) if not isinstance(s, (kir.Loop, kir.Nest))):
+            raise ValueError(f"axis {axis!r} cannot be streamed: the loop over its chunks would repeat a loop's "
+                             "statements that do not vary over it (one streamed axis per kernel)")
         acc = _carried(st, axis)
         if acc is not None:
             st, fill = acc

@@ -48,10 +48,10 @@ class MatMulStage(Stage):
             if len(v.axes) != 2:
                 b.fail(idx, f"matmul: {v.name!r} must vary over {axis!r} and one other axis, not "
                             f"{', '.join(v.axes) or 'none'}", node)
+        b.whole_axis(idx, axis, "matmul", call.args[2])
         (m,), (n,) = ([a for a in lhs.axes if a != axis], [a for a in rhs.axes if a != axis])
         if m == n:
             b.fail(idx, f"matmul: the two values share axis {m!r} besides {axis!r}; the result needs two", call.args[1])
-        b.whole_axis(idx, axis, "matmul", call.args[2])
         if b.spec.row_inner and axis == b.spec.row_inner:
             b.fail(idx, f"matmul: axis {axis!r} indexes the rows of a row block", call.args[2])
         out = b.define(idx, call.targets[0], [m, n], F32)
