@@ -298,7 +298,7 @@ def test_compat_v1_takes_tilekernels_shapes():
     assert y.shape == (2, 3, d) and p.shape == (2, 3, m, 1) and c.shape == (2, 3, m, m)
     fn = rand(m * (m + 2), m * d, scale=0.01)
     same_bits(tk.modeling.mhc.ops.mhc_pre_norm_fn(r, fn, None, 1e-6),
-              ops.mhc_pre_norm_fn(r.reshape(6, m * d), fn, None, eps=1e-6).reshape(2, 3, m * (m + 2)))
+              ops.mhc_pre_norm_fn(r.reshape(6, m * d), fn, None, eps=1e-6)[0].reshape(2, 3, m * (m + 2)))
 
 
 # -- the type rules of alternate_normalize ---------------------------------------------------------------------

@@ -44,7 +44,7 @@ def test_the_weight_is_rounded_to_tf32_as_tilekernels_rounds_it():
     r = torch.ones(1, k, dtype=torch.bfloat16)        # sum of squares / K = 1: mixes[0, i] = F[i, i]
     fn = torch.zeros(n, k)
     fn[range(n), range(n)] = w
-    got = ops.mhc_pre_norm_fn(r, fn, None, eps=0.0)
+    got = ops.mhc_pre_norm_fn(r, fn, None, eps=0.0)[0]
     assert torch.equal(got[0].view(torch.int32), tf32(w).view(torch.int32))
 
 
@@ -70,7 +70,7 @@ def test_the_products_sum_is_the_ordered_loop_bit_for_bit(with_weight):
     f = tf32(fn if w is None else fn * w)
     rf = r.float()
     want = ordered(rf, f) * torch.rsqrt((rf * rf).sum(-1, keepdim=True) / k + torch.tensor(eps, dtype=torch.float32))
-    got = ops.mhc_pre_norm_fn(r, fn, w, eps=eps)
+    got = ops.mhc_pre_norm_fn(r, fn, w, eps=eps)[0]
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     outs, refs = C.check_tensors("mhc_pre_norm_fn", {"residual": r, "fn": fn, "norm_weight": w}, {"eps": eps})
     assert torch.equal(refs[0].view(torch.int32), want.view(torch.int32))
@@ -83,29 +83,50 @@ def test_mixes_against_float64(t, k, n):
     r = rand(t, k).to(torch.bfloat16)
     fn, w = rand(n, k, scale=1e-2), rand(k) * 0.1 + 1
     for weight in (None, w):
-        got = ops.mhc_pre_norm_fn(r, fn, weight, eps=1e-6).double()
+        got = ops.mhc_pre_norm_fn(r, fn, weight, eps=1e-6)[0].double()
         want = formula64(r.float(), fn, weight, 1e-6)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * float(want.abs().max()))
 
 
-def test_nn_functional_uses_the_op_without_gradients_and_torch_with_them():
+def test_nn_functional_is_the_op_and_the_torch_formula_it_replaced():
     m, d, rows = 4, 64, 24
     res = rand(3, 5, m, d).to(torch.bfloat16)
     fn, w = rand(rows, m * d, scale=1e-2), rand(m * d) * 0.1 + 1
-    with torch.no_grad():
-        got = F.mhc_norm_fn(res, fn, w, 1e-6)
-    op = ops.mhc_pre_norm_fn(res.reshape(15, m * d), fn, w, eps=1e-6).reshape(3, 5, rows)
-    assert torch.equal(got, op)
-    # the torch formula this replaced (a float32 matmul of the weight not rounded): within TF32's rounding
-    # of the weight, 2^-11 of each product
+    got = F.mhc_norm_fn(res, fn, w, 1e-6)
+    mixes, out_mul, sqrsum = ops.mhc_pre_norm_fn(res.reshape(15, m * d), fn, w, eps=1e-6)
+    assert torch.equal(got, mixes.reshape(3, 5, rows))
+    # the torch formula it replaced (a float32 matmul of the weight not rounded): within TF32's rounding of
+    # the weight, 2^-11 of each product
     r = res.flatten(-2).float()
     torch_formula = (r @ (fn * w).t()) * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + 1e-6)
     torch.testing.assert_close(got, torch_formula, rtol=2e-3, atol=1e-3 * float(torch_formula.abs().max()))
-    fn.requires_grad_(True)
-    mixes = F.mhc_norm_fn(res, fn, w, 1e-6)           # differentiable: the torch formula
-    mixes.sum().backward()
-    assert fn.grad is not None and fn.grad.shape == fn.shape
-    torch.testing.assert_close(mixes.detach(), torch_formula, rtol=0, atol=0)
+    # what the op does not take (an fp32 residual) is the torch formula, differentiable by torch
+    same = F.mhc_norm_fn(res.float(), fn, w, 1e-6)
+    torch.testing.assert_close(same, torch_formula, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("with_weight", [False, True])
+def test_gradients_against_float64_autograd(with_weight):
+    """The generated backward against autograd of the float64 formula (the weight's TF32 rounding passed
+    through as the identity, as TileKernels' backward does): within TF32's rounding of dA and F (2^-11 of
+    each product) and bf16's of the residual gradient."""
+    m, d, rows, t = 4, 16, 24, 37
+    res = rand(t, m, d).to(torch.bfloat16).requires_grad_(True)
+    fn = (rand(rows, m * d) * 0.1).requires_grad_(True)
+    w = (rand(m * d) * 0.1 + 1).requires_grad_(True) if with_weight else None
+    g = rand(t, rows)
+    mixes = F.mhc_norm_fn(res, fn, w, 1e-6)
+    grads = torch.autograd.grad(mixes, [res, fn] + ([w] if with_weight else []), g)
+    r64, fn64 = res.detach().double().requires_grad_(True), fn.detach().double().requires_grad_(True)
+    w64 = w.detach().double().requires_grad_(True) if with_weight else None
+    f64 = fn64 if w64 is None else fn64 * w64
+    r = r64.flatten(-2)
+    want_mixes = (r @ f64.T) * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + 1e-6)
+    want = torch.autograd.grad(want_mixes, [r64, fn64] + ([w64] if with_weight else []), g.double())
+    torch.testing.assert_close(mixes.double(), want_mixes, rtol=2e-3, atol=1e-3 * float(want_mixes.abs().max()))
+    for name, got, ref in zip(("residual", "fn", "norm_weight"), grads, want):
+        assert got.dtype == (torch.bfloat16 if name == "residual" else torch.float32), name
+        torch.testing.assert_close(got.double(), ref, rtol=1e-2, atol=2e-3 * float(ref.abs().max()), msg=name)
 
 
 def test_compat_signature():
@@ -114,9 +135,10 @@ def test_compat_signature():
     fn, w = rand(m * (m + 2), m * d, scale=1e-2), rand(m * d) + 1
     got = tk1.modeling.mhc.ops.mhc_pre_norm_fn(res, fn, w, 1e-6, fuse_grad_acc=False, n_splits=16)
     assert got.shape == (2, 3, m * (m + 2)) and got.dtype == torch.float32
-    assert torch.equal(got, ops.mhc_pre_norm_fn(res.reshape(6, m * d), fn, w, eps=1e-6).reshape(2, 3, -1))
-    with pytest.raises(NotImplementedError, match="mhc_pre_norm_fn with gradients"):
-        tk1.modeling.mhc.ops.mhc_pre_norm_fn(res, fn.requires_grad_(True), None, 1e-6)
+    assert torch.equal(got, ops.mhc_pre_norm_fn(res.reshape(6, m * d), fn, w, eps=1e-6)[0].reshape(2, 3, -1))
+    fn.requires_grad_(True)
+    tk1.modeling.mhc.ops.mhc_pre_norm_fn(res, fn, None, 1e-6).sum().backward()
+    assert fn.grad is not None and fn.grad.shape == fn.shape
 
 
 @pytest.mark.parametrize("arch, sm", [("sm90", "sm_90a"), ("sm100", "sm_100a")])
@@ -137,12 +159,11 @@ def _validate(tmp_path, old, new):
     bad = good.replace(old, new)
     assert bad != good
     p = tmp_path / "op.yaml"
-    p.write_text(bad.replace("op: mhc_pre_norm_fn", "op: pre_norm_variant"))
+    p.write_text(bad.replace("op: mhc_pre_norm_fn", "op: pre_norm_variant").split("\nbackward:")[0] + "\n")
     return validate_files([p], registry.specs_dir())
 
 
 @pytest.mark.parametrize("line, message", [
-    ("a = matmul(r, r, t)", "matmul runs along the rows"),
     ("a = matmul(r, r, k)", "the two values share axis 't'"),
     ("a = matmul(r, f, n)", "'r' does not vary over axis 'n'"),
     ("fi = bits_of(f)\n  - a = matmul(r, fi, k)", "matmul multiplies float values, found i32 ('fi')"),
@@ -150,7 +171,7 @@ def _validate(tmp_path, old, new):
     ("a = matmul(r, bits_of(f), k)", "expected a value computed by an earlier stage"),
 ])
 def test_matmul_rejects_what_it_cannot_run(tmp_path, line, message):
-    errors = _validate(tmp_path, "a = matmul(r, f, k)", line)
+    errors = _validate(tmp_path, "out_mul = matmul(r, f, k)", line.replace("a = ", "out_mul = "))
     assert len(errors) == 1 and message in errors[0].message, errors
     assert errors[0].field_path[0] == "compute"
 

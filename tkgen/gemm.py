@@ -3,8 +3,9 @@
 - On targets with fragments (CUDA), `place_gemm` prepares a `T.gemm`: its operands live in shared memory,
   its accumulator in a fragment whose layout the matmul decides, so what reads the result afterwards reads
   a shared copy of it (a loop that read the fragment next to other fragments left TileLang no layout
-  that fits both); `gemm_tiles` pads the result's whole axes to a multiple of 16 (a warp's share of M is
-  16 rows, of N a multiple of 8: 24 rows of fn become 32, the padding loading zeros and never stored).
+  that fits both); `gemm_tiles` pads the result's whole axes to a power of two of at least 16 (a warp's
+  share of M is 16 rows, of N a multiple of 8: 24 rows of fn become 32, the padding loading zeros and
+  never stored).
 - On the C target (no `T.gemm`), `expand_gemm` writes it as the ordered loop the reference runs: for each
   k in ascending order, c = c + a[:, k] * b[:, k] over the result's tile, from +0.0.
 """
@@ -26,12 +27,13 @@ def gemms(body) -> List[kir.Gemm]:
 
 
 def gemm_tiles(tiles, body):
-    """The tiles with the whole axes of each matmul's result padded to a multiple of WARP_ROWS."""
+    """The tiles with the whole axes of each matmul's result padded to a power of two, WARP_ROWS at least."""
     axes = {a for g in gemms(body) for a in g.c.axes}
     out = []
     for name, tile in tiles:
         if name in axes and not tile.split and not tile.streamed:
-            tile = kir.Tile(P.call("align", E.Name(f"N_{name}"), E.Num(WARP_ROWS)), False, True)
+            # a power of two: the axis may also be reduced (warp reductions want one)
+            tile = kir.Tile(P.call("pad_pow2", P.call("max", E.Name(f"N_{name}"), E.Num(WARP_ROWS))), False, True)
         out.append((name, tile))
     return out
 

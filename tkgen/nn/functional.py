@@ -10,7 +10,7 @@ import numbers
 import torch
 
 from .. import registry
-from ..compat import _engram, _mhc_norm
+from ..compat import _engram
 from ..compat._moe_mapping import get_fused_mapping  # noqa: F401  (a composite of generated ops)
 
 
@@ -92,16 +92,26 @@ def mhc_norm_fn(residual, fn, norm_weight=None, norm_eps=1e-6):
     mixes = (r @ F^T) * rsqrt(sum(r^2) / (m * D) + norm_eps). residual (..., m, D); fn (rows, m * D);
     returns (..., rows) float32.
 
-    Where no gradient is needed and the generated op takes the shapes (a bf16 residual, m * D a multiple of
-    8, at most 64 rows), the generated pre-norm op computes it (F rounded to TF32 as TileKernels rounds it;
-    a TF32 tile matmul on CUDA, an ordered float32 loop on the CPU; docs/numerics.md). Otherwise, since that
-    op has no backward yet, a float32 torch matmul of F unrounded, differentiable by torch's autograd."""
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (residual, fn, norm_weight))
-    if not needs_grad and _mhc_norm.fits(residual, fn, norm_weight):
-        return _mhc_norm.pre_norm_fn(residual, fn, norm_weight, norm_eps)
+    Where the generated op takes the tensors (a bf16 residual, m * D a multiple of 8, at most 64 rows of a
+    float32 fn), it is `mhc_norm_projection` (F rounded to TF32 as TileKernels rounds it; a TF32 tile matmul
+    on CUDA, an ordered float32 loop on the CPU; docs/numerics.md), differentiable through its generated
+    backward. Otherwise a float32 torch matmul of F unrounded, differentiable by torch's autograd."""
+    k = residual.shape[-2] * residual.shape[-1]
+    if _fits_norm_projection(residual, fn, norm_weight, k):
+        mixes = _generated("mhc_norm_projection")(residual.reshape(-1, k).contiguous(), fn.contiguous(),
+                                                  None if norm_weight is None else norm_weight.contiguous(),
+                                                  eps=float(norm_eps))
+        return mixes.reshape(*residual.shape[:-2], fn.shape[0])
     r = residual.flatten(-2).float()
     a = r @ (fn if norm_weight is None else fn * norm_weight).t()
     return a * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + norm_eps)
+
+
+def _fits_norm_projection(residual, fn, norm_weight, k) -> bool:
+    """Whether the generated projection takes these tensors: its dtypes, its dims' bounds, one device."""
+    return (residual.dtype == torch.bfloat16 and fn.dtype == torch.float32 and fn.dim() == 2 and fn.shape[1] == k
+            and 8 <= k <= 131072 and k % 8 == 0 and 1 <= fn.shape[0] <= 64 and residual.device == fn.device
+            and (norm_weight is None or (norm_weight.dtype == torch.float32 and tuple(norm_weight.shape) == (k,))))
 
 
 def expand_from_embedding(x, mhc_mult=4):

@@ -1,6 +1,8 @@
 """Products: `matmul(a, b, k)`, the sum over a shared axis `k` of the products of two values.
 
 `a` varies over (m, k) and `b` over (n, k), each over one axis besides `k`; the result varies over (m, n).
+Over the rows (`k` the dynamic axis: the weight gradient of a projection), each block multiplies its rows
+and adds its part into the output, which starts at zero, as a sum over the rows does.
 Each element is a sum of N_k products. The order in which they are added is the target's: the C target
 and the reference add them in ascending k, one rounding per product and one per addition, from +0.0, so
 they agree bit for bit; CUDA profiles run a tensor-core tile matmul (`T.gemm`), which reads float32
@@ -30,6 +32,9 @@ class MatMul(Step):
     def work(self, size, extent):
         return 2 * size(self.out.axes) * extent(self.axis)
 
+    def accumulates(self, dyn_axis):
+        return self.axis == dyn_axis
+
     def lower(self, lw):
         lw.emit(kir.Gemm(lw.bufs[self.a.name], lw.bufs[self.b.name], lw.buffer(self.out), self.axis))
 
@@ -48,11 +53,14 @@ class MatMulStage(Stage):
             if len(v.axes) != 2:
                 b.fail(idx, f"matmul: {v.name!r} must vary over {axis!r} and one other axis, not "
                             f"{', '.join(v.axes) or 'none'}", node)
-        b.whole_axis(idx, axis, "matmul", call.args[2])
         (m,), (n,) = ([a for a in lhs.axes if a != axis], [a for a in rhs.axes if a != axis])
         if m == n:
             b.fail(idx, f"matmul: the two values share axis {m!r} besides {axis!r}; the result needs two", call.args[1])
         if b.spec.row_inner and axis == b.spec.row_inner:
             b.fail(idx, f"matmul: axis {axis!r} indexes the rows of a row block", call.args[2])
+        if axis != b.rows:
+            b.whole.add(axis)
         out = b.define(idx, call.targets[0], [m, n], F32)
+        if axis == b.rows:
+            b.partials.add(out.name)
         b.add(idx, MatMul(out, lhs, rhs, axis))

@@ -2,9 +2,7 @@
 
 TileKernels' pre-norm projection is a TF32 tensor-core GEMM (its weight rounded by adding 0x1000 to the bits).
 These composites take it from `tkgen.nn.functional.mhc_norm_fn`: the generated `mhc_pre_norm_fn` (the
-weight rounded as TileKernels rounds it, a TF32 `T.gemm` on CUDA) where no gradient is needed, a float32
-torch matmul where one is (the op has no backward yet), whose mixes differ from TileKernels' by about TF32's
-precision. As in
+weight rounded as TileKernels rounds it, a TF32 `T.gemm` on CUDA) and its generated backward. As in
 TileKernels, `mhc_pre` without gradients ignores `norm_weight` (TileKernels' inference fusion has none)."""
 from __future__ import annotations
 

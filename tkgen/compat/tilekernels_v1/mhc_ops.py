@@ -1,14 +1,11 @@
 """`tile_kernels.modeling.mhc.ops` of TileKernels' first release, on tkgen's kernels: each function
-differentiable through the generated backward (mhc_pre_norm_fn: forward only). Leading dims (n0, n1, ...) are flattened into tokens; mixes
+differentiable through the generated backward. Leading dims (n0, n1, ...) are flattened into tokens; mixes
 keep TileKernels' shapes ((..., m, 1) for pre and post). The gradient of the residual is summed by autograd
 over its consumers (TileKernels instead has its consumers add into a buffer hung on the residual's storage
 by mhc_post's backward: the same sum, rounded to bf16 once here rather than at each addition there)."""
 from __future__ import annotations
 
-import torch
-
-from .._common import Missing, into, missing, ops
-from .._mhc_norm import pre_norm_fn
+from .._common import into, missing, ops
 
 
 def _tokens(t, trailing):
@@ -65,13 +62,11 @@ def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse
     """residual (..., m, D) bf16, mhc_fn (m * (m + 2), m * D) float32, mhc_norm_weight (m * D,) float32 or None
     -> mixes (..., m * (m + 2)) float32: (r @ F^T) * rsqrt(mean(r^2) + eps) per token, r the token's residual
     flattened, F = fn * norm_weight rounded to TF32 as TileKernels rounds it; a TF32 tile matmul on CUDA, an
-    ordered float32 loop on the CPU. `n_splits` has no effect (TileKernels forces it to
-    1 too). Forward only: its backward (the fused accumulation of the residual's and fn's gradients) is not
-    built yet, so a call that needs gradients raises NotImplementedError (tkgen.nn.functional.mhc_norm_fn
-    differentiates a torch matmul instead)."""
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (residual, mhc_fn, mhc_norm_weight)):
-        raise Missing("modeling.mhc.ops.mhc_pre_norm_fn", "with gradients (its backward)")
-    return pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps)
+    ordered float32 loop on the CPU; differentiable through the generated backward. `n_splits` has no effect
+    (TileKernels forces it to 1 too), nor has `fuse_grad_acc`: autograd adds the residual's gradients of its
+    consumers, and fn's gradient is returned rather than added into a `main_grad`."""
+    import tkgen.nn.functional as F
+    return F.mhc_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps)
 
 
 RELEASE = "1.0"
