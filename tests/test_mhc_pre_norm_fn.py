@@ -40,7 +40,7 @@ def test_the_weight_is_rounded_to_tf32_as_tilekernels_rounds_it():
     want = torch.tensor([0x3F802000, 0x3F800000, 0x3F804000, 0x40000000, 0x00002000, 0x7F800000], dtype=torch.int32)
     want = torch.cat([want, want | -0x80000000])
     assert torch.equal(tf32(w).view(torch.int32), want)
-    n, k = w.numel(), 16
+    n, k = w.numel(), 32
     r = torch.ones(1, k, dtype=torch.bfloat16)        # sum of squares / K = 1: mixes[0, i] = F[i, i]
     fn = torch.zeros(n, k)
     fn[range(n), range(n)] = w
@@ -76,7 +76,7 @@ def test_the_products_sum_is_the_ordered_loop_bit_for_bit(with_weight):
     assert torch.equal(refs[0].view(torch.int32), want.view(torch.int32))
 
 
-@pytest.mark.parametrize("t, k, n", [(1, 8, 1), (37, 512, 24), (5, 96, 4)])
+@pytest.mark.parametrize("t, k, n", [(1, 32, 1), (37, 512, 24), (5, 96, 4)])
 def test_mixes_against_float64(t, k, n):
     """Against the exact sums rounded once: float32's ordered sum of K products and a float32 sum of
     squares, well within TF32's tolerance the spec declares."""
@@ -143,14 +143,17 @@ def test_compat_signature():
 
 @pytest.mark.parametrize("arch, sm", [("sm90", "sm_90a"), ("sm100", "sm_100a")])
 def test_the_cuda_form_is_a_tensor_core_tile_matmul(arch, sm):
-    """The T.gemm form (fn's 24 rows padded to 32, K streamed in chunks of 64, pipelined) lowers to mma
-    instructions on TF32 operands; where nvcc is installed it builds."""
-    module = importlib.import_module(f"{registry.op_package('mhc_pre_norm_fn').__name__}.kernel_{arch}")
-    src = lower_source(module, module.build_with_norm_weight, (28672, 24, 1e-6))
-    assert "mma_sync<tl::DataType::kTensorFloat32, tl::DataType::kTensorFloat32, tl::DataType::kFloat32" in src
-    if shutil.which("nvcc"):
-        r = nvcc_cubin(src, sm)
-        assert r.returncode == 0, r.stderr[-2000:]
+    """The T.gemm forms lower to mma instructions on TF32 operands (the forward: fn's 24 rows padded to 32,
+    K streamed in chunks of 64, pipelined; the backward: its three matmuls over n and over the tokens);
+    where nvcc is installed they build."""
+    for op, matmuls in (("mhc_pre_norm_fn", 1), ("mhc_pre_norm_fn_backward", 3)):
+        module = importlib.import_module(f"{registry.op_package(op).__name__}.kernel_{arch}")
+        src = lower_source(module, module.build_with_norm_weight, (28672, 24, 1e-6))
+        tf32 = "mma_sync<tl::DataType::kTensorFloat32, tl::DataType::kTensorFloat32, tl::DataType::kFloat32"
+        assert src.count(tf32) >= matmuls, op
+        if shutil.which("nvcc"):
+            r = nvcc_cubin(src, sm)
+            assert r.returncode == 0, (op, r.stderr[-2000:])
 
 
 def _validate(tmp_path, old, new):

@@ -92,7 +92,7 @@ def mhc_norm_fn(residual, fn, norm_weight=None, norm_eps=1e-6):
     mixes = (r @ F^T) * rsqrt(sum(r^2) / (m * D) + norm_eps). residual (..., m, D); fn (rows, m * D);
     returns (..., rows) float32.
 
-    Where the generated op takes the tensors (a bf16 residual, m * D a multiple of 8, at most 64 rows of a
+    Where the generated op takes the tensors (a bf16 residual, m * D a multiple of 32, at most 64 rows of a
     float32 fn), it is `mhc_norm_projection` (F rounded to TF32 as TileKernels rounds it; a TF32 tile matmul
     on CUDA, an ordered float32 loop on the CPU; docs/numerics.md), differentiable through its generated
     backward. Otherwise a float32 torch matmul of F unrounded, differentiable by torch's autograd."""
@@ -110,7 +110,7 @@ def mhc_norm_fn(residual, fn, norm_weight=None, norm_eps=1e-6):
 def _fits_norm_projection(residual, fn, norm_weight, k) -> bool:
     """Whether the generated projection takes these tensors: its dtypes, its dims' bounds, one device."""
     return (residual.dtype == torch.bfloat16 and fn.dtype == torch.float32 and fn.dim() == 2 and fn.shape[1] == k
-            and 8 <= k <= 131072 and k % 8 == 0 and 1 <= fn.shape[0] <= 64 and residual.device == fn.device
+            and 32 <= k <= 131072 and k % 32 == 0 and 1 <= fn.shape[0] <= 64 and residual.device == fn.device
             and (norm_weight is None or (norm_weight.dtype == torch.float32 and tuple(norm_weight.shape) == (k,))))
 
 
