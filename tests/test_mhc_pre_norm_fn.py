@@ -189,3 +189,24 @@ def test_a_stream_the_kernels_cannot_take_points_at_the_schedule(tmp_path):
     assert errors[0].field_path[:2] == ("schedule", "cpu")
     errors = _validate(tmp_path, "stream: {k: 32}", "stream: {q: 32}")
     assert len(errors) == 1 and "unknown axis 'q' in `stream`" in errors[0].message, errors
+
+
+def test_a_streamed_loop_keeps_what_its_results_feed_after_it():
+    """On the IR: what does not vary over k runs before the loop unless it reads the loop's results, or
+    reads what reads them (c2 reads only c1, which reads the sum); the sum starts at 0 and accumulates."""
+    from tkgen import ir, kir
+    from tkgen.ir import F32, op
+    from tkgen.stream import stream_body
+    buf = {n: kir.Buffer(n, axes, F32) for n, axes in
+           (("x", ("t", "k")), ("v", ("t",)), ("s", ("t",)), ("c1", ("t",)), ("c2", ("t",)))}
+    read = {n: ir.Read(n, F32) for n in buf}
+    body = [kir.Compute(buf["x"], ir.c(1.0)), kir.Compute(buf["v"], ir.c(2.0)),
+            kir.Reduce(buf["s"], buf["x"], "k", "sum"), kir.Compute(buf["c1"], op("mul", read["s"], ir.c(2.0))),
+            kir.Compute(buf["c2"], op("add", read["c1"], read["v"]))]
+    before, fill, loop, *after = stream_body(body, "k")
+    assert before.dst.name == "v" and isinstance(fill, kir.Fill) and fill.dst.name == "s"
+    assert isinstance(loop, kir.Loop) and loop.var == "b_k" and [type(s) for s in loop.body] == [kir.Compute, kir.Reduce]
+    assert loop.body[1].accumulate and [s.dst.name for s in after] == ["c1", "c2"]
+    with pytest.raises(ValueError, match="x varies over it and is read after its reductions"):
+        stream_body(body + [kir.Compute(buf["c2"], op("add", ir.Read("x", F32, (ir.i32(0), ir.i32(0))), read["s"]))],
+                    "k")

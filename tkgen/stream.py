@@ -106,12 +106,15 @@ def stream_body(body, axis, kind="serial", stages=0) -> List[kir.Stmt]:
         written |= writes(st)
     if not inside:
         return list(body)
-    before, after = [], []
-    for st in body:
+    before, after, late = [], [], set()
+    for st in body:              # after the loop: what reads its results, or what reads that, and so on
         if _involves(st, axis):
             continue
-        (after if reads(st) & written else before).append(st)
-    late = set().union(*[writes(st) for st in after]) if after else set()
+        if reads(st) & (written | late):
+            after.append(st)
+            late |= writes(st)
+        else:
+            before.append(st)
     for st in inside:
         if reads(st) & late:
             raise ValueError(f"axis {axis!r} cannot be streamed: a statement over it reads "
