@@ -5,7 +5,7 @@
   a shared copy of it (a loop that read the fragment next to other fragments left TileLang no layout
   that fits both); `gemm_tiles` pads the result's whole axes to a power of two of at least 16 (a warp's
   share of M is 16 rows, of N a multiple of 8: 24 rows of fn become 32, the padding loading zeros and
-  never stored).
+  never stored) and a whole k axis to one of at least 8 (a TF32 step), the padding of k holding zeros.
 - On the C target (no `T.gemm`), `expand_gemm` writes it as the ordered loop the reference runs: for each
   k in ascending order, c = c + a[:, k] * b[:, k] over the result's tile, from +0.0.
 """
@@ -26,16 +26,25 @@ def gemms(body) -> List[kir.Gemm]:
     return [st for st in kir.statements(body) if isinstance(st, kir.Gemm)]
 
 
-def gemm_tiles(tiles, body):
-    """The tiles with the whole axes of each matmul's result padded to a power of two, WARP_ROWS at least."""
-    axes = {a for g in gemms(body) for a in g.c.axes}
-    out = []
+def gemm_tiles(tiles, body, k_step):
+    """(tiles, checks): the whole axes of each matmul's result padded to a power of two, WARP_ROWS at least,
+    and its whole k axis to one of `k_step` at least (a tensor-core step); a result axis split across
+    blocks is checked to be a multiple of WARP_ROWS (the factory raises ValueError otherwise)."""
+    found = gemms(body)
+    least = {a: WARP_ROWS for g in found for a in g.c.axes}
+    for g in found:
+        least.setdefault(g.k, k_step)
+    out, checks = [], []
     for name, tile in tiles:
-        if name in axes and not tile.split and not tile.streamed:
+        if name in least and tile.split and least[name] == WARP_ROWS:
+            checks.append((E.Binary("==", E.Binary("%", E.Name(f"B_{name}"), E.Num(WARP_ROWS)), E.Num(0)),
+                           f"a matmul's block of axis {name} must be a multiple of {WARP_ROWS} (a warp's share of "
+                           "T.gemm)"))
+        elif name in least and not tile.split and not tile.streamed:
             # a power of two: the axis may also be reduced (warp reductions want one)
-            tile = kir.Tile(P.call("pad_pow2", P.call("max", E.Name(f"N_{name}"), E.Num(WARP_ROWS))), False, True)
+            tile = kir.Tile(P.call("pad_pow2", P.call("max", E.Name(f"N_{name}"), E.Num(least[name]))), False, True)
         out.append((name, tile))
-    return out
+    return out, checks
 
 
 def _rescope(body, scopes: Dict[str, str]):

@@ -46,7 +46,7 @@ from .signature import is_native, storage
 from .stream import stream_body, stream_tiles
 
 KNOB_BLOCK = "block_{}"
-GEMM_K_STEP = 8           # a TF32 tensor-core step covers 8 elements of K: a streamed chunk is a multiple
+GEMM_K_STEP = 8           # elements of K in a TF32 tensor-core step: streamed chunks are multiples of it
 
 
 def resolve(spec, arch) -> dict:
@@ -457,7 +457,8 @@ def _tiles(module, spec, program, arch, sched, groups=None):
     gemm_target = arch.tile_memory == "fragment"
     tiles, chunks = stream_tiles(tiles, sched.get("stream", {}), GEMM_K_STEP if gemm_target else 1)
     if gemm_target:
-        tiles = gemm_tiles(tiles, module.kernels[0].body)
+        tiles, more = gemm_tiles(tiles, module.kernels[0].body, GEMM_K_STEP)
+        checks = checks + more
     return tiles, knobs + chunks, checks
 
 

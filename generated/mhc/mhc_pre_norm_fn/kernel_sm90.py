@@ -25,6 +25,8 @@ def build_base(K, N, eps, *, threads=128, block_t=32, chunk_k=64):
     B_n = pad_pow2(max(N_n, 16))
     B_k = pick_block(N_k, chunk_k, 8)
     B_t = block_t
+    if not (((B_t % 16) == 0)):
+        raise ValueError("a matmul's block of axis t must be a multiple of 16 (a warp's share of T.gemm)")
 
     @T.prim_func
     def kernel(
@@ -82,6 +84,8 @@ def build_with_norm_weight(K, N, eps, *, threads=128, block_t=32, chunk_k=64):
     B_n = pad_pow2(max(N_n, 16))
     B_k = pick_block(N_k, chunk_k, 8)
     B_t = block_t
+    if not (((B_t % 16) == 0)):
+        raise ValueError("a matmul's block of axis t must be a multiple of 16 (a warp's share of T.gemm)")
 
     @T.prim_func
     def kernel(

@@ -26,6 +26,10 @@ def build_base(K, N, eps, *, threads=128, block_t=32, tile_elems=8192):
     B_t = fit_rows(block_t, tile_elems, B_n)
     B_k = pick_block(N_k, max(1, (tile_elems // max(B_t, B_n))), 1)
     threads = fit_threads(threads, max(B_n * B_k, B_t, B_t * B_k, B_t * B_n), tile_elems)
+    if not (((B_t % 16) == 0)):
+        raise ValueError("a matmul's block of axis t must be a multiple of 16 (a warp's share of T.gemm)")
+    if not (((B_k % 16) == 0)):
+        raise ValueError("a matmul's block of axis k must be a multiple of 16 (a warp's share of T.gemm)")
 
     @T.prim_func
     def kernel(
@@ -115,6 +119,10 @@ def build_with_norm_weight(K, N, eps, *, threads=128, block_t=32, tile_elems=819
     B_t = fit_rows(block_t, tile_elems, B_n)
     B_k = pick_block(N_k, max(1, (tile_elems // max(B_t, B_n))), 1)
     threads = fit_threads(threads, max(B_k, B_n * B_k, B_t, B_t * B_k, B_t * B_n), tile_elems)
+    if not (((B_t % 16) == 0)):
+        raise ValueError("a matmul's block of axis t must be a multiple of 16 (a warp's share of T.gemm)")
+    if not (((B_k % 16) == 0)):
+        raise ValueError("a matmul's block of axis k must be a multiple of 16 (a warp's share of T.gemm)")
 
     @T.prim_func
     def kernel(
