@@ -133,6 +133,22 @@ def segs():
     assert torch.equal(vcopy.view(torch.int16), kv[:, 2].contiguous().view(torch.int16))
 
 
+def products():
+    """The ordered sums of products, from +0.0 in ascending k, each product and sum rounded (K = 5 streams in
+    chunks of 1 on the C target, K = 24 in chunks of 4)."""
+    g = torch.Generator().manual_seed(6)
+    for t, k, n in ((7, 5, 3), (4, 24, 8)):
+        x, w = torch.randn(t, k, generator=g), torch.randn(k, n, generator=g)
+        x[1, 2] = -0.0
+        y, z = ops.products(x, w)
+        e = libm.expf(x / 8)
+        for got, a, what in ((y, x, "y"), (z, e, "z")):
+            acc = torch.zeros(t, n)
+            for i in range(k):
+                acc = acc + a[:, i:i + 1] * w[i][None, :]
+            same_bits(got, acc, what)
+
+
 if __name__ == "__main__":
     for name in sys.argv[1:]:
         globals()[name]()

@@ -443,6 +443,18 @@ def test_every_engram_function_is_built():
                 assert "not built in tkgen yet" not in (getattr(_module(root, path), name).__doc__ or ""), name
 
 
+def test_mhc_pre_norm_fn_is_built_with_tilekernels_signature():
+    """The first release's pre-norm GEMM (no longer a `missing` stand-in): residual (..., m, D), fn, an
+    optional norm weight, eps, and fuse_grad_acc and n_splits accepted; mixes (..., m * (m + 2))."""
+    m, d = 4, 64
+    res, fn, w = randn(2, 3, m, d), randn(m * (m + 2), m * d, dtype=torch.float32), randn(m * d, dtype=torch.float32)
+    fn_ops = tk1.modeling.mhc.ops.mhc_pre_norm_fn
+    assert "not built in tkgen yet" not in (fn_ops.__doc__ or "")
+    got = fn_ops(res, fn, w, 1e-6, fuse_grad_acc=True, n_splits=16)
+    want = ops.mhc_pre_norm_fn(res.reshape(6, m * d), fn, w, eps=1e-6)[0].reshape(2, 3, m * (m + 2))
+    compare("mixes", got, want, "bit")
+
+
 def test_options_tkgen_lacks_raise_naming_them():
     x = randn(T, H)
     with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True into e2m1"):

@@ -296,8 +296,9 @@ def test_compat_v1_takes_tilekernels_shapes():
         y, (p, c) = tk.modeling.mhc.mhc_pre(r, rand(m * (m + 2), m * d, scale=0.01), rand(3), rand(m * (m + 2)),
                                             norm_weight=rand(m * d))
     assert y.shape == (2, 3, d) and p.shape == (2, 3, m, 1) and c.shape == (2, 3, m, m)
-    with pytest.raises(NotImplementedError, match="mhc_pre_norm_fn is not built"):
-        tk.modeling.mhc.ops.mhc_pre_norm_fn(r, None, None, 1e-6)
+    fn = rand(m * (m + 2), m * d, scale=0.01)
+    same_bits(tk.modeling.mhc.ops.mhc_pre_norm_fn(r, fn, None, 1e-6),
+              ops.mhc_pre_norm_fn(r.reshape(6, m * d), fn, None, eps=1e-6)[0].reshape(2, 3, m * (m + 2)))
 
 
 # -- the type rules of alternate_normalize ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The stages added for the next families (issue 11, item 7): integer operators on i32 and i64 (int64 end
 to end), conversions, `iota`, `broadcast`, `log1p`, `fma`, the `inf` literal, ordered folds, gathers
-through a top-k result and top-k values, and slice views (segments of a packed input).
+through a top-k result and top-k values, slice views (segments of a packed input), and tile matmuls.
 
 The small specs of tests/stage_specs/ are generated into a temporary tree (validated, and every module
 audited), their CPU kernels fuzzed against their references bit for bit, checked against formulas written
@@ -73,8 +73,8 @@ from tkgen import registry
 from tkgen.runtime.compile import factory, lower_source, nvcc_cubin
 registry.use_generated(sys.argv[1])
 cases = [("folds", (7, 4, "fp32")), ("gathers", (9, 3)), ("segs", (2, 5, "bf16")), ("int_mix", (5, 40)),
-         ("float_mix", (7, 3, "bf16"))]
-for arch, sm, ops in (("sm90", "sm_90a", None), ("sm100", "sm_100a", ("folds", "segs"))):
+         ("float_mix", (7, 3, "bf16")), ("products", (24, 8, "bf16"))]
+for arch, sm, ops in (("sm90", "sm_90a", None), ("sm100", "sm_100a", ("folds", "segs", "products"))):
     for op, args in cases:
         if ops and op not in ops:
             continue
@@ -94,7 +94,7 @@ def test_cuda_lowering_of_the_new_stages(tree):
     another thread's registers), and a top-k result read by later stages is collected in shared memory."""
     r = run("-c", LOWER, str(tree[1]))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert len(r.stdout.split()) == 2 * 7
+    assert len(r.stdout.split()) == 2 * 9
 
 
 def test_fma_prints_per_target(tree):

@@ -292,10 +292,11 @@ def check_bindings(doc, spec):
 
 def check_schedule(doc, spec, path, block_layer):
     """A schedule layer (the spec's default or arch block, or a profile's tuned entry): block keys are axes."""
-    for axis in block_layer.get("block", {}):
-        if axis not in spec.axes:
-            raise doc.key_error(path + ("block", axis), f"unknown axis {axis!r} in `block`; axes are "
-                                                         f"{listing(spec.axes)}")
+    for key in ("block", "stream"):
+        for axis in block_layer.get(key, {}):
+            if axis not in spec.axes:
+                raise doc.key_error(path + (key, axis), f"unknown axis {axis!r} in `{key}`; axes are "
+                                                        f"{listing(spec.axes)}")
 
 
 def check_workloads(doc, spec):

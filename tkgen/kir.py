@@ -176,11 +176,13 @@ Stmt = Union[Compute, Store, Reduce, Fill, Loop, Scan, Gemm, Nest]
 @dataclass(frozen=True)
 class Tile:
     """How a kernel holds an axis: `block` elements per tile (an ir size; None: the whole extent), split
-    across blocks or not, padded to a power of two or not."""
+    across blocks or not, padded to a power of two or not, or `streamed`: one chunk of `block` at a time,
+    in a loop over the chunks (tkgen/stream.py)."""
 
     block: Optional[ir.Expr] = None
     split: bool = False
     padded: bool = False
+    streamed: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class _Kernel:
         return self.kernel.tile(base).split
 
     def index(self, axis, local) -> str:
+        if not local and self.kernel.tile(axis).streamed:     # the chunk's loop variable is b_<axis>
+            return f"(b_{axis} * B_{axis} + i_{axis})"
         if local or not self.split(axis):
             return f"i_{axis}"
         a = self.axes[axis]
@@ -232,6 +234,11 @@ class KernelPrinter:
             return [f"{ind}T.reduce_{st.kind}({st.src.name}, {st.dst.name}, dim={st.src.axes.index(st.axis)}{clear})"]
         if isinstance(st, kir.Fill):
             return [f"{ind}T.fill({st.dst.name}, {self.expr(st.value)})"]
+        if isinstance(st, kir.Gemm):
+            m, n = st.c.axes
+            a, b = (st.a, st.b) if m in st.a.axes else (st.b, st.a)
+            return [f"{ind}T.gemm({a.name}, {b.name}, {st.c.name}, transpose_A={a.axes != (m, st.k)}, "
+                    f"transpose_B={b.axes == (n, st.k)}, clear_accum={not st.accumulate})"]
         if isinstance(st, kir.Loop):
             ext = self.expr(st.extent)
             if st.kind == "unroll" and st.limit:

@@ -202,6 +202,8 @@ class ReferencePrinter:
                 red = f"{_COMBINE[st.kind]}({st.dst.name}, {red})"
             self.defined.add(st.dst.name)
             return [f"{ind}{st.dst.name} = {red}"]
+        if isinstance(st, kir.Gemm):
+            return self.gemm(st, ind)
         if isinstance(st, kir.Fill):
             self.defined.add(st.dst.name)
             return [f"{ind}{st.dst.name} = torch.full({self.shape(st.dst.axes)}, {self.expr(st.value)}, "
@@ -217,6 +219,17 @@ class ReferencePrinter:
                 lines += self.statement(sub, ind + "    ")
             return lines
         raise TypeError(st)
+
+    def gemm(self, st: kir.Gemm, ind) -> List[str]:
+        """c (+)= the ordered products' sum (`_matmul`), each operand laid out as [c's axis, k]."""
+        def operand(axis):
+            b = st.a if axis in st.a.axes else st.b
+            return b.name if b.axes == (axis, st.k) else f"{b.name}.T"
+        value = f"_matmul({operand(st.c.axes[0])}, {operand(st.c.axes[1])})"
+        if st.accumulate:
+            value = f"{st.c.name} + {value}"
+        self.defined.add(st.c.name)
+        return [f"{ind}{st.c.name} = {value}"]
 
     def updated_in_place(self) -> set:
         """Buffers that a Compute writes one slice of (`at`)."""

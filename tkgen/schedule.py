@@ -17,7 +17,10 @@ tune`. The rewrites, in the order `apply` runs them:
 5. `inline_stored`: a computed value that is only stored is computed where it is stored; then
    `read_fold_sources` (tkgen/fold_sources.py): an ordered fold of a value that is a function of loads
    computes each element where it is added, instead of reading a staged copy of the whole tile;
-6. `go_persistent` (tkgen/persistent.py), where the schedule says `persistent: true`: a fixed number of
+6. `stream_body` (tkgen/stream.py), for the axes of `stream:`: the statements over such an axis run in a
+   loop over its chunks, reductions and matmuls over it carried; then the tile matmuls (tkgen/gemm.py):
+   `place_gemm` where fragments exist (T.gemm), `expand_gemm` (the ordered loop) elsewhere;
+   `go_persistent` (tkgen/persistent.py), where the schedule says `persistent: true`: a fixed number of
    blocks loop over the row tiles, and sums over the rows are added per block, then in block order;
 7. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
    which TileLang then vectorizes to 16 bytes);
@@ -36,11 +39,14 @@ from . import pyexpr as P
 from .ir import F32, op
 from .lower import neutral
 from .fold_sources import read_fold_sources, unroll_fetching_loops
+from .gemm import expand_gemm, gemm_tiles, place_gemm
 from .padding_rows import zero_padding_rows
 from .persistent import BLOCKS, go_persistent
 from .signature import is_native, storage
+from .stream import stream_body, stream_tiles
 
 KNOB_BLOCK = "block_{}"
+GEMM_K_STEP = 8           # elements of K in a TF32 tensor-core step: streamed chunks are multiples of it
 
 
 def resolve(spec, arch) -> dict:
@@ -269,6 +275,10 @@ def _neutral_where_reduced(body, module, ranged, covered):
             if (st.kind in ("absmax", "sum") and st.src.name in zero) or st.src.pad_safe:
                 continue
             need.setdefault(st.src.name, {})[st.axis] = st.kind
+        elif isinstance(st, kir.Gemm) and st.k in ranged:        # a matmul adds its operands' products
+            for b in (st.a, st.b):
+                if b.name not in zero and not b.pad_safe:
+                    need.setdefault(b.name, {})[st.k] = "sum"
     # a reduction of the same kind over another axis is neutral where its source is: the need moves to the
     # source (the ones of a count, reduced axis by axis, are masked once)
     producers = {st.dst.name: st for st in kir.statements(body) if isinstance(st, kir.Reduce)}
@@ -281,6 +291,9 @@ def _neutral_where_reduced(body, module, ranged, covered):
                 need.setdefault(st.src.name, {}).update(need.pop(name))
                 moved = True
     copies = {b for b, m in need.items() if len(set(m.values())) > 1 or b in producers}
+    for st in kir.statements(body):
+        if isinstance(st, kir.Gemm) and {st.a.name, st.b.name} & copies:
+            raise ValueError(f"a matmul over padded axis {st.k!r} of a reduction's result (stream the axis instead)")
 
     def in_range(axes):
         return ir.conj(*[_in_range(a, module) for a in sorted(axes, key=list(module.axes).index)])
@@ -461,9 +474,27 @@ def coalesce_widening_loads(body, module: kir.Module, catalog, arch, vector_byte
 
 
 # -- the schedule -----------------------------------------------------------------------------------------
+def _tiles(module, spec, program, arch, sched, groups=None):
+    """plan_tiles, then the streamed axes (`stream:`) and, where T.gemm runs, its padded result axes."""
+    tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched, groups)
+    gemm_target = arch.tile_memory == "fragment"
+    tiles, chunks = stream_tiles(tiles, sched.get("stream", {}), GEMM_K_STEP if gemm_target else 1)
+    if gemm_target:
+        tiles, more = gemm_tiles(tiles, module.kernels[0].body, GEMM_K_STEP)
+        checks = checks + more
+    return tiles, knobs + chunks, checks
+
+
+def _stream(body, sched, arch):
+    kind, stages = ("pipelined", 2) if arch.loops == "parallel" else ("serial", 0)
+    for axis in sched.get("stream", {}):
+        body = stream_body(body, axis, kind, stages)
+    return place_gemm(body) if arch.tile_memory == "fragment" else expand_gemm(body)
+
+
 def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module:
     """The module rewritten for `arch` under schedule `sched` (see the module docstring)."""
-    tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched)
+    tiles, knobs, checks = _tiles(module, spec, program, arch, sched)
     tile_of = dict(tiles)
     dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
     ranged = {a for a, t in tiles if t.padded}
@@ -482,8 +513,9 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
     if groups != held_groups(module.kernels[0].body):
         # the rewrites dropped tiles (a fold that reads its elements in the loop holds no tile over its
         # axis): size the blocks for the tiles that are left (only block sizes change, not how axes are held)
-        tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched, groups)
+        tiles, knobs, checks = _tiles(module, spec, program, arch, sched, groups)
         kernel = dataclasses.replace(kernel, tiles=tuple(tiles))
+    kernel = dataclasses.replace(kernel, body=tuple(_stream(kernel.body, sched, arch)))
     module = module.replace(kernels=(kernel,), knobs=tuple(knobs), checks=module.checks + tuple(checks))
     if sched.get("persistent"):
         module = go_persistent(module, kernel, dyn)

@@ -88,15 +88,31 @@ def _tokens(t, trailing):
 
 
 def mhc_norm_fn(residual, fn, norm_weight=None, norm_eps=1e-6):
-    """The RMS-normalised projection of each token's m streams onto the rows of `fn` (TileKernels'
-    pre-norm GEMM): with r the token's residual flattened to m * D values in float32 and F = fn * norm_weight,
-    mixes = (r @ F^T) * rsqrt(sum(r^2) / (m * D) + norm_eps). Composed here from a plain float32 torch matmul
-    (TileKernels runs it on TF32 tensor cores; that GEMM is not a tkgen kernel yet), differentiable by torch's
-    autograd. residual (..., m, D); fn (rows, m * D); returns (..., rows) float32."""
+    """The RMS-normalised projection of each token's m streams onto the rows of `fn` (TileKernels' pre-norm
+    GEMM): with r the token's residual flattened to m * D values in float32 and F = fn * norm_weight,
+    mixes = (r @ F^T) * rsqrt(sum(r^2) / (m * D) + norm_eps). residual (..., m, D); fn (rows, m * D);
+    returns (..., rows) float32.
+
+    Where the generated op takes the tensors (a bf16 residual, m * D a multiple of 32, at most 64 rows of a
+    float32 fn), it is `mhc_norm_projection` (F rounded to TF32 as TileKernels rounds it; a TF32 tile matmul
+    on CUDA, an ordered float32 loop on the CPU; docs/numerics.md), differentiable through its generated
+    backward. Otherwise a float32 torch matmul of F unrounded, differentiable by torch's autograd."""
+    k = residual.shape[-2] * residual.shape[-1]
+    if _fits_norm_projection(residual, fn, norm_weight, k):
+        mixes = _generated("mhc_norm_projection")(residual.reshape(-1, k).contiguous(), fn.contiguous(),
+                                                  None if norm_weight is None else norm_weight.contiguous(),
+                                                  eps=float(norm_eps))
+        return mixes.reshape(*residual.shape[:-2], fn.shape[0])
     r = residual.flatten(-2).float()
-    f = fn if norm_weight is None else fn * norm_weight
-    a = r @ f.t()
+    a = r @ (fn if norm_weight is None else fn * norm_weight).t()
     return a * torch.rsqrt((r * r).sum(-1, keepdim=True) / r.shape[-1] + norm_eps)
+
+
+def _fits_norm_projection(residual, fn, norm_weight, k) -> bool:
+    """Whether the generated projection takes these tensors: its dtypes, its dims' bounds, one device."""
+    return (residual.dtype == torch.bfloat16 and fn.dtype == torch.float32 and fn.dim() == 2 and fn.shape[1] == k
+            and 32 <= k <= 131072 and k % 32 == 0 and 1 <= fn.shape[0] <= 64 and residual.device == fn.device
+            and (norm_weight is None or (norm_weight.dtype == torch.float32 and tuple(norm_weight.shape) == (k,))))
 
 
 def expand_from_embedding(x, mhc_mult=4):
@@ -126,7 +142,7 @@ def mhc_pre(residual, fn, scale, base, *, norm_weight=None, norm_eps=1e-6, mhc_m
             pre_eps=1e-6, sinkhorn_eps=1e-6, sinkhorn_repeat=10, n_splits=16):
     """TileKernels' mhc_pre: the sublayer input of each token and the mixes its residual update takes.
 
-    mixes = mhc_norm_fn(residual, fn, norm_weight, norm_eps) (a torch matmul, see there), then the generated
+    mixes = mhc_norm_fn(residual, fn, norm_weight, norm_eps) (see there), then the generated
     mhc_split_mixes, sinkhorn of the comb mix and mhc_mix of the streams by the pre mix, each with its
     generated backward. residual (..., m, D) bf16, fn (m * (m + 2), m * D), scale (3,), base (m * (m + 2),)
     float32. Returns (layer_input (..., D) bf16, (post_mix (..., m, 1), comb_mix (..., m, m))), to be used as

@@ -10,7 +10,7 @@ import torch
 from . import libm
 
 __all__ = ["torch", "_f32", "_f64", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_nanmax", "_nanmin", "_sum",
-           "_codes_as", "_codes_of", "_exp", "_log", "_log1p", "_sqrt", "_rsqrt", "_same", "_fma", "_trunc",
+           "_matmul", "_codes_as", "_codes_of", "_exp", "_log", "_log1p", "_sqrt", "_rsqrt", "_same", "_fma", "_trunc",
            "_ix", "_fit", "_view", "_store_view", "_gather", "_take", "_scatter", "_pack_codes",
            "_unpack_codes"]
 
@@ -150,6 +150,15 @@ def _f64(value: float) -> torch.Tensor:
 
 def _sum(x: torch.Tensor, dim: int) -> torch.Tensor:
     return x.sum(dim=dim)
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a [M, K] times b [N, K] transposed, [M, N] float32: for k = 0, 1, ... acc = acc + a[:, k] * b[:, k],
+    from +0.0, each product and each sum rounded to float32 (the C kernels' loop, bit for bit)."""
+    acc = torch.zeros(a.shape[0], b.shape[0], dtype=torch.float32, device=a.device)
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k, None] * b[None, :, k]
+    return acc
 
 
 def _trunc(x) -> torch.Tensor:

@@ -13,12 +13,12 @@ class there, never raw TileLang inside a spec.
 
 Families: elementwise.py (expressions, operators, math functions), memory.py (load, copy, take, positions),
 reductions.py (absmax, amax, amin, sum, fold), iterations.py (alternate_normalize and its gradient: loops with
-carried state), selection.py (topk), rows.py (keep_rows, count, join), scales.py
+carried state), products.py (matmul), selection.py (topk), rows.py (keep_rows, count, join), scales.py
 (scale_from_amax, min_amax, round_to, exponent, exp2).
 """
 from __future__ import annotations
 
-from . import elementwise, iterations, memory, reductions, rows, scales, selection  # noqa: F401  (register)
+from . import elementwise, iterations, memory, products, reductions, rows, scales, selection  # noqa: F401  (register)
 from .base import FUNCTIONS, RAW, STAGES, Program, StageError, Step, Value
 from .builder import Builder, build_program
 from .elementwise import Map

@@ -1,8 +1,8 @@
 """`tile_kernels.modeling.mhc` of TileKernels' first release: the composites, on tkgen.nn.functional.
 
-TileKernels' pre-norm projection is a TF32 tensor-core GEMM (its weight rounded by adding 0x1000 to the bits);
-tkgen has no kernel for it yet, and these composites take it from a float32 torch matmul
-(`tkgen.nn.functional.mhc_norm_fn`), so the mixes differ from TileKernels' by about TF32's precision. As in
+TileKernels' pre-norm projection is a TF32 tensor-core GEMM (its weight rounded by adding 0x1000 to the bits).
+These composites take it from `tkgen.nn.functional.mhc_norm_fn`: the generated `mhc_pre_norm_fn` (the
+weight rounded as TileKernels rounds it, a TF32 `T.gemm` on CUDA) and its generated backward. As in
 TileKernels, `mhc_pre` without gradients ignores `norm_weight` (TileKernels' inference fusion has none)."""
 from __future__ import annotations
 

@@ -57,10 +57,21 @@ def mhc_head_compute_mix(input_mix, mhc_scale, mhc_base, mhc_pre_eps: float):
     return res.reshape(input_mix.shape)
 
 
+def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse_grad_acc: bool = True,
+                    n_splits: int = 16):
+    """residual (..., m, D) bf16, mhc_fn (m * (m + 2), m * D) float32, mhc_norm_weight (m * D,) float32 or None
+    -> mixes (..., m * (m + 2)) float32: (r @ F^T) * rsqrt(mean(r^2) + eps) per token, r the token's residual
+    flattened, F = fn * norm_weight rounded to TF32 as TileKernels rounds it; a TF32 tile matmul on CUDA, an
+    ordered float32 loop on the CPU; differentiable through the generated backward. `n_splits` has no effect
+    (TileKernels forces it to 1 too), nor has `fuse_grad_acc`: autograd adds the residual's gradients of its
+    consumers, and fn's gradient is returned rather than added into a `main_grad`."""
+    import tkgen.nn.functional as F
+    return F.mhc_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps)
+
+
 RELEASE = "1.0"
-# the TF32 pre-norm GEMM, the inference fusion built on it, the multilayer recompute, and the kernel entry
-# points of mhc_post (whose signatures the catalog does not give)
-mhc_pre_norm_fn = missing("modeling.mhc.ops.mhc_pre_norm_fn", RELEASE)
+# the inference fusion built on the pre-norm GEMM, the multilayer recompute, and the kernel entry points of
+# mhc_post (whose signatures the catalog does not give)
 mhc_pre_big_fuse = missing("modeling.mhc.ops.mhc_pre_big_fuse", RELEASE)
 mhc_multilayer_recompute = missing("modeling.mhc.ops.mhc_multilayer_recompute", RELEASE)
 mhc_post_fwd = missing("modeling.mhc.ops.mhc_post_fwd", RELEASE)
