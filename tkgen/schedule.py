@@ -112,7 +112,7 @@ def _replicates_row_work(name, spec, dyn, groups, whole) -> bool:
 def _declared_past_threads(spec, name, threads) -> bool:
     """Whether axis `name`'s extent is a param whose declared range reaches past the block's threads.
     TileLang 0.1.15 lays out no fragment of more elements than threads that is not a multiple of them
-    ("no available layout found": mapping_chunk_counts with 513 or 1023 experts), so on profiles that pad
+    ("no available layout found": a histogram over 513 or 1023 experts), so on profiles that pad
     (`pad_reduced`) such an axis held whole is padded to a power of two like a reduced one."""
     extent = spec.axes[name].extent
     param = spec.params.get(extent.id) if isinstance(extent, E.Name) else None

@@ -8,6 +8,8 @@ the constants (values over no axis), the params and dims used as values, and the
 """
 from __future__ import annotations
 
+import difflib
+
 from typing import Dict, List
 
 from .. import expr as E
@@ -213,8 +215,11 @@ class Builder:
                 self.fail(idx, f"{node.fn} cannot be used here", node)
             cls = FUNCTIONS.get(node.fn)
             if cls is None:
-                self.fail(idx, f"unknown function {node.fn!r}; the stage library has "
-                               f"{sorted(set(FUNCTIONS) | set(STAGES))}", node)
+                names = sorted(set(FUNCTIONS) | set(STAGES))
+                close = difflib.get_close_matches(node.fn, names, n=5, cutoff=0.6)
+                hint = f"did you mean {', '.join(close)}?" if close else \
+                    f"the stage library's {len(names)} functions and stages are in docs/spec-language.md"
+                self.fail(idx, f"unknown function {node.fn!r}; {hint}", node)
             lo, hi = cls.arity
             if not lo <= len(node.args) <= hi:
                 self.fail(idx, f"{node.fn} takes {lo} argument(s), found {len(node.args)}", node)

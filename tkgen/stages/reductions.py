@@ -203,7 +203,7 @@ class Prefix(Step):
         The result is collected where every thread can write it (shared memory on CUDA): a fragment slice
         written at the loop's index takes its threads from the fragment's layout, and TileLang 0.1.15 then
         guards the write with `thread < (owner of the index) + 1`, not `==`, so every thread up to the
-        owner overwrote its own elements with the running sum (mapping_chunk_offsets, mapping_segments)."""
+        owner overwrote its own elements with the running sum (the MoE mapping's chunk offsets and segment starts)."""
         src = lw.bufs[self.src.name]
         out = lw.buffer(self.out, scope="shared")
         rest = tuple(a for a in src.axes if a != self.axis)
