@@ -402,7 +402,7 @@ def _profile_hash(catalog, arch, op: str) -> str:
     """What an op's kernel module is generated from in a profile: all of it but the schedules tuned for
     other ops (retuning one op rewrites only that op's kernel files)."""
     data = dict(catalog.documents[arch.path].data)
-    data["tuned"] = data.get("tuned", {}).get(op)
+    data["tuned"] = (data.get("tuned") or {}).get(op)
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
