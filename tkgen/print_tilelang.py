@@ -14,7 +14,6 @@ from . import ir, kir
 from . import pyexpr as P
 from .ir import F32, I32, I64, RAW, U32
 from .printers import TileLangPrinter, tl_dtype
-from .runtime.schedule import bank_pad
 from .safety import int_problem
 from .signature import INT_ELEMS, INT_STORAGE, is_native, storage
 
@@ -298,21 +297,15 @@ class KernelPrinter:
 
     def stride_granules(self) -> Dict[str, str]:
         """For each strided input whose last dim is static (the name of its first stride -> Python source
-        for the factory), the granule its strides are multiples of: 16 bytes' worth of elements, at most the
-        largest power of two dividing the last dim, as in a contiguous tensor of its shape (the runtime
-        checks it: tkgen/runtime/ops.py: stride_granule)."""
+        for the factory), the granule its strides are multiples of (tkgen/runtime/schedule.py:
+        vector_granule, which the runtime checks views against)."""
         static = set(self.m.dims)
         out = {}
         for t in self.m.tensors:
             if t.strides is None or not {P.sym(n) for n in E.names(t.shape[-1])} <= static:
                 continue
-            if t.elem.startswith("@"):       # one dtype of several: the storage is picked in the factory
-                stored = [storage(self.catalog, self.arch, dt) for dt in self.dtypes_of(t.elem)]
-                vec = f"{ {s: bank_pad(s) for s in stored}!r}[{self.storage_src(t.elem)}]"
-            else:
-                vec = str(bank_pad(storage(self.catalog, self.arch, t.elem)))
-            last = P.py_expr(t.shape[-1])
-            out.setdefault(P.py_expr(t.strides[0]), f"min({vec}, ({last}) & -({last}))")
+            out.setdefault(P.py_expr(t.strides[0]),
+                           f"vector_granule({self.storage_src(t.elem)}, {P.py_expr(t.shape[-1])})")
         return out
 
     def stride_assumptions(self) -> List[str]:

@@ -2,7 +2,7 @@
 import torch
 
 from ._common import need, ops
-from ..runtime.ops import strides_aligned
+from ..runtime.ops import strided_as_is
 
 
 def engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets):
@@ -18,8 +18,8 @@ def fused_weight(weight_hidden, weight_embed):
 
 def unit_last(t):
     """t itself where the gate kernels can read it through its strides (the last dim contiguous, the others
-    multiples of the kernels' 16-byte loads: tkgen/runtime/ops.py: strides_aligned), else a copy."""
-    return t if t.is_contiguous() or (t.stride(-1) == 1 and strides_aligned(t)) else t.contiguous()
+    multiples of the kernels' 16-byte loads: tkgen/runtime/ops.py: strided_as_is), else a copy."""
+    return t if strided_as_is(t) else t.contiguous()
 
 
 def image_mask(image_token_mask):

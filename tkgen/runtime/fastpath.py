@@ -64,7 +64,7 @@ class CallSite:
             for t, keep, strided in zip(tensors, self.keys, self.strided):
                 if t is None:
                     parts.append(None)
-                elif not (t.is_contiguous() or (strided and t.stride(-1) == 1 and R.strides_aligned(t))):
+                elif not (t.is_contiguous() or (strided and R.strided_as_is(t))):
                     return None
                 else:
                     s = t.shape

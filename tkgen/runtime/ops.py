@@ -14,6 +14,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from .compile import compile_kernel
+from .schedule import vector_granule
 
 TORCH_DTYPES = {
     "fp32": torch.float32, "bf16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
@@ -133,11 +134,9 @@ def _dtype_name(dt: torch.dtype) -> str:
 
 
 def stride_granule(t: torch.Tensor) -> int:
-    """The elements a kernel may load at once from a strided input: 16 bytes' worth, at most the largest
-    power of two dividing its last dim (as in a contiguous tensor of its shape). The generated kernels
-    assume the strides are multiples of it (`T.assume`), so that the loads stay 16-byte vectors."""
-    last = t.shape[-1] if t.dim() else 1
-    return min(max(16 // t.element_size(), 1), last & -last) if last else 1
+    """The elements a kernel may load at once from strided input `t` (tkgen/runtime/schedule.py:
+    vector_granule, the rule its factory assumed)."""
+    return vector_granule(str(t.dtype).split(".")[-1], t.shape[-1] if t.dim() else 1)
 
 
 def strides_aligned(t: torch.Tensor) -> bool:
@@ -146,6 +145,12 @@ def strides_aligned(t: torch.Tensor) -> bool:
     g = stride_granule(t)
     return t.data_ptr() % (g * t.element_size()) == 0 and \
         all(st % g == 0 for n, st in zip(t.shape[:-1], t.stride()[:-1]) if n > 1)
+
+
+def strided_as_is(t: torch.Tensor) -> bool:
+    """Whether a kernel takes `t` for a strided input without a copy: contiguous, or its last dim
+    contiguous and its strides on the kernel's loads."""
+    return t.is_contiguous() or (t.stride(-1) == 1 and strides_aligned(t))
 
 
 def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> Dict[str, int]:

@@ -2,8 +2,8 @@
 
 import functools
 
-_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "uint16": 2, "int16": 2,
-          "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
+_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "uint16": 2,
+          "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
 
 
 def pick_block(extent: int, cap: int, multiple: int = 1, whole_if_fits: int = 0) -> int:
@@ -40,6 +40,14 @@ def fit_threads(threads: int, tile: int, tile_elems: int) -> int:
 def pad_pow2(extent: int) -> int:
     """The next power of two at or above `extent` (tile extent of a padded reduced axis)."""
     return 1 << max(0, (extent - 1).bit_length())
+
+
+def vector_granule(dtype: str, last: int) -> int:
+    """The elements a kernel loads at once from a strided input of `dtype` whose last dim is `last`: 16
+    bytes' worth, at most the largest power of two dividing `last` (as in a contiguous tensor of that
+    shape). The factories assume (`T.assume`) that every stride of such an input is a multiple of it, and
+    the runtime refuses a view whose strides are not (tkgen/runtime/ops.py: strides_aligned)."""
+    return min(max(16 // _BYTES[dtype], 1), last & -last) if last else 1
 
 
 def bank_pad(dtype: str) -> int:

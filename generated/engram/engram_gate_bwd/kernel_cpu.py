@@ -10,7 +10,8 @@ is a runtime symbol, so one compiled kernel serves every row count. Keyword argu
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize  # noqa: F401
+from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
+                                   vector_granule)
 from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
@@ -32,8 +33,8 @@ def build_base(HC, D, clamp_value, *, threads=1, block_t=1, blocks=4):
     B_d = N_d
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
-    S_k_g = min(8, (D) & -(D))
-    S_v_g = min(8, (D) & -(D))
+    S_k_g = vector_granule('uint16', D)
+    S_v_g = vector_granule('uint16', D)
 
     @T.prim_func
     def kernel(
@@ -188,8 +189,8 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads=1, block_t=1, blo
     B_d = N_d
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
-    S_k_g = min(8, (D) & -(D))
-    S_v_g = min(8, (D) & -(D))
+    S_k_g = vector_granule('uint16', D)
+    S_v_g = vector_granule('uint16', D)
 
     @T.prim_func
     def kernel(

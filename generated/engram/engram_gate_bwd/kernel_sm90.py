@@ -10,7 +10,8 @@ is a runtime symbol, so one compiled kernel serves every row count. Keyword argu
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize  # noqa: F401
+from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
+                                   vector_granule)
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -30,8 +31,8 @@ def build_base(HC, D, clamp_value, *, threads=512, block_t=1, blocks=264):
     B_d = pad_pow2(N_d)
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
-    S_k_g = min(8, (D) & -(D))
-    S_v_g = min(8, (D) & -(D))
+    S_k_g = vector_granule('bfloat16', D)
+    S_v_g = vector_granule('bfloat16', D)
 
     @T.prim_func
     def kernel(
@@ -184,8 +185,8 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads=512, block_t=1, b
     B_d = pad_pow2(N_d)
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
-    S_k_g = min(8, (D) & -(D))
-    S_v_g = min(8, (D) & -(D))
+    S_k_g = vector_granule('bfloat16', D)
+    S_v_g = vector_granule('bfloat16', D)
 
     @T.prim_func
     def kernel(

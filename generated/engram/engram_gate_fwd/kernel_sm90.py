@@ -10,7 +10,8 @@ is a runtime symbol, so one compiled kernel serves every row count. Keyword argu
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize  # noqa: F401
+from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
+                                   vector_granule)
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -30,8 +31,8 @@ def build_false(HC, D, eps, clamp_value, *, threads=256, block_t=1, block_h=1):
     B_h = block_h
     if not (((N_h % B_h) == 0)):
         raise ValueError('block size of axis h must divide its extent')
-    S_k_g = min(8, (D) & -(D))
-    S_v_g = min(8, (D) & -(D))
+    S_k_g = vector_granule('bfloat16', D)
+    S_v_g = vector_granule('bfloat16', D)
 
     @T.prim_func
     def kernel(
@@ -117,8 +118,8 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads=256, b
     B_h = block_h
     if not (((N_h % B_h) == 0)):
         raise ValueError('block size of axis h must divide its extent')
-    S_k_g = min(8, (D) & -(D))
-    S_v_g = min(8, (D) & -(D))
+    S_k_g = vector_granule('bfloat16', D)
+    S_v_g = vector_granule('bfloat16', D)
 
     @T.prim_func
     def kernel(
@@ -210,8 +211,8 @@ def build_true(HC, D, eps, clamp_value, *, threads=256, block_t=1, block_h=1):
     B_h = block_h
     if not (((N_h % B_h) == 0)):
         raise ValueError('block size of axis h must divide its extent')
-    S_k_g = min(8, (D) & -(D))
-    S_v_g = min(8, (D) & -(D))
+    S_k_g = vector_granule('bfloat16', D)
+    S_v_g = vector_granule('bfloat16', D)
 
     @T.prim_func
     def kernel(
@@ -309,8 +310,8 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads=256, bl
     B_h = block_h
     if not (((N_h % B_h) == 0)):
         raise ValueError('block size of axis h must divide its extent')
-    S_k_g = min(8, (D) & -(D))
-    S_v_g = min(8, (D) & -(D))
+    S_k_g = vector_granule('bfloat16', D)
+    S_v_g = vector_granule('bfloat16', D)
 
     @T.prim_func
     def kernel(

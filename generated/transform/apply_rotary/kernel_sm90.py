@@ -10,7 +10,8 @@ is a runtime symbol, so one compiled kernel serves every row count. Keyword argu
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize  # noqa: F401
+from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
+                                   vector_granule)
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
@@ -36,7 +37,7 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads=128, 
     LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
     LOAD_query = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[query_dtype]
     STORE_query = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[query_dtype]
-    S_query_g = min({'bfloat16': 8, 'float32': 4}[STORAGE_query], (R) & -(R))
+    S_query_g = vector_granule(STORAGE_query, R)
 
     @T.prim_func
     def kernel(
@@ -117,7 +118,7 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads=128, b
     LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
     LOAD_query = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[query_dtype]
     STORE_query = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[query_dtype]
-    S_query_g = min({'bfloat16': 8, 'float32': 4}[STORAGE_query], (R) & -(R))
+    S_query_g = vector_granule(STORAGE_query, R)
 
     @T.prim_func
     def kernel(

@@ -10,7 +10,8 @@ is a runtime symbol, so one compiled kernel serves every row count. Keyword argu
 """
 import tilelang.language as T
 
-from tkgen.runtime.schedule import bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize  # noqa: F401
+from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
+                                   vector_granule)
 
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
