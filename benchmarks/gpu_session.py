@@ -218,7 +218,7 @@ def determinism():
     """Ops whose schedule here is persistent (sums over the rows added per block, then in block order):
     each workload run RUNS times on the same inputs, every output compared bit for bit with the first run,
     and the first run against the reference as the spec declares."""
-    from tkgen import schedule as S
+    from tkgen.schedule import pipeline as S
     from tkgen.bench import workload_inputs
     from tkgen.model import load_catalog
     cat = load_catalog(registry.specs_dir())

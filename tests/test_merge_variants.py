@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tkgen import registry
-from tkgen import schedule as S
+from tkgen.schedule import pipeline as S
 from tkgen.generate import naive_modules
 from tkgen.merge_variants import Printed, merge
 from tkgen.print_tilelang import print_factory

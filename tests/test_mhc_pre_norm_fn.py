@@ -196,7 +196,7 @@ def test_a_streamed_loop_keeps_what_its_results_feed_after_it():
     reads what reads them (c2 reads only c1, which reads the sum); the sum starts at 0 and accumulates."""
     from tkgen import ir, kir
     from tkgen.ir import F32, op
-    from tkgen.stream import stream_body
+    from tkgen.schedule.stream import stream_body
     buf = {n: kir.Buffer(n, axes, F32) for n, axes in
            (("x", ("t", "k")), ("v", ("t",)), ("s", ("t",)), ("c1", ("t",)), ("c2", ("t",)))}
     read = {n: ir.Read(n, F32) for n in buf}

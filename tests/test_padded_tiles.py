@@ -73,7 +73,7 @@ def test_stores_over_padded_axes_are_guarded(name):
     """Packets of a padded axis are padded too (a packet past the last real one holds only padding), and
     each store over a padded tile axis has a guard that names it."""
     from tkgen import kir
-    from tkgen import schedule as S
+    from tkgen.schedule import pipeline as S
     catalog = load_catalog(registry.specs_dir())
     spec = catalog.op(name)
     for arch_name in C.cuda_archs():

@@ -21,7 +21,7 @@ import jinja2
 
 from . import expr as E
 from . import formats as F
-from . import schedule as S
+from .schedule import pipeline as S
 from .autograd import plan as autograd_plan
 from .lower import lower_program
 from .merge_variants import Printed, merge

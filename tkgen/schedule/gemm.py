@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List
 
-from . import expr as E
-from . import ir, kir
-from . import pyexpr as P
-from .ir import F32, I32, op
+from .. import expr as E
+from .. import ir, kir
+from .. import pyexpr as P
+from ..ir import F32, I32, op
 
 WARP_ROWS = 16            # what a warp's part of a T.gemm tile is a multiple of, in M and in N
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Tuple
 
-from . import expr as E
-from . import ir, kir
-from . import pyexpr as P
-from .ir import I32, op
+from .. import expr as E
+from .. import ir, kir
+from .. import pyexpr as P
+from ..ir import I32, op
 
 BLOCKS = "blocks"
 SUM_THREADS = 128          # threads (one element each) of a block of the kernel adding the partials

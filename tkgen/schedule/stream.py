@@ -15,10 +15,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Set, Tuple
 
-from . import expr as E
-from . import ir, kir
-from . import pyexpr as P
-from .lower import neutral
+from .. import expr as E
+from .. import ir, kir
+from .. import pyexpr as P
+from ..lower import neutral
 
 KNOB_CHUNK = "chunk_{}"
 

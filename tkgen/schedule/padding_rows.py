@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import expr as E
-from . import ir, kir
-from . import pyexpr as P
-from .ir import BOOL, I32, I64, op
+from .. import expr as E
+from .. import ir, kir
+from .. import pyexpr as P
+from ..ir import BOOL, I32, I64, op
 from .persistent import numel_of, unflatten
 
 ROW_BLOCK = 2048           # elements of a padding row per block
