@@ -183,7 +183,7 @@ def test_round_positive_is_the_codec_round_trip(catalog, name):
     """formats.round_positive (the rounding of E4M3-type scales, in float32 arithmetic and bit operations)
     gives decode(encode(v)) for every v >= 0 and NaN of the patterns: midpoints, neighbours, subnormals,
     the overflow edges, inf."""
-    from tkgen import ir
+    from tkgen.ir import prim as ir
     from tkgen.printers import TorchPrinter
     from tkgen.runtime import torch_prims
     fmt = catalog.element(name)

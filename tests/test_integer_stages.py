@@ -4,7 +4,8 @@ type rules reject what the targets would compute differently."""
 import torch
 
 from tkgen import formats as F
-from tkgen import ir, registry
+from tkgen.ir import prim as ir
+from tkgen import registry
 from tkgen.model import validate_files
 from tkgen.printers import TorchPrinter
 from tkgen.runtime import torch_prims as P

@@ -194,8 +194,8 @@ def test_a_stream_the_kernels_cannot_take_points_at_the_schedule(tmp_path):
 def test_a_streamed_loop_keeps_what_its_results_feed_after_it():
     """On the IR: what does not vary over k runs before the loop unless it reads the loop's results, or
     reads what reads them (c2 reads only c1, which reads the sum); the sum starts at 0 and accumulates."""
-    from tkgen import ir, kir
-    from tkgen.ir import F32, op
+    from tkgen.ir import prim as ir, kernel as kir
+    from tkgen.ir.prim import F32, op
     from tkgen.schedule.stream import stream_body
     buf = {n: kir.Buffer(n, axes, F32) for n, axes in
            (("x", ("t", "k")), ("v", ("t",)), ("s", ("t",)), ("c1", ("t",)), ("c2", ("t",)))}

@@ -64,7 +64,7 @@ def test_padded_reduced_axes_store_nothing_outside(name, tmp_path_factory):
 
 
 def _guarded_axes(e):
-    from tkgen import ir
+    from tkgen.ir import prim as ir
     return {n.axis for n in ir.walk(e) if isinstance(n, ir.Index)} if e is not None else set()
 
 
@@ -72,7 +72,7 @@ def _guarded_axes(e):
 def test_stores_over_padded_axes_are_guarded(name):
     """Packets of a padded axis are padded too (a packet past the last real one holds only padding), and
     each store over a padded tile axis has a guard that names it."""
-    from tkgen import kir
+    from tkgen.ir import kernel as kir
     from tkgen.schedule import pipeline as S
     catalog = load_catalog(registry.specs_dir())
     spec = catalog.op(name)

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from tkgen import expr as E
-from tkgen import ir, registry
+from tkgen.ir import prim as ir
+from tkgen import registry
 from tkgen.model import validate_files
 from tkgen.printers import TorchPrinter
 from tkgen.runtime import torch_prims as P

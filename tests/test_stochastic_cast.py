@@ -298,7 +298,7 @@ def test_type_rules(tmp_path):
 @pytest.mark.parametrize("dtype, n", [("i32", 8), ("i32", 16), ("i32", 32), ("i64", 16), ("i64", 64)])
 def test_reverse_bits_against_a_string_reversal(dtype, n):
     from tkgen import expr as E
-    from tkgen import ir
+    from tkgen.ir import prim as ir
     from tkgen.printers import TorchPrinter
     from tkgen.runtime import torch_prims as P
     from tkgen.stages.elementwise import ReverseBits

@@ -32,8 +32,8 @@ from .print_torch import print_reference
 from .printers import TileLangPrinter, TorchPrinter, function_lines
 from .pyexpr import py_expr
 from .safety import audit_all, comment, docstring as docstring_literal
-from .signature import codec as sig_codec
-from .signature import resolve as resolve_sig
+from .ir.signature import codec as sig_codec
+from .ir.signature import resolve as resolve_sig
 from .stages import build_program, topk_key
 
 TEMPLATES = Path(__file__).parent / "templates"

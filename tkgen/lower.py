@@ -15,10 +15,10 @@ from typing import Dict, List, Optional
 
 from . import expr as E
 from . import formats as F
-from . import ir, kir
+from .ir import prim as ir, kernel as kir
 from . import pyexpr as P
-from .ir import F32, I32, I64, RAW, U32, op
-from .signature import INT_ELEMS, TensorSig, signature
+from .ir.prim import F32, I32, I64, RAW, U32, op
+from .ir.signature import INT_ELEMS, TensorSig, signature
 from .stages import StageError
 from .stages import neutral, topk_key  # noqa: F401  (the schedule and generate take them from here)
 

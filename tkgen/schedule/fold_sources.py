@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Optional
 
-from .. import ir, kir
+from ..ir import prim as ir, kernel as kir
 
 
 def _defs(body) -> Dict[str, kir.Compute]:

@@ -15,9 +15,9 @@ import dataclasses
 from typing import Dict, List
 
 from .. import expr as E
-from .. import ir, kir
+from ..ir import prim as ir, kernel as kir
 from .. import pyexpr as P
-from ..ir import F32, I32, op
+from ..ir.prim import F32, I32, op
 
 WARP_ROWS = 16            # what a warp's part of a T.gemm tile is a multiple of, in M and in N
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 
 from .. import expr as E
-from .. import ir, kir
+from ..ir import prim as ir, kernel as kir
 from .. import pyexpr as P
-from ..ir import BOOL, I32, I64, op
+from ..ir.prim import BOOL, I32, I64, op
 from .persistent import numel_of, unflatten
 
 ROW_BLOCK = 2048           # elements of a padding row per block

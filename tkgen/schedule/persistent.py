@@ -15,9 +15,9 @@ import dataclasses
 from typing import List, Tuple
 
 from .. import expr as E
-from .. import ir, kir
+from ..ir import prim as ir, kernel as kir
 from .. import pyexpr as P
-from ..ir import I32, op
+from ..ir.prim import I32, op
 
 BLOCKS = "blocks"
 SUM_THREADS = 128          # threads (one element each) of a block of the kernel adding the partials

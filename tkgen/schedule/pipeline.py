@@ -34,15 +34,15 @@ import dataclasses
 from typing import Dict, List, Set
 
 from .. import expr as E
-from .. import ir, kir
+from ..ir import prim as ir, kernel as kir
 from .. import pyexpr as P
-from ..ir import F32, op
+from ..ir.prim import F32, op
 from ..lower import neutral
 from .fold_sources import read_fold_sources, unroll_fetching_loops
 from .gemm import expand_gemm, gemm_tiles, place_gemm
 from .padding_rows import zero_padding_rows
 from .persistent import BLOCKS, go_persistent
-from ..signature import is_native, storage
+from ..ir.signature import is_native, storage
 from .stream import stream_body, stream_tiles
 
 KNOB_BLOCK = "block_{}"

@@ -16,7 +16,7 @@ import dataclasses
 from typing import Dict, List, Set, Tuple
 
 from .. import expr as E
-from .. import ir, kir
+from ..ir import prim as ir, kernel as kir
 from .. import pyexpr as P
 from ..lower import neutral
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .. import expr as E
-from .. import ir
+from ..ir import prim as ir
 
 RAW = "raw"                    # the dtype of `copy` values: stored elements, moved bit for bit
 INTS = (ir.I32, ir.I64)        # the integer dtypes values may have

@@ -13,7 +13,7 @@ import difflib
 from typing import Dict, List
 
 from .. import expr as E
-from .. import ir
+from ..ir import prim as ir
 from .base import FUNCTIONS, INTS, RAW, STAGES, Call, Program, StageError, Step, Value, order
 from .elementwise import assign, binary, unary
 from .memory import Load

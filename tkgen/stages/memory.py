@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from .. import expr as E
-from .. import ir, kir
-from ..ir import F32, I32, I64
-from ..signature import INT_ELEMS
+from ..ir import prim as ir, kernel as kir
+from ..ir.prim import F32, I32, I64
+from ..ir.signature import INT_ELEMS
 from .base import RAW, Stage, Step, Value, stage
 
 

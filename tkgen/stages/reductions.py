@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import expr as E
-from .. import ir, kir
-from ..ir import F32, I32, I64, op
+from ..ir import prim as ir, kernel as kir
+from ..ir.prim import F32, I32, I64, op
 from .base import Stage, Step, Value, stage
 
 KINDS = {"absmax": "absmax", "amax": "max", "amin": "min", "sum": "sum"}

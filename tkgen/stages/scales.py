@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from .. import expr as E
 from .. import formats as F
-from .. import ir
-from ..ir import F32, I32
+from ..ir import prim as ir
+from ..ir.prim import F32, I32
 from .base import Function, Stage, function, stage
 from .elementwise import Map, define
 

@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple, Union
 
-from . import ir
+from . import prim as ir
 
 SCOPES = ("tile", "shared", "var")
 REDUCE_KINDS = ("absmax", "max", "min", "sum")
