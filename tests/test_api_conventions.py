@@ -41,7 +41,7 @@ def test_scale_blocks_given_one_way():
 
 
 def test_every_op_with_a_scale_block_takes_scale_block():
-    from tkgen.generate import BLOCK_COLS, BLOCK_ROWS
+    from tkgen.codegen.generate import BLOCK_COLS, BLOCK_ROWS
     for name in registry.op_modules():
         params = inspect.signature(getattr(ops, name)).parameters
         sides = [p for n, p in params.items() if n in BLOCK_ROWS + BLOCK_COLS]
@@ -64,6 +64,6 @@ def test_rms_norm_takes_torch_arguments():
 
 
 def test_the_generator_and_the_runtime_agree_on_format_names():
-    from tkgen.generate import FORMAT_NAMES
+    from tkgen.codegen.generate import FORMAT_NAMES
     from tkgen.runtime.conventions import FORMAT_OF_DTYPE
     assert set(FORMAT_OF_DTYPE.values()) | {"e2m1"} == FORMAT_NAMES     # e2m1: where torch has float4_e2m1fn_x2

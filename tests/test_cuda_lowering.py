@@ -54,7 +54,7 @@ def test_a_profile_whose_casts_may_not_saturate_clamps_first(tmp_path):
     led around the clamp (both e4m3 and e5m2 have a NaN code)."""
     import shutil
     import yaml
-    from tkgen.generate import render_modules
+    from tkgen.codegen.generate import render_modules
     from tkgen.model import load_catalog
     specs = tmp_path / "specs"
     shutil.copytree(registry.specs_dir(), specs)

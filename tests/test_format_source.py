@@ -4,8 +4,8 @@ import ast
 
 import pytest
 
-from tkgen.format_source import WIDTH, format_source
-from tkgen.generate import render_all
+from tkgen.codegen.format_source import WIDTH, format_source
+from tkgen.codegen.generate import render_all
 
 
 @pytest.fixture(scope="module")

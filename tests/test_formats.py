@@ -184,7 +184,7 @@ def test_round_positive_is_the_codec_round_trip(catalog, name):
     gives decode(encode(v)) for every v >= 0 and NaN of the patterns: midpoints, neighbours, subnormals,
     the overflow edges, inf."""
     from tkgen.ir import prim as ir
-    from tkgen.printers import TorchPrinter
+    from tkgen.codegen.printers import TorchPrinter
     from tkgen.runtime import torch_prims
     fmt = catalog.element(name)
     x = H._from_bits(_patterns(fmt) if name != "bf16" else _patterns(catalog.element("e4m3"))).abs()

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tkgen import registry
-from tkgen.generate import render_all
+from tkgen.codegen.generate import render_all
 from tkgen.model import load_catalog
 
 
@@ -22,7 +22,7 @@ def test_generated_is_in_sync_with_specs():
 
 def test_generating_does_not_import_torch():
     """Generation is text from specs: without torch it takes a second, not four (CI runs it often)."""
-    code = ("import sys; from tkgen.generate import render_all; from tkgen import registry; "
+    code = ("import sys; from tkgen.codegen.generate import render_all; from tkgen import registry; "
             "from tkgen.model import load_catalog; render_all(load_catalog(registry.specs_dir())); "
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -7,7 +7,7 @@ from tkgen import formats as F
 from tkgen.ir import prim as ir
 from tkgen import registry
 from tkgen.model import validate_files
-from tkgen.printers import TorchPrinter
+from tkgen.codegen.printers import TorchPrinter
 from tkgen.runtime import torch_prims as P
 
 LOSSLESS = (registry.specs_dir() / "quant" / "per_block_cast_lossless.yaml").read_text()

@@ -8,10 +8,10 @@ import torch
 
 from tkgen import registry
 from tkgen.schedule import pipeline as S
-from tkgen.generate import naive_modules
-from tkgen.merge_variants import Printed, merge
-from tkgen.print_tilelang import print_factory
-from tkgen.print_torch import print_reference
+from tkgen.codegen.generate import naive_modules
+from tkgen.codegen.merge_variants import Printed, merge
+from tkgen.codegen.print_tilelang import print_factory
+from tkgen.codegen.print_torch import print_reference
 
 OP = "per_token_cast"
 KERNEL_HEAD = ("import tilelang.language as T\n"

@@ -74,7 +74,7 @@ def test_a_fragment_written_one_slice_at_a_time_is_refused_on_cuda():
     """The printer refuses what TileLang 0.1.15 lowers wrong (see above), so a stage cannot bring it back;
     the C target's thread-local arrays take it."""
     from tkgen.ir import prim as ir, kernel as kir
-    from tkgen.print_tilelang import KernelPrinter
+    from tkgen.codegen.print_tilelang import KernelPrinter
     catalog = load_catalog(registry.specs_dir())
     step = ir.Var("r_c", "i32")
     module = kir.Module("demo", "base", {}, (), (), ())

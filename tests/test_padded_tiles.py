@@ -13,7 +13,8 @@ import types
 import pytest
 from hypothesis import given, settings
 
-from tkgen import generate, registry
+from tkgen.codegen import generate
+from tkgen import registry
 from tkgen.model import load_catalog
 from tkgen.stages import build_program
 from tkgen.testing import check as C

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tkgen import registry, safety
-from tkgen.generate import render_modules, write
+from tkgen.codegen.generate import render_modules, write
 from tkgen.model import Param, load_catalog
 from tkgen.safety import AuditError, audit_all, audit_module
 

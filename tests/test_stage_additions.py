@@ -19,7 +19,7 @@ from tkgen import expr as E
 from tkgen.ir import prim as ir
 from tkgen import registry
 from tkgen.model import validate_files
-from tkgen.printers import TorchPrinter
+from tkgen.codegen.printers import TorchPrinter
 from tkgen.runtime import torch_prims as P
 from tkgen.stages.elementwise import binary
 

@@ -299,7 +299,7 @@ def test_type_rules(tmp_path):
 def test_reverse_bits_against_a_string_reversal(dtype, n):
     from tkgen import expr as E
     from tkgen.ir import prim as ir
-    from tkgen.printers import TorchPrinter
+    from tkgen.codegen.printers import TorchPrinter
     from tkgen.runtime import torch_prims as P
     from tkgen.stages.elementwise import ReverseBits
 

@@ -32,7 +32,7 @@ def cmd_list(args):
 
 
 def cmd_show(args):
-    from .pyexpr import py_expr
+    from .codegen.pyexpr import py_expr
     cat = _catalog(args)
     spec = cat.op(args.op)
     print(f"{spec.name} ({spec.family}) — {spec.path}")
@@ -83,7 +83,7 @@ def cmd_validate(args):
 
 
 def cmd_generate(args):
-    from .generate import write
+    from .codegen.generate import write
     if args.out is None:
         if args.specs_given and "generated" not in registry.project_settings(Path.cwd().resolve()) \
                 and not os.environ.get("TKGEN_GENERATED"):

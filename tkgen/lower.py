@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 from . import expr as E
 from . import formats as F
 from .ir import prim as ir, kernel as kir
-from . import pyexpr as P
+from .codegen import pyexpr as P
 from .ir.prim import F32, I32, I64, RAW, U32, op
 from .ir.signature import INT_ELEMS, TensorSig, signature
 from .stages import StageError

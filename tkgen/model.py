@@ -815,7 +815,7 @@ def _with_format(base, fmt, doc):
 def _render_checked(doc, catalog, ops):
     """Render the shared modules and those of `ops` in memory and audit them, as `generate` would. A failure
     that no check above caught is reported against the file rather than as a traceback."""
-    from .generate import render_modules
+    from .codegen.generate import render_modules
     from .safety import AuditError, audit_all
     try:
         audit_all(render_modules(catalog, ops))

@@ -16,7 +16,7 @@ from typing import Dict, List
 
 from .. import expr as E
 from ..ir import prim as ir, kernel as kir
-from .. import pyexpr as P
+from ..codegen import pyexpr as P
 from ..ir.prim import F32, I32, op
 
 WARP_ROWS = 16            # what a warp's part of a T.gemm tile is a multiple of, in M and in N

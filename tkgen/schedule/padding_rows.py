@@ -14,7 +14,7 @@ import dataclasses
 
 from .. import expr as E
 from ..ir import prim as ir, kernel as kir
-from .. import pyexpr as P
+from ..codegen import pyexpr as P
 from ..ir.prim import BOOL, I32, I64, op
 from .persistent import numel_of, unflatten
 

@@ -16,7 +16,7 @@ from typing import List, Tuple
 
 from .. import expr as E
 from ..ir import prim as ir, kernel as kir
-from .. import pyexpr as P
+from ..codegen import pyexpr as P
 from ..ir.prim import I32, op
 
 BLOCKS = "blocks"

@@ -35,7 +35,7 @@ from typing import Dict, List, Set
 
 from .. import expr as E
 from ..ir import prim as ir, kernel as kir
-from .. import pyexpr as P
+from ..codegen import pyexpr as P
 from ..ir.prim import F32, op
 from ..lower import neutral
 from .fold_sources import read_fold_sources, unroll_fetching_loops

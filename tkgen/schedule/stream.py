@@ -17,7 +17,7 @@ from typing import Dict, List, Set, Tuple
 
 from .. import expr as E
 from ..ir import prim as ir, kernel as kir
-from .. import pyexpr as P
+from ..codegen import pyexpr as P
 from ..lower import neutral
 
 KNOB_CHUNK = "chunk_{}"

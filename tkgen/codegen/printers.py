@@ -14,8 +14,8 @@ leave the range; signed 32-bit values likewise.
 """
 from __future__ import annotations
 
-from .ir import prim as ir
-from .ir.prim import BOOL, F32, F64, I32, I64, U32
+from ..ir import prim as ir
+from ..ir.prim import BOOL, F32, F64, I32, I64, U32
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
           "gt": ">", "ge": ">=", "shl": "<<", "shr": ">>", "bitand": "&", "bitor": "|", "bitxor": "^",
