@@ -11,7 +11,7 @@
   query with a (163840, 64) cache, interleaved pairs, int64 positions. Both rotate copies of the same
   query, whose bits are compared first, the untouched columns included.
 
-Each time is the median of `tkgen.bench.time_fn` (eager: back-to-back Python calls between CUDA events;
+Each time is the median of `tkgen.tools.bench.time_fn` (eager: back-to-back Python calls between CUDA events;
 graph: the same calls captured once and replayed). Prints a table and writes routing.json under --out.
 """
 import argparse
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tkgen.bench import time_fn  # noqa: E402
+from tkgen.tools.bench import time_fn
 
 
 def plain_mapping(topk_idx, num_experts, rows, alignment):

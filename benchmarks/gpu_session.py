@@ -219,8 +219,8 @@ def determinism():
     each workload run RUNS times on the same inputs, every output compared bit for bit with the first run,
     and the first run against the reference as the spec declares."""
     from tkgen.schedule import pipeline as S
-    from tkgen.bench import workload_inputs
-    from tkgen.model import load_catalog
+    from tkgen.tools.bench import workload_inputs
+    from tkgen.driver import load_catalog
     cat = load_catalog(registry.specs_dir())
     arch = cat.archs[ARCH]
     for op in ops():
@@ -255,7 +255,7 @@ def tune():
         t = time.time()
         space = ["--space", os.environ["TKGEN_GPU_TUNE_SPACE"]] if os.environ.get("TKGEN_GPU_TUNE_SPACE") else []
         try:
-            r = subprocess.run([sys.executable, "-m", "tkgen.cli", "tune", op, "--device", DEVICE, "--reps", "10", *space],
+            r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "tune", op, "--device", DEVICE, "--reps", "10", *space],
                                capture_output=True, text=True, timeout=240)
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
@@ -267,21 +267,21 @@ def tune():
         summary.append(("tune", op, best[-1] if best else "failed"))
     import shutil
     shutil.copy(registry.specs_dir() / "archs" / "sm90.yaml", OUT / "sm90.yaml")
-    subprocess.run([sys.executable, "-m", "tkgen.cli", "generate"], capture_output=True)
+    subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "generate"], capture_output=True)
 
 
 def bench():
     """Every op's workloads built at once in worker processes, then timed op by op in one child process
     (restarted past an op that kills it); one merged table and roofline."""
     import statistics
-    from tkgen.bench import Result, report, warm_caches
-    from tkgen.bench_cli import DEFAULT_ADAPTERS
+    from tkgen.tools.bench import Result, report, warm_caches
+    from tkgen.tools.bench_cli import DEFAULT_ADAPTERS
     warm_caches(ops(), torch.device(DEVICE), AGAINST.split(","), str(DEFAULT_ADAPTERS), WORKERS, log=log)
     parts = []
 
     def command(left):
         parts.append(TMP / f"bench{len(parts)}")
-        return [sys.executable, "-m", "tkgen.cli", "bench", *left, "--device", DEVICE, "--reps", "20",
+        return [sys.executable, "-m", "tkgen.tools.cli", "bench", *left, "--device", DEVICE, "--reps", "20",
                 "--against", AGAINST, "--out", str(parts[-1])]
 
     def runs():

@@ -5,7 +5,7 @@
 Each op is called through `tkgen.ops` on a tiny input (one row of its first workload; the issue's
 `per_token_cast` 1 x 128 and `topk_gate` 1 x 8, k = 2, as written below), and TileKernels 2.1.0 on the same
 input where it runs, alternating with `torch.add` of two one-element tensors in the same run. The time
-per call is the eager time of `tkgen.bench.time_fn` (CUDA events around batches of back-to-back calls; on
+per call is the eager time of `tkgen.tools.bench.time_fn` (CUDA events around batches of back-to-back calls; on
 a tiny input the host is the bottleneck), and `host` its wall clock before waiting for the device.
 
 `--bound R` (the CPU check): exit 1 if a call of a small op (SMALL below) costs more than R `torch.add`
@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tkgen import registry  # noqa: E402
-from tkgen.bench import _load_adapters, bench_op, time_fn, workload_inputs  # noqa: E402
+from tkgen.tools.bench import _load_adapters, bench_op, time_fn, workload_inputs
 
 ADAPTERS = Path(__file__).resolve().parent / "competitors.py"
 SMALL = {"per_token_cast": ({"T": 1, "H": 128}, {"group": 128}), "topk_gate": ({"T": 1, "E": 8}, {"k": 2})}
@@ -33,7 +33,7 @@ ROUNDS = 5
 
 def tiny_workload(name):
     """The op's first workload with one row (or the small input named in SMALL)."""
-    from tkgen.model import load_catalog
+    from tkgen.driver import load_catalog
     spec = load_catalog(registry.specs_dir()).op(name)
     wl = dict(spec.workloads[0]) if spec.workloads else {"dims": {}, "params": {}}
     dims, params = dict(wl.get("dims", {})), dict(wl.get("params", {}))

@@ -17,7 +17,7 @@ import torch
 import tkgen.registry as registry
 registry.use_generated()
 import tilelang
-from tkgen.bench import time_fn, copy_bandwidth, workload_inputs
+from tkgen.tools.bench import time_fn, copy_bandwidth, workload_inputs
 from tkgen.runtime.fastpath import prepare
 
 dev = torch.device("cuda")
@@ -55,7 +55,7 @@ def compile_variant(m, factory, args, sched):
 def bench(opname, factory, args, wl_index, variants, tk_fn, nbytes_fn):
     pkg = registry.op_package(opname)
     base = importlib.import_module(f"{pkg.__name__}.kernel_sm90")
-    from tkgen.model import load_catalog
+    from tkgen.driver import load_catalog
     wl = dict(load_catalog(registry.specs_dir()).op(opname).workloads[wl_index])
     sets, params = workload_inputs(pkg, wl, dev, 4)
     launch0, ref = prepare(pkg.OP, sets[0], params, arch="sm90")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tkgen import registry  # noqa: E402
-from tkgen.bench import sized_for, workload_inputs  # noqa: E402
+from tkgen.tools.bench import sized_for, workload_inputs
 from tkgen.runtime.compile import factory, lower_source, nvcc_cubin  # noqa: E402
 from tkgen.runtime.ops import check, specialization  # noqa: E402
 
@@ -55,7 +55,7 @@ def main():
     ap.add_argument("--schedule", action="append", default=[], help="JSON dict of schedule knobs")
     args = ap.parse_args()
     registry.use_generated()
-    from tkgen.model import load_catalog
+    from tkgen.driver import load_catalog
     import torch
     cat, cpu = load_catalog(registry.specs_dir()), torch.device("cpu")
     for name in args.ops:

@@ -13,12 +13,12 @@ settings.load_profile("tkgen")
 @pytest.fixture(scope="session")
 def catalog():
     from tkgen import registry
-    from tkgen.model import load_catalog
+    from tkgen.driver import load_catalog
     registry.use_generated()
     return load_catalog(registry.specs_dir())
 
 
 def op_names():
     from tkgen import registry
-    from tkgen.model import load_catalog
+    from tkgen.driver import load_catalog
     return sorted(load_catalog(registry.specs_dir()).ops)

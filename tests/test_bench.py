@@ -6,7 +6,7 @@ import sys
 
 
 def test_bench_cpu_small(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "bench", "topk_gate", "--device", "cpu",
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "bench", "topk_gate", "--device", "cpu",
                         "--against", "torch,tilekernels", "--reps", "3", "--jobs", "2", "--out", str(tmp_path)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -33,7 +33,7 @@ def test_tune_cpu_sweeps_every_workload(tmp_path):
     doc = yaml.safe_load(cpu.read_text())
     doc["tune_space"] = {"block_t": [2]}
     cpu.write_text(yaml.safe_dump(doc))
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "--specs", str(specs), "tune", "topk_gate",
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "--specs", str(specs), "tune", "topk_gate",
                         "--device", "cpu", "--reps", "2"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     scored = [l for l in r.stdout.splitlines() if "geomean (" in l]
@@ -51,7 +51,7 @@ def test_tune_checks_candidates_as_the_property_tests_do():
     """Candidates are checked like property cases: an output exact `given` another (rmsnorm's q given
     rstd) and strided scale layouts (ue8m0 col) pass, where a plain comparison rejected every candidate."""
     for op in ("rmsnorm_forward_and_per_token_cast", "swiglu_backward_and_per_token_cast"):
-        r = subprocess.run([sys.executable, "-m", "tkgen.cli", "tune", op, "--device", "cpu", "--reps", "1",
+        r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "tune", op, "--device", "cpu", "--reps", "1",
                             "--dry-run", "--space", '{"block_t": [2]}'], capture_output=True, text=True)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         assert "rejected" not in r.stdout and r.stdout.count("geomean (") == 2, r.stdout

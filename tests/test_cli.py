@@ -4,7 +4,7 @@ import sys
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "tkgen.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "tkgen.tools.cli", *args], capture_output=True, text=True)
 
 
 def test_list_and_show():

@@ -55,7 +55,7 @@ def test_a_profile_whose_casts_may_not_saturate_clamps_first(tmp_path):
     import shutil
     import yaml
     from tkgen.codegen.generate import render_modules
-    from tkgen.model import load_catalog
+    from tkgen.driver import load_catalog
     specs = tmp_path / "specs"
     shutil.copytree(registry.specs_dir(), specs)
     sm90 = specs / "archs" / "sm90.yaml"

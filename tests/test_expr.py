@@ -1,6 +1,6 @@
 import pytest
 
-from tkgen import expr as E
+from tkgen.spec import expr as E
 
 
 def test_precedence_and_evaluation():

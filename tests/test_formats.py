@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tkgen import formats as F
+from tkgen.spec import formats as F
 from tkgen import registry
 
 registry.use_generated()

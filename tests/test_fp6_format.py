@@ -50,7 +50,7 @@ def test_fp6_e3m2_as_a_data_file(tmp_path):
                   "per_token_cast_with_precomputed_sf"):
         (specs / "quant" / f"{other}.yaml").unlink()
     out = tmp_path / "generated"
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "--specs", str(specs), "generate", "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "--specs", str(specs), "generate", "--out", str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "def encode_e3m2" in (out / "common" / "tilelang_helpers.py").read_text()

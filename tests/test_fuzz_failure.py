@@ -14,7 +14,7 @@ def test_fuzz_reports_a_shrunk_replayable_counterexample(tmp_path):
     src = k.read_text()
     assert "order_key(s[" in src
     k.write_text(src.replace("order_key(s[", "order_key(-s["))
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "fuzz", "topk_gate", "--examples", "30",
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "fuzz", "topk_gate", "--examples", "30",
                         "--generated", str(out)], capture_output=True, text=True)
     assert r.returncode == 1, r.stdout
     assert "Shrunk counterexample" in r.stdout and "tkgen fuzz topk_gate" in r.stdout and "--replay" in r.stdout

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from tkgen import registry
 from tkgen.codegen.generate import render_all
-from tkgen.model import load_catalog
+from tkgen.driver import load_catalog
 
 
 def run(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "tkgen.cli", *args], capture_output=True, text=True, **kw)
+    return subprocess.run([sys.executable, "-m", "tkgen.tools.cli", *args], capture_output=True, text=True, **kw)
 
 
 def test_generated_is_in_sync_with_specs():
@@ -23,7 +23,7 @@ def test_generated_is_in_sync_with_specs():
 def test_generating_does_not_import_torch():
     """Generation is text from specs: without torch it takes a second, not four (CI runs it often)."""
     code = ("import sys; from tkgen.codegen.generate import render_all; from tkgen import registry; "
-            "from tkgen.model import load_catalog; render_all(load_catalog(registry.specs_dir())); "
+            "from tkgen.driver import load_catalog; render_all(load_catalog(registry.specs_dir())); "
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stdout + r.stderr
@@ -85,7 +85,7 @@ def test_no_operator_name_in_handwritten_code(catalog):
 
 
 def test_the_generator_itemsizes_match_torch():
-    from tkgen.formats import ITEMSIZE
+    from tkgen.spec.formats import ITEMSIZE
     from tkgen.runtime.ops import TORCH_DTYPES
     for name, dtype in TORCH_DTYPES.items():
         assert ITEMSIZE[name] == dtype.itemsize, name

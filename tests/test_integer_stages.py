@@ -3,10 +3,10 @@ amin over i32. Their IR is evaluated as the reference prints it and held to inde
 type rules reject what the targets would compute differently."""
 import torch
 
-from tkgen import formats as F
+from tkgen.spec import formats as F
 from tkgen.ir import prim as ir
 from tkgen import registry
-from tkgen.model import validate_files
+from tkgen.driver import validate_files
 from tkgen.codegen.printers import TorchPrinter
 from tkgen.runtime import torch_prims as P
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tkgen import registry, safety
-from tkgen.loader import SpecError, read
-from tkgen.model import load_catalog, validate_document, validate_files
+from tkgen import registry
+from tkgen.spec import safety
+from tkgen.spec.loader import SpecError, read
+from tkgen.driver import load_catalog, validate_document, validate_files
 
 CORPUS = Path(__file__).parent / "malformed"
 FILES = sorted(CORPUS.glob("*.yaml"))
@@ -60,7 +61,7 @@ def test_malformed_file_is_rejected_at_its_line(path, catalog):
 
 
 def test_validate_reports_every_corpus_file_without_a_traceback():
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "validate", str(CORPUS)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "validate", str(CORPUS)], capture_output=True, text=True)
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     assert len(r.stderr.splitlines()) == len(FILES)

@@ -310,7 +310,7 @@ def test_compat_v1_takes_tilekernels_shapes():
 ])
 def test_alternate_normalize_rejects_what_it_cannot_run(tmp_path, line, message):
     from tkgen import registry
-    from tkgen.model import validate_files
+    from tkgen.driver import validate_files
     good = (registry.specs_dir() / "mhc" / "sinkhorn_normalize.yaml").read_text()
     bad = good.replace("out = alternate_normalize(p0, i, j, k, eps)", line)
     assert bad != good

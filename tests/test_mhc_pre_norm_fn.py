@@ -159,7 +159,7 @@ def test_the_cuda_form_is_a_tensor_core_tile_matmul(arch, sm):
 
 
 def _validate(tmp_path, old, new):
-    from tkgen.model import validate_files
+    from tkgen.driver import validate_files
     good = (registry.specs_dir() / "mhc" / "mhc_pre_norm_fn.yaml").read_text()
     bad = good.replace(old, new)
     assert bad != good

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from tkgen import registry
-from tkgen.model import load_catalog
+from tkgen.driver import load_catalog
 from tkgen.runtime.compile import lower_source, shared_memory_bytes
 
 ARCHS = ("sm90", "sm100")

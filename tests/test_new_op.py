@@ -30,7 +30,7 @@ tests:
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "tkgen.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "tkgen.tools.cli", *args], capture_output=True, text=True)
 
 
 def test_a_new_spec_end_to_end(tmp_path):

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 
 from tkgen.codegen import generate
 from tkgen import registry
-from tkgen.model import load_catalog
-from tkgen.stages import build_program
+from tkgen.driver import load_catalog
+from tkgen.lower.stages import build_program
 from tkgen.testing import check as C
 
 from conftest import op_names

@@ -21,7 +21,7 @@ def _strategy(name):
 
 
 def _tests(name):
-    from tkgen.model import load_catalog
+    from tkgen.driver import load_catalog
     return load_catalog(registry.specs_dir()).op(name).tests
 
 
@@ -45,7 +45,7 @@ def test_kernel_matches_reference_on_cpu(name):
 
 
 def _pinned():
-    from tkgen.model import load_catalog
+    from tkgen.driver import load_catalog
     ops = load_catalog(registry.specs_dir()).ops
     return [n for n in sorted(ops) if ops[n].tests.get("cuda_cases")]
 

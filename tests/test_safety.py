@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tkgen import registry, safety
+from tkgen import registry
+from tkgen.spec import safety
 from tkgen.codegen.generate import render_modules, write
-from tkgen.model import Param, load_catalog
-from tkgen.safety import AuditError, audit_all, audit_module
+from tkgen.driver import load_catalog
+from tkgen.spec.model import Param
+from tkgen.spec.safety import AuditError, audit_all, audit_module
 
 OP = "per_token_cast"
 CORPUS = Path(__file__).parent / "malformed"
@@ -162,7 +164,7 @@ def test_generate_writes_nothing_for_a_hostile_tree(tmp_path, hostile, where):
     (specs / where).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(CORPUS / hostile, specs / where)
     out = tmp_path / "generated"
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "--specs", str(specs), "generate", "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "--specs", str(specs), "generate", "--out", str(out)],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr and str(specs / where) in r.stderr
     assert not out.exists() and not (tmp_path / "pwned").exists()

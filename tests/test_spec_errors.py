@@ -4,7 +4,7 @@ import sys
 
 
 from tkgen import registry
-from tkgen.model import validate_files
+from tkgen.driver import validate_files
 
 GOOD = (registry.specs_dir() / "quant" / "per_token_cast.yaml").read_text()
 
@@ -71,9 +71,9 @@ def test_duplicate_key(tmp_path):
 def test_cli_validate_exit_code(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text(GOOD.replace("view: [t, g]", "view: [t, q]"))
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "validate", str(p)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "validate", str(p)], capture_output=True, text=True)
     assert r.returncode == 1 and f"{p}:" in r.stderr and "unknown axis" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "tkgen.cli", "validate", str(registry.specs_dir())],
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "validate", str(registry.specs_dir())],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 

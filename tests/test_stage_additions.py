@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tkgen import expr as E
+from tkgen.spec import expr as E
 from tkgen.ir import prim as ir
 from tkgen import registry
-from tkgen.model import validate_files
+from tkgen.driver import validate_files
 from tkgen.codegen.printers import TorchPrinter
 from tkgen.runtime import torch_prims as P
-from tkgen.stages.elementwise import binary
+from tkgen.lower.stages.elementwise import binary
 
 HERE = Path(__file__).parent
 SPECS = sorted((HERE / "stage_specs").glob("*.yaml"))
@@ -45,9 +45,9 @@ def tree(tmp_path_factory):
     for p in SPECS:
         shutil.copy(p, specs / "demo" / p.name)
     out = root / "generated"
-    r = run("-m", "tkgen.cli", "--specs", str(specs), "validate", str(specs))
+    r = run("-m", "tkgen.tools.cli", "--specs", str(specs), "validate", str(specs))
     assert r.returncode == 0, r.stdout + r.stderr
-    r = run("-m", "tkgen.cli", "--specs", str(specs), "generate", "--out", str(out))   # audits every module
+    r = run("-m", "tkgen.tools.cli", "--specs", str(specs), "generate", "--out", str(out))   # audits every module
     assert r.returncode == 0, r.stdout + r.stderr
     return specs, out
 
@@ -55,7 +55,7 @@ def tree(tmp_path_factory):
 @pytest.mark.parametrize("op", OPS)
 def test_cpu_kernel_matches_its_reference_bit_for_bit(tree, op):
     specs, out = tree
-    r = run("-m", "tkgen.cli", "--specs", str(specs), "fuzz", op, "--examples", "6", "--seed", "2",
+    r = run("-m", "tkgen.tools.cli", "--specs", str(specs), "fuzz", op, "--examples", "6", "--seed", "2",
             "--generated", str(out))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "kernel and reference agree" in r.stdout
@@ -140,7 +140,7 @@ def test_integer_operators_are_total_and_wrap(dtype, bits):
 
 
 def test_float_to_integer_conversions_saturate():
-    from tkgen.stages.elementwise import _convert
+    from tkgen.lower.stages.elementwise import _convert
     x = torch.tensor([float("nan"), float("inf"), -float("inf"), 3.9, -3.9, 2.0 ** 31, -2.0 ** 31, 2.0 ** 62])
     assert _eval(_convert("to_i32", ir.Var("x", ir.F32)), x=x).tolist() == \
         [0, 2 ** 31 - 1, -2 ** 31, 3, -3, 2 ** 31 - 1, -2 ** 31, 2 ** 31 - 1]

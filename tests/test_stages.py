@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tkgen import registry
-from tkgen.stages import FUNCTIONS, STAGES, Step
-from tkgen.stages import base as stage_base
+from tkgen.lower.stages import FUNCTIONS, STAGES, Step
+from tkgen.lower.stages import base as stage_base
 
 from test_spec_errors import _check
 
@@ -27,7 +27,7 @@ def test_every_stage_is_one_registered_class():
     steps = [c for c in _subclasses(Step)]
     assert {c.__name__ for c in steps} >= {"Load", "Copy", "Gather", "Map", "Reduce", "TopK", "Count"}
     for c in steps:
-        assert c.lower is not Step.lower and c.__module__.startswith("tkgen.stages."), c
+        assert c.lower is not Step.lower and c.__module__.startswith("tkgen.lower.stages."), c
 
 
 def _subclasses(cls):
@@ -108,10 +108,10 @@ def test_no_import_cycles_in_tkgen():
 def test_the_stage_library_depends_on_no_later_stage():
     """Stages build programs and lower them into the kernel IR; they know neither schedules nor printers
     (nor the Lowering class they are handed)."""
-    later = {"tkgen.lower", "tkgen.schedule.pipeline", "tkgen.codegen.print_tilelang", "tkgen.codegen.print_torch", "tkgen.codegen.generate",
-             "tkgen.model", "tkgen.codegen.printers"}
+    later = {"tkgen.lower.lowering", "tkgen.schedule.pipeline", "tkgen.codegen.print_tilelang", "tkgen.codegen.print_torch", "tkgen.codegen.generate",
+             "tkgen.spec.model", "tkgen.codegen.printers"}
     for m, deps in _graph(toplevel=False).items():
-        if m.startswith("tkgen.stages"):
+        if m.startswith("tkgen.lower.stages"):
             assert not deps & later, (m, deps & later)
 
 
@@ -120,9 +120,9 @@ SWIGLU = (registry.specs_dir() / "fused" / "swiglu_forward.yaml").read_text()
 
 def test_an_error_of_a_lowering_points_at_its_stage(tmp_path, monkeypatch):
     """A step whose lowering fails is reported by validate at the compute statement it comes from."""
-    from tkgen.loader import SpecError, read
-    from tkgen.model import load_catalog, validate_document
-    from tkgen.stages.rows import Count
+    from tkgen.spec.loader import SpecError, read
+    from tkgen.driver import load_catalog, validate_document
+    from tkgen.lower.stages.rows import Count
 
     base = load_catalog(registry.specs_dir())
 

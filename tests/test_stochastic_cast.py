@@ -277,7 +277,7 @@ def test_per_token_cast_stochastic_statistics():
 
 
 def test_type_rules(tmp_path):
-    from tkgen.model import validate_files
+    from tkgen.driver import validate_files
     spec = (registry.specs_dir() / "quant" / "stochastic_cast.yaml").read_text()
 
     def error(old, new):
@@ -297,11 +297,11 @@ def test_type_rules(tmp_path):
 
 @pytest.mark.parametrize("dtype, n", [("i32", 8), ("i32", 16), ("i32", 32), ("i64", 16), ("i64", 64)])
 def test_reverse_bits_against_a_string_reversal(dtype, n):
-    from tkgen import expr as E
+    from tkgen.spec import expr as E
     from tkgen.ir import prim as ir
     from tkgen.codegen.printers import TorchPrinter
     from tkgen.runtime import torch_prims as P
-    from tkgen.stages.elementwise import ReverseBits
+    from tkgen.lower.stages.elementwise import ReverseBits
 
     class Args:                      # the builder's part the function uses: its operand, as a variable
         def elementwise(self, idx, node, axes):

@@ -55,12 +55,12 @@ def test_ops_and_commands_run_from_the_installed_wheel(installed, tmp_path):
     r = _run(installed, tmp_path, "-c", code)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "torch.float8_e4m3fn (4, 256) (4, 2)" in r.stdout
-    r = _run(installed, tmp_path, "-m", "tkgen.cli", "list")
+    r = _run(installed, tmp_path, "-m", "tkgen.tools.cli", "list")
     assert r.returncode == 0 and "per_token_cast" in r.stdout and "formats: " in r.stdout and "sm90" in r.stdout
     assert f"specs:     {installed / 'tkgen' / '_bundled' / 'specs'}" in r.stdout, r.stdout
-    r = _run(installed, tmp_path, "-m", "tkgen.cli", "show", "topk_gate")
+    r = _run(installed, tmp_path, "-m", "tkgen.tools.cli", "show", "topk_gate")
     assert r.returncode == 0 and "kernel_sm90.py" in r.stdout, r.stderr
-    r = _run(installed, tmp_path, "-m", "tkgen.cli", "fuzz", "topk_gate", "--examples", "3", "--seed", "1")
+    r = _run(installed, tmp_path, "-m", "tkgen.tools.cli", "fuzz", "topk_gate", "--examples", "3", "--seed", "1")
     assert r.returncode == 0 and "kernel and reference agree" in r.stdout, r.stdout + r.stderr
 
 
@@ -76,9 +76,9 @@ def test_a_users_own_specs_generate_into_their_package(installed, tmp_path):
     (specs / "moe" / "my_topk.yaml").write_text(text.replace("op: topk_gate", "op: my_topk", 1))
     (proj / "pyproject.toml").write_text('[project]\nname = "proj"\n\n[tool.tkgen]\nspecs = "specs"\n'
                                          'generated = "proj_pkg/kernels"\n')
-    r = _run(installed, tmp_path, "-m", "tkgen.cli", "--specs", str(specs), "generate")
+    r = _run(installed, tmp_path, "-m", "tkgen.tools.cli", "--specs", str(specs), "generate")
     assert r.returncode == 2 and "say where the code goes" in r.stderr     # never into the installed package
-    r = _run(installed, proj, "-m", "tkgen.cli", "generate")
+    r = _run(installed, proj, "-m", "tkgen.tools.cli", "generate")
     assert r.returncode == 0, r.stderr
     assert (proj / "proj_pkg" / "kernels" / "moe" / "my_topk" / "kernel_cpu.py").is_file()
     code = ("import torch, tkgen.ops as ops\n"

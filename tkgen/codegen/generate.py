@@ -19,22 +19,22 @@ from typing import Dict
 
 import jinja2
 
-from .. import expr as E
-from .. import formats as F
+from ..spec import expr as E
+from ..spec import formats as F
 from ..schedule import pipeline as S
-from ..autograd import plan as autograd_plan
-from ..lower import lower_program
+from ..spec.autograd import plan as autograd_plan
+from ..lower.lowering import lower_program
 from .merge_variants import Printed, merge
-from ..checks import binding
+from ..spec.checks import binding
 from .format_source import WIDTH, format_source
 from .print_tilelang import print_factory
 from .print_torch import print_reference
 from .printers import TileLangPrinter, TorchPrinter, function_lines
-from .pyexpr import py_expr
-from ..safety import audit_all, comment, docstring as docstring_literal
-from ..ir.signature import codec as sig_codec
-from ..ir.signature import resolve as resolve_sig
-from ..stages import build_program, topk_key
+from ..spec.pyexpr import py_expr
+from ..spec.safety import audit_all, comment, docstring as docstring_literal
+from ..spec.signature import codec as sig_codec
+from ..spec.signature import resolve as resolve_sig
+from ..lower.stages import build_program, topk_key
 
 TEMPLATES = Path(__file__).parent / "templates"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True, lstrip_blocks=True,
@@ -364,7 +364,7 @@ def strategies_module(catalog, spec, header):
     requires = []
     for d in spec.dims.values():
         for text, node in d.require:
-            from ..expr import names as names_of
+            from ..spec.expr import names as names_of
             requires.append((text, repr(tuple(sorted(names_of(node)))), _d(node)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes or ("fp32",)), specials=repr(tuple(t.values.get("specials", ()))),
                    optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t), at=t.at,

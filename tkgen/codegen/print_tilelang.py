@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from .. import expr as E
+from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
-from . import pyexpr as P
+from ..spec import pyexpr as P
 from ..ir.prim import F32, I32, I64, RAW, U32
 from .printers import TileLangPrinter, tl_dtype
-from ..safety import int_problem
-from ..ir.signature import INT_ELEMS, INT_STORAGE, is_native, storage
+from ..spec.safety import int_problem
+from ..spec.signature import INT_ELEMS, INT_STORAGE, is_native, storage
 
 _WIDTH = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "int64": 64}
 _SCALE_FLOAT = "float32"

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..ir import prim as ir, kernel as kir
-from . import pyexpr as P
+from ..spec import pyexpr as P
 from ..ir.prim import F32, I32, I64, RAW, U32
-from ..checks import binding
+from ..spec.checks import binding
 from .printers import TorchPrinter
-from ..ir.signature import INT_ELEMS, INT_STORAGE, TORCH_OF_DTYPE
+from ..spec.signature import INT_ELEMS, INT_STORAGE, TORCH_OF_DTYPE
 
 _REDUCE = {"absmax": "_absmax", "max": "_nanmax", "min": "_nanmin", "sum": "_sum"}
 _COMBINE = {"absmax": "torch.maximum", "max": "torch.maximum", "min": "torch.minimum", "sum": "torch.add"}

@@ -59,7 +59,7 @@ def _nanmin(x: torch.Tensor, dim: int) -> torch.Tensor:
 # packing along the last dim, in torch (inputs drawn by the strategies; an independent check of the
 # kernels' packing)
 def _packing(key):
-    from tkgen.formats import Packing
+    from tkgen.spec.formats import Packing
     return Packing(*key)
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List
 
-from .. import expr as E
+from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
-from ..codegen import pyexpr as P
+from ..spec import pyexpr as P
 from ..ir.prim import F32, I32, op
 
 WARP_ROWS = 16            # what a warp's part of a T.gemm tile is a multiple of, in M and in N

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import expr as E
+from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
-from ..codegen import pyexpr as P
+from ..spec import pyexpr as P
 from ..ir.prim import BOOL, I32, I64, op
 from .persistent import numel_of, unflatten
 

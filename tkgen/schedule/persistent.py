@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Tuple
 
-from .. import expr as E
+from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
-from ..codegen import pyexpr as P
+from ..spec import pyexpr as P
 from ..ir.prim import I32, op
 
 BLOCKS = "blocks"

@@ -33,16 +33,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Set
 
-from .. import expr as E
+from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
-from ..codegen import pyexpr as P
+from ..spec import pyexpr as P
 from ..ir.prim import F32, op
-from ..lower import neutral
+from ..lower.lowering import neutral
 from .fold_sources import read_fold_sources, unroll_fetching_loops
 from .gemm import expand_gemm, gemm_tiles, place_gemm
 from .padding_rows import zero_padding_rows
 from .persistent import BLOCKS, go_persistent
-from ..ir.signature import is_native, storage
+from ..spec.signature import is_native, storage
 from .stream import stream_body, stream_tiles
 
 KNOB_BLOCK = "block_{}"
@@ -449,7 +449,7 @@ def coalesce_widening_loads(body, module: kir.Module, catalog, arch, vector_byte
     bf16) is laid out for the store: `vector_bytes` of the stored type per thread. Left to itself the load
     gives each thread 16 bytes of the narrow input, so each thread's share of the store spans 32 bytes or
     more and every store instruction of a warp writes every other 16 bytes."""
-    from ..formats import ITEMSIZE
+    from ..spec.formats import ITEMSIZE
     tensors = {t.name: t for t in module.tensors}
 
     def size(tensor):
@@ -533,5 +533,5 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
 
 
 def bank_pad_elems(catalog, arch, elem) -> int:
-    from ..formats import ITEMSIZE
+    from ..spec.formats import ITEMSIZE
     return 16 // ITEMSIZE[storage(catalog, arch, elem)]

@@ -15,10 +15,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Set, Tuple
 
-from .. import expr as E
+from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
-from ..codegen import pyexpr as P
-from ..lower import neutral
+from ..spec import pyexpr as P
+from ..lower.lowering import neutral
 
 KNOB_CHUNK = "chunk_{}"
 

@@ -2,10 +2,10 @@
 the exponent arithmetic of power-of-two scales."""
 from __future__ import annotations
 
-from .. import expr as E
-from .. import formats as F
-from ..ir import prim as ir
-from ..ir.prim import F32, I32
+from ...spec import expr as E
+from ...spec import formats as F
+from ...ir import prim as ir
+from ...ir.prim import F32, I32
 from .base import Function, Stage, function, stage
 from .elementwise import Map, define
 

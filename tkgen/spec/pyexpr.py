@@ -6,7 +6,7 @@ would collide with the names generated modules use.
 """
 from __future__ import annotations
 
-from .. import expr as E
+from . import expr as E
 
 # names generated modules bind themselves: a dim or param called so is renamed (T -> T_)
 RESERVED_IDENTIFIERS = {"T", "tilelang", "kernel", "torch"}

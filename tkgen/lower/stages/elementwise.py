@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import expr as E
-from ..ir import prim as ir, kernel as kir
-from ..ir.prim import I32, op
+from ...spec import expr as E
+from ...ir import prim as ir, kernel as kir
+from ...ir.prim import I32, op
 from .base import INTS, RAW, Function, Stage, Step, Value, expr_work, function, stage
 
 _BINOPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne", "<": "lt", "<=": "le",

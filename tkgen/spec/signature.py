@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
-from .. import expr as E
-from .. import formats as F
+from . import expr as E
+from . import formats as F
 
 INT_ELEMS = ("int32", "int64")
 INT_STORAGE = ("int8", "uint8", "int16", "uint16", "int32", "int64")

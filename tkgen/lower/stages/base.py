@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from .. import expr as E
-from ..ir import prim as ir
+from ...spec import expr as E
+from ...ir import prim as ir
 
 RAW = "raw"                    # the dtype of `copy` values: stored elements, moved bit for bit
 INTS = (ir.I32, ir.I64)        # the integer dtypes values may have
@@ -50,7 +50,7 @@ class Step:
         return set()
 
     def lower(self, lw) -> None:
-        """Append the step's kernel-IR statements to `lw` (a tkgen.lower.Lowering)."""
+        """Append the step's kernel-IR statements to `lw` (a tkgen.lower.lowering.Lowering)."""
         raise NotImplementedError(type(self).__name__)
 
     def work(self, size, extent) -> int:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import prim as ir, kernel as kir
-from ..ir.prim import F32, I32, op
+from ...ir import prim as ir, kernel as kir
+from ...ir.prim import F32, I32, op
 from .base import Stage, Step, Value, stage
 
 

@@ -193,7 +193,7 @@ class AuditError(ValueError):
         super().__init__(f"{path}:{line}:{col}: generated code rejected by the audit (tkgen/safety.py): {message}")
 
 
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parents[1]       # the tkgen package
 # modules generated code may import, and from where each may take its names: "defined" means a name the
 # module itself defines (def, class or assignment), "*" a star import
 _IMPORTS = {

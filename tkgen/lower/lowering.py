@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional
 
-from . import expr as E
-from . import formats as F
-from .ir import prim as ir, kernel as kir
-from .codegen import pyexpr as P
-from .ir.prim import F32, I32, I64, RAW, U32, op
-from .ir.signature import INT_ELEMS, TensorSig, signature
+from ..spec import expr as E
+from ..spec import formats as F
+from ..ir import prim as ir, kernel as kir
+from ..spec import pyexpr as P
+from ..ir.prim import F32, I32, I64, RAW, U32, op
+from ..spec.signature import INT_ELEMS, TensorSig, signature
 from .stages import StageError
-from .stages import neutral, topk_key  # noqa: F401  (the schedule and generate take them from here)
+from .stages import neutral, topk_key
 
 # names the printers generate (loop, block and size variables, kernel symbols): a value named like one
 # gets a `v_` prefix

@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from . import registry
+from .. import registry
 
 DEFAULT_ADAPTERS = registry.REPO / "benchmarks" / "competitors.py"
 
@@ -53,7 +53,7 @@ def _tune_case(pkg, spec, wl, device, arch):
     """One workload's rotated inputs, params, reference outputs and kernel factory, for `tune`."""
     import importlib
     from .bench import sized_for, workload_inputs
-    from .runtime.ops import check, specialization
+    from ..runtime.ops import check, specialization
 
     wl = sized_for(device, spec, wl)
     sets, params = workload_inputs(pkg, wl, device, 4 if device.type == "cuda" else 1)
@@ -67,8 +67,8 @@ def _try_candidate(pkg, case, arch, cand, device, reps):
     """Time of `cand` on one workload (µs), after checking its outputs against the reference as the
     property tests do (poisoned outputs, kept rows, outputs checked given others, strided layouts)."""
     from .bench import time_fn
-    from .runtime.fastpath import prepare
-    from .testing.check import check_tensors
+    from ..runtime.fastpath import prepare
+    from ..testing.check import check_tensors
 
     check_tensors(pkg.OP.name, case["sets"][0], dict(case["params"]), arch=arch, schedule=cand)
     launches = [prepare(pkg.OP, s, case["params"], arch=arch, schedule=cand)[0] for s in case["sets"]]
@@ -81,9 +81,9 @@ def cmd_tune(args):
     profile must serve every shape, so a candidate tuned on one shape alone can be slow on another)."""
     import math
     import torch
-    from .model import load_catalog
-    from .runtime.compile import knobs as compile_knobs
-    from .runtime.ops import arch_for
+    from ..driver import load_catalog
+    from ..runtime.compile import knobs as compile_knobs
+    from ..runtime.ops import arch_for
 
     device = torch.device(args.device)
     cat = load_catalog(args.specs)
@@ -100,7 +100,7 @@ def cmd_tune(args):
     space = {"tune_space": json.loads(args.space)} if args.space else arch_doc
     cands = [{}] + list(tune_space(space, knobs))
     if device.type == "cuda":   # build every candidate in parallel worker processes first
-        from .runtime.compile import precompile
+        from ..runtime.compile import precompile
         jobs = [(c["module"].__name__, c["variant"], c["statics"], k) for c in cases for k in cands]
         errors = precompile(jobs, workers=max(2, (os.cpu_count() or 4) - 2))
         print(f"precompiled {len(jobs)} kernels ({len(errors)} failed to build)", flush=True)

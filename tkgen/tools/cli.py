@@ -8,13 +8,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import registry
-from .loader import SpecError
-from .safety import AuditError
+from .. import registry
+from ..spec.loader import SpecError
+from ..spec.safety import AuditError
 
 
 def _catalog(args):
-    from .model import load_catalog
+    from ..driver import load_catalog
     return load_catalog(args.specs)
 
 
@@ -32,7 +32,7 @@ def cmd_list(args):
 
 
 def cmd_show(args):
-    from .codegen.pyexpr import py_expr
+    from ..spec.pyexpr import py_expr
     cat = _catalog(args)
     spec = cat.op(args.op)
     print(f"{spec.name} ({spec.family}) — {spec.path}")
@@ -66,7 +66,7 @@ def cmd_show(args):
 
 
 def cmd_validate(args):
-    from .model import validate_files
+    from ..driver import validate_files
     paths = []
     for p in args.paths:
         p = Path(p)
@@ -83,7 +83,7 @@ def cmd_validate(args):
 
 
 def cmd_generate(args):
-    from .codegen.generate import write
+    from ..codegen.generate import write
     if args.out is None:
         if args.specs_given and "generated" not in registry.project_settings(Path.cwd().resolve()) \
                 and not os.environ.get("TKGEN_GENERATED"):
@@ -120,7 +120,7 @@ def cmd_generate(args):
 
 
 def cmd_fuzz(args):
-    from .testing import check as C
+    from ..testing import check as C
 
     registry.use_generated(args.generated)
     if args.device == "cuda":
@@ -198,7 +198,7 @@ def fuzz_op(name, examples, device, seed, progress):
     counterexample of a failure. Compiled specializations stay cached in the process for the next op."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as seeded
-    from .testing import check as C
+    from ..testing import check as C
     pkg = registry.op_package(name)
     strategies = __import__(pkg.__name__ + ".strategies", fromlist=["cases"])
     state = {"n": 0, "last_fail": None, "kernels": set()}

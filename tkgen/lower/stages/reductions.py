@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .. import expr as E
-from ..ir import prim as ir, kernel as kir
-from ..ir.prim import F32, I32, I64, op
+from ...spec import expr as E
+from ...ir import prim as ir, kernel as kir
+from ...ir.prim import F32, I32, I64, op
 from .base import Stage, Step, Value, stage
 
 KINDS = {"absmax": "absmax", "amax": "max", "amin": "min", "sum": "sum"}

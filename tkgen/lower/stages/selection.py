@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import prim as ir, kernel as kir
-from ..ir.prim import F32, I32, op
+from ...ir import prim as ir, kernel as kir
+from ...ir.prim import F32, I32, op
 from .base import INTS, Call, Stage, Step, Value, stage
 
 INT_MIN = -2 ** 31

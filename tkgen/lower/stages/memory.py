@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from .. import expr as E
-from ..ir import prim as ir, kernel as kir
-from ..ir.prim import F32, I32, I64
-from ..ir.signature import INT_ELEMS
+from ...spec import expr as E
+from ...ir import prim as ir, kernel as kir
+from ...ir.prim import F32, I32, I64
+from ...spec.signature import INT_ELEMS
 from .base import RAW, Stage, Step, Value, stage
 
 

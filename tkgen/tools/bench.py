@@ -28,12 +28,12 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from . import expr as E
-from . import registry
-from .cost import op_count
-from .runtime.fastpath import prepare
-from .runtime.ops import check, variant_of
-from .testing.inputs import materialize
+from ..spec import expr as E
+from .. import registry
+from ..lower.cost import op_count
+from ..runtime.fastpath import prepare
+from ..runtime.ops import check, variant_of
+from ..testing.inputs import materialize
 
 L2_BYTES = 64 << 20
 
@@ -157,7 +157,7 @@ def _load_adapters(path):
 
 @lru_cache(maxsize=None)
 def _spec_of(name):
-    from .model import load_catalog
+    from ..driver import load_catalog
     return load_catalog(registry.specs_dir()).op(name)
 
 
@@ -174,7 +174,7 @@ def _value_range(pkg, name, env) -> dict:
 
 
 def workload_inputs(pkg, workload, device, copies):
-    from .testing.strategies import with_codec
+    from ..testing.strategies import with_codec
     op = pkg.OP
     dims = dict(workload["dims"])
     params = {p.name: workload.get("params", {}).get(p.name, p.default) for p in op.params}
@@ -213,7 +213,7 @@ def workload_impls(name, wl, device, against, adapters, copies=None, schedule=No
     """What timing one workload needs: its label, bytes, op count, first input set and params, and per
     implementation (one callable per rotated input set, or None, note). `copies=None` rotates enough
     input sets on CUDA that the working set exceeds the L2 cache."""
-    from .model import load_catalog
+    from ..driver import load_catalog
     cat = load_catalog(registry.specs_dir())
     spec = cat.op(name)
     pkg = registry.op_package(name)
@@ -266,7 +266,7 @@ def _warm_one(job):
     (TileLang's kernels, Inductor's graphs) that the timing process then reads."""
     name, index, device_type, against, adapters_path = job
     registry.use_generated()
-    from .model import load_catalog
+    from ..driver import load_catalog
     t = time.time()
     try:
         wl = load_catalog(registry.specs_dir()).op(name).workloads[index]
@@ -282,7 +282,7 @@ def warm_caches(names, device, against, adapters_path, jobs, log=print):
     import concurrent.futures as cf
     import multiprocessing as mp
     import os
-    from .model import load_catalog
+    from ..driver import load_catalog
     cat = load_catalog(registry.specs_dir())
     work = [(n, i, device.type, tuple(against), adapters_path) for n in names for i in range(len(cat.op(n).workloads))]
     saved = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
@@ -306,8 +306,8 @@ def bench_op(name, device, against, adapters, reps=30, log=print, schedule=None,
     """All results for one operator's workloads (or those named in `workloads`); the generated kernel's
     outputs on the first input set are checked against the reference (as the spec declares) before it is
     timed."""
-    from .model import load_catalog
-    from .testing.check import check_tensors
+    from ..driver import load_catalog
+    from ..testing.check import check_tensors
     results = []
     for wl in load_catalog(registry.specs_dir()).op(name).workloads:
         if workloads is not None and wl["name"] not in workloads:

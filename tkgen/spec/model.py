@@ -16,7 +16,7 @@ from . import checks
 from . import expr as E
 from . import formats as F
 from . import safety
-from .loader import Document, SpecError, read
+from .loader import Document, read
 from .safety import listing, short
 
 BUILTIN_DTYPES = ("int32", "int64")
@@ -464,7 +464,7 @@ def build_arch(doc: Document) -> Arch:
                 d.get("native_casts_saturate", False), d.get("persistent_blocks", 1))
 
 
-def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpec:
+def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op=None) -> OpSpec:
     d = doc.data
     checks.check_declared_names(doc)
     taken = {}
@@ -714,18 +714,15 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
                   tuple(stages), schedule, tuple(d.get("workloads", ())), dict(d.get("tests", {})), doc, row_inner,
                   d.get("backward"))
     checks.check_op(doc, spec)
-    # the stage library checks what the compute stages mean, and that every variant lowers: what validate
-    # accepts, generate lowers
-    from .lower import lower_program
-    from .stages import typecheck
-
-    formats = Catalog(doc.path.parent, {}, elements, scales, {}, {}, layouts)
-    typecheck(spec, elements, scales, lambda variant, program: lower_program(formats, spec, variant, program))
+    if check_op is not None:
+        check_op(spec, elements, scales, layouts)
     return spec
 
 
-def load_catalog(root) -> Catalog:
-    """Read and check every spec file under `root` (formats and archs first, then operators)."""
+def load_catalog(root, check_op=None) -> Catalog:
+    """Read and check every spec file under `root` (formats and archs first, then operators). `check_op`
+    (spec, elements, scales, layouts), when given, runs on each operator once it is built (the driver
+    passes the check that its stages mean something and every variant lowers)."""
     root = Path(root)
     docs = {p: read(p) for p in sorted(root.rglob("*.yaml"))}
     elements, scales, archs, layouts = {}, {}, {}, {}
@@ -746,83 +743,13 @@ def load_catalog(root) -> Catalog:
     ops = {}
     for path, doc in docs.items():
         if doc.kind == "op":
-            spec = build_op(doc, elements, scales, set(archs), layouts)
+            spec = build_op(doc, elements, scales, set(archs), layouts, check_op)
             if spec.name in ops:
                 raise doc.error(("op",), f"operator {spec.name!r} is defined twice")
             ops[spec.name] = spec
     catalog = Catalog(root, ops, elements, scales, archs, docs, layouts)
     checks.check_profiles(catalog)
-    from .autograd import plan   # a backward block names another op: checked once all are loaded
+    from .autograd import plan
     for spec in ops.values():
         plan(catalog, spec)
     return catalog
-
-
-def validate_files(paths, root=None):
-    """Check spec files; returns a list of SpecErrors (empty when all are valid), the first of each file.
-
-    A file is checked as `generate` reads it, against the catalog of `root` (formats, archs and the other
-    operators): an operator is built, its backward block planned, and its modules rendered in memory and
-    audited; a format or profile is checked with the catalog's other files and its generated shared
-    modules are rendered and audited. So a file that validates generates, and its modules import."""
-    errors = []
-    root = Path(root) if root else None
-    base = load_catalog(root) if root else None
-    for p in paths:
-        try:
-            validate_document(read(p), base)
-        except SpecError as e:
-            errors.append(e)
-    return errors
-
-
-def validate_document(doc: Document, base: Optional[Catalog]):
-    """Raise the SpecError of one read document, checked in the context of the catalog `base`."""
-    if doc.kind == "format":
-        fmt = build_format(doc)
-        if base is not None:
-            _render_checked(doc, _with_format(base, fmt, doc), ops=())
-        return
-    if doc.kind == "arch":
-        arch = build_arch(doc)
-        if base is not None:
-            catalog = dataclasses.replace(base, archs={**base.archs, arch.name: arch},
-                                          documents={**base.documents, arch.path: doc})
-            checks.check_profiles(catalog)
-            _render_checked(doc, catalog, ops=())
-        return
-    if base is None:
-        raise SpecError(doc.path, 1, 1, (), "operator specs need the formats and archs of a specs directory")
-    spec = build_op(doc, base.elements, base.scales, set(base.archs), base.layouts)
-    # the file stands for its op: it replaces the catalog's op of that name (an edited copy of a spec)
-    others = {n: o for n, o in base.ops.items() if o.path.resolve() != doc.path.resolve() and n != spec.name}
-    catalog = dataclasses.replace(base, ops={**others, spec.name: spec},
-                                  documents={**base.documents, doc.path: doc})
-    from .autograd import plan
-    plan(catalog, spec)
-    _render_checked(doc, catalog, ops=(spec.name,))
-
-
-def _with_format(base, fmt, doc):
-    kind = "elements" if isinstance(fmt, F.ElementFormat) else "layouts" if isinstance(fmt, F.Layout) else "scales"
-    documents = {**base.documents, doc.path: doc}
-    tables = {"elements": base.elements, "scales": base.scales, "layouts": base.layouts}
-    tables[kind] = {**tables[kind], fmt.name: fmt}
-    tables["scales"] = link_scales(tables["scales"], tables["elements"], documents)     # against this file too
-    return dataclasses.replace(base, **tables, documents=documents)
-
-
-def _render_checked(doc, catalog, ops):
-    """Render the shared modules and those of `ops` in memory and audit them, as `generate` would. A failure
-    that no check above caught is reported against the file rather than as a traceback."""
-    from .codegen.generate import render_modules
-    from .safety import AuditError, audit_all
-    try:
-        audit_all(render_modules(catalog, ops))
-    except SpecError:
-        raise
-    except AuditError as e:
-        raise SpecError(doc.path, 1, 1, (), f"the generated code would be rejected: {e}") from None
-    except Exception as e:   # noqa: BLE001 - what generate would raise, reported as an error of this file
-        raise SpecError(doc.path, 1, 1, (), f"generating code from this file fails: {type(e).__name__}: "
-                                            f"{short(str(e), 200)}") from None

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .ir import prim as ir
-from .ir.prim import F32, I32, U32, Builder, Function, Var, c, op, u32
+from ..ir import prim as ir
+from ..ir.prim import F32, I32, U32, Builder, Function, Var, c, op, u32
 
 INT_DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "int64": 8}
 # bytes per element of every dtype name a tensor may be held in (the generator runs without torch)

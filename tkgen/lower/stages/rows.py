@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Tuple
 
-from ..ir import prim as ir, kernel as kir
-from ..ir.prim import I32, op
+from ...ir import prim as ir, kernel as kir
+from ...ir.prim import I32, op
 from .base import Stage, Step, Value, expr_work, order, stage
 from .elementwise import Map
 

@@ -12,8 +12,8 @@ import difflib
 
 from typing import Dict, List
 
-from .. import expr as E
-from ..ir import prim as ir
+from ...spec import expr as E
+from ...ir import prim as ir
 from .base import FUNCTIONS, INTS, RAW, STAGES, Call, Program, StageError, Step, Value, order
 from .elementwise import assign, binary, unary
 from .memory import Load

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from math import prod
 
-from .expr import evaluate
+from ..spec.expr import evaluate
 from .stages import build_program
 
 

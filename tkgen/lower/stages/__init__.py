@@ -18,7 +18,7 @@ carried state), products.py (matmul), selection.py (topk), rows.py (keep_rows, c
 """
 from __future__ import annotations
 
-from . import elementwise, iterations, memory, products, reductions, rows, scales, selection  # noqa: F401  (register)
+from . import elementwise, iterations, memory, products, reductions, rows, scales, selection
 from .base import FUNCTIONS, RAW, STAGES, Program, StageError, Step, Value
 from .builder import Builder, build_program
 from .elementwise import Map

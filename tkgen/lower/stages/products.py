@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import kernel as kir
-from ..ir.prim import F32
+from ...ir import kernel as kir
+from ...ir.prim import F32
 from .base import Stage, Step, Value, stage
 
 

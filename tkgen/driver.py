@@ -1,0 +1,108 @@
+"""The driver: specs in, checked catalog and generated files out, the one path `validate`, `generate` and
+the runtime's loaders share.
+
+`load_catalog` reads a specs directory (tkgen/spec) and checks that every operator's stages mean something
+and that each of its variants lowers (tkgen/lower); `validate_files` checks single files against a
+catalog as `generate` reads them, rendering and auditing their modules in memory (tkgen/codegen). So a file
+that validates generates, and its modules import.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from .lower.lowering import lower_program
+from .spec import formats as F
+from .spec import model as M
+from .spec.autograd import plan
+from .spec.checks import check_profiles
+from .spec.loader import Document, SpecError, read
+from .spec.safety import short
+from .lower.stages import typecheck
+
+
+def check_lowers(spec, elements, scales, layouts):
+    """The stage library checks what the compute stages mean, and that every variant lowers: what validate
+    accepts, generate lowers."""
+    formats = M.Catalog(spec.path.parent, {}, elements, scales, {}, {}, layouts)
+    typecheck(spec, elements, scales, lambda variant, program: lower_program(formats, spec, variant, program))
+
+
+def load_catalog(root) -> M.Catalog:
+    """Every spec file under `root`, read, checked and lowered once per variant as a check."""
+    return M.load_catalog(root, check_op=check_lowers)
+
+
+def build_op(doc: Document, elements, scales, arch_names, layouts=None):
+    """One operator of a read document, built and checked as `load_catalog` does."""
+    return M.build_op(doc, elements, scales, arch_names, layouts, check_lowers)
+
+
+def validate_files(paths, root=None):
+    """Check spec files; returns a list of SpecErrors (empty when all are valid), the first of each file.
+
+    A file is checked as `generate` reads it, against the catalog of `root` (formats, archs and the other
+    operators): an operator is built, its backward block planned, and its modules rendered in memory and
+    audited; a format or profile is checked with the catalog's other files and its generated shared
+    modules are rendered and audited. So a file that validates generates, and its modules import."""
+    errors = []
+    root = Path(root) if root else None
+    base = load_catalog(root) if root else None
+    for p in paths:
+        try:
+            validate_document(read(p), base)
+        except SpecError as e:
+            errors.append(e)
+    return errors
+
+
+def validate_document(doc: Document, base: Optional[M.Catalog]):
+    """Raise the SpecError of one read document, checked in the context of the catalog `base`."""
+    if doc.kind == "format":
+        fmt = M.build_format(doc)
+        if base is not None:
+            _render_checked(doc, _with_format(base, fmt, doc), ops=())
+        return
+    if doc.kind == "arch":
+        arch = M.build_arch(doc)
+        if base is not None:
+            catalog = dataclasses.replace(base, archs={**base.archs, arch.name: arch},
+                                          documents={**base.documents, arch.path: doc})
+            check_profiles(catalog)
+            _render_checked(doc, catalog, ops=())
+        return
+    if base is None:
+        raise SpecError(doc.path, 1, 1, (), "operator specs need the formats and archs of a specs directory")
+    spec = build_op(doc, base.elements, base.scales, set(base.archs), base.layouts)
+    # the file stands for its op: it replaces the catalog's op of that name (an edited copy of a spec)
+    others = {n: o for n, o in base.ops.items() if o.path.resolve() != doc.path.resolve() and n != spec.name}
+    catalog = dataclasses.replace(base, ops={**others, spec.name: spec},
+                                  documents={**base.documents, doc.path: doc})
+    plan(catalog, spec)
+    _render_checked(doc, catalog, ops=(spec.name,))
+
+
+def _with_format(base, fmt, doc):
+    kind = "elements" if isinstance(fmt, F.ElementFormat) else "layouts" if isinstance(fmt, F.Layout) else "scales"
+    documents = {**base.documents, doc.path: doc}
+    tables = {"elements": base.elements, "scales": base.scales, "layouts": base.layouts}
+    tables[kind] = {**tables[kind], fmt.name: fmt}
+    tables["scales"] = M.link_scales(tables["scales"], tables["elements"], documents)     # against this file too
+    return dataclasses.replace(base, **tables, documents=documents)
+
+
+def _render_checked(doc, catalog, ops):
+    """Render the shared modules and those of `ops` in memory and audit them, as `generate` would. A failure
+    that no check above caught is reported against the file rather than as a traceback."""
+    from .codegen.generate import render_modules
+    from .spec.safety import AuditError, audit_all
+    try:
+        audit_all(render_modules(catalog, ops))
+    except SpecError:
+        raise
+    except AuditError as e:
+        raise SpecError(doc.path, 1, 1, (), f"the generated code would be rejected: {e}") from None
+    except Exception as e:   # noqa: BLE001 - what generate would raise, reported as an error of this file
+        raise SpecError(doc.path, 1, 1, (), f"generating code from this file fails: {type(e).__name__}: "
+                                            f"{short(str(e), 200)}") from None
