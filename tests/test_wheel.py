@@ -43,8 +43,8 @@ def test_the_wheel_carries_specs_and_generated_code(installed):
                  "generated/archs.py", "generated/quant/per_token_cast/kernel_sm90.py",
                  "generated/quant/per_token_cast/op.py"):
         assert (bundled / path).is_file(), path
-    assert (installed / "tkgen" / "templates" / "op.py.j2").is_file()
-    assert (installed / "tkgen" / "schema" / "op.schema.json").is_file()
+    assert (installed / "tkgen" / "codegen" / "templates" / "op.py.j2").is_file()
+    assert (installed / "tkgen" / "spec" / "schema" / "op.schema.json").is_file()
 
 
 def test_ops_and_commands_run_from_the_installed_wheel(installed, tmp_path):
