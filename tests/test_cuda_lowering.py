@@ -73,7 +73,7 @@ def test_a_profile_whose_casts_may_not_saturate_clamps_first(tmp_path):
 
 def _factory_source(text, variant):
     """The source of the factory that builds `variant`: its own, or the one it shares with other variants
-    (`build_<variant> = specialize(make_..., ...)`, tkgen/merge_variants.py)."""
+    (`build_<variant> = specialize(make_..., ...)`, tkgen/codegen/merge_variants.py)."""
     import re
     shared = re.search(rf"^build_{variant} = specialize\((\w+),", text, re.M)
     name = shared.group(1) if shared else f"build_{variant}"

@@ -1,4 +1,4 @@
-"""The line breaker of generated code (tkgen/format_source.py): every generated module keeps its AST, and
+"""The line breaker of generated code (tkgen/codegen/format_source.py): every generated module keeps its AST, and
 no generated line is longer than 120 characters."""
 import ast
 

@@ -1,4 +1,4 @@
-"""Variants merged into one function (tkgen/merge_variants.py): each variant's specialization builds the
+"""Variants merged into one function (tkgen/codegen/merge_variants.py): each variant's specialization builds the
 PrimFunc and computes the reference its own function did, and only whole statements are chosen."""
 import importlib
 import importlib.util

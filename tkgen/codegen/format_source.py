@@ -9,7 +9,7 @@ indented by its bracket depth. A single-quoted string too long for any line is c
 a long `from ... import a, b` gets parentheses. Line breaks inside brackets, adjacent string literals and
 those parentheses do not reach the AST: the module's `ast.dump` is the same before and after
 (tests/test_format_source.py checks every generated module). Source that does not tokenize is returned as
-it is, for the audit (tkgen/safety.py) to report.
+it is, for the audit (tkgen/spec/safety.py) to report.
 """
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def kernel_module(catalog, spec, arch, header, naive=None):
         helpers |= used
     bits = "f32_bits" in helpers            # from the runtime, not a generated helper
     helpers.discard("f32_bits")
-    # variants that differ only in a few statements share one factory (tkgen/merge_variants.py)
+    # variants that differ only in a few statements share one factory (tkgen/codegen/merge_variants.py)
     factories, aliases = merge(printed, spec.variant_name)
     return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories, aliases=aliases,
                   helpers=sorted(helpers), f32_bits=bits, target=repr(arch.target),
@@ -413,7 +413,7 @@ def render_all(catalog, formatted: bool = True) -> Dict[Path, str]:
 
 def render_modules(catalog, ops, formatted: bool = True) -> Dict[Path, str]:
     """The shared files (archs, helpers, family packages) and every file of the operators `ops`; with
-    `formatted`, long lines broken (tkgen/format_source.py), else as the printers write them."""
+    `formatted`, long lines broken (tkgen/codegen/format_source.py), else as the printers write them."""
     out: Dict[Path, str] = {}
     shared = [(_rel(catalog, p), d.sha256) for p, d in sorted(catalog.documents.items()) if d.kind != "op"]
     common_header = _header("the formats and archs under specs/", shared)
@@ -454,7 +454,7 @@ def render_modules(catalog, ops, formatted: bool = True) -> Dict[Path, str]:
 def write(catalog, out_dir, check_only=False):
     """Write generated files that differ, remove stale ones; returns (changed, stale) paths.
 
-    Every file that would be written is audited first (tkgen/safety.py), all of them before the first is
+    Every file that would be written is audited first (tkgen/spec/safety.py), all of them before the first is
     written: a module that fails leaves the directory as it was. Files equal to those on disk are not
     written, so they need no audit (parsing all of generated/ takes seconds); `--check` audits the files
     it finds out of date."""

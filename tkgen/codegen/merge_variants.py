@@ -89,7 +89,7 @@ def merge(functions: Sequence[Printed], variant_name, prefix: str = MERGED_PREFI
 
 def _alias(variant_fn: str, merged: str, args: str) -> str:
     line = f"specialize({merged}, {args})"
-    # a long name: the value in parentheses, where the line can break (tkgen/format_source.py)
+    # a long name: the value in parentheses, where the line can break (tkgen/codegen/format_source.py)
     return f"{variant_fn} = {line}" if len(variant_fn) + len(line) + 3 <= WIDTH else f"{variant_fn} = ({line})"
 
 

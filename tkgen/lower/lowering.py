@@ -1,11 +1,11 @@
-"""Stage 3: lower one variant's stage program to the naive kernel IR (tkgen/kir.py).
+"""Stage 3: lower one variant's stage program to the naive kernel IR (tkgen/ir/kernel.py).
 
 Every value of the program becomes a tile buffer over its axes and every output a `Store` of encoded
-values. Each program step lowers itself (`Step.lower`, in the stage's module under tkgen/stages/): this
+values. Each program step lowers itself (`Step.lower`, in the stage's module under tkgen/lower/stages/): this
 class holds what the stages share, the buffers, the reads of tensor elements (views, packed codes), the
 semantic guards and the stores, once, for the reference and every target. Nothing here knows a target: the
 module holds each axis whole in one block, which is what the reference runs, and the schedule
-(tkgen/schedule.py) rewrites it into kernels. The only guards are the semantic ones: rows of a partial row
+(tkgen/schedule/pipeline.py) rewrites it into kernels. The only guards are the semantic ones: rows of a partial row
 block, rows left out by keep_rows, positions outside the tensor they address.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Storage of outputs in a column-major layout: allocation of the strided view, and the buffer a kernel
-writes (see `Layout` in tkgen/formats.py)."""
+writes (see `Layout` in tkgen/spec/formats.py)."""
 import torch
 
 

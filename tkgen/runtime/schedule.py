@@ -63,7 +63,7 @@ def f32_bits(value: float) -> int:
 
 
 def specialize(factory, *choices):
-    """A variant's kernel factory: a factory shared by several variants (tkgen/merge_variants.py) with the
+    """A variant's kernel factory: a factory shared by several variants (tkgen/codegen/merge_variants.py) with the
     params that tell them apart bound; it takes what the variant's own factory would (sizes, params,
     dtypes, and the knobs as keywords)."""
     return functools.partial(factory, *choices)

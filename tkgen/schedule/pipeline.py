@@ -15,12 +15,12 @@ tune`. The rewrites, in the order `apply` runs them:
 4. `stage_transposed_stores`: a store whose innermost storage dim is not the tile's innermost axis goes
    through shared memory, so that consecutive threads write consecutive addresses;
 5. `inline_stored`: a computed value that is only stored is computed where it is stored; then
-   `read_fold_sources` (tkgen/fold_sources.py): an ordered fold of a value that is a function of loads
+   `read_fold_sources` (tkgen/schedule/fold_sources.py): an ordered fold of a value that is a function of loads
    computes each element where it is added, instead of reading a staged copy of the whole tile;
-6. `stream_body` (tkgen/stream.py), for the axes of `stream:`: the statements over such an axis run in a
-   loop over its chunks, reductions and matmuls over it carried; then the tile matmuls (tkgen/gemm.py):
+6. `stream_body` (tkgen/schedule/stream.py), for the axes of `stream:`: the statements over such an axis run in a
+   loop over its chunks, reductions and matmuls over it carried; then the tile matmuls (tkgen/schedule/gemm.py):
    `place_gemm` where fragments exist (T.gemm), `expand_gemm` (the ordered loop) elsewhere;
-   `go_persistent` (tkgen/persistent.py), where the schedule says `persistent: true`: a fixed number of
+   `go_persistent` (tkgen/schedule/persistent.py), where the schedule says `persistent: true`: a fixed number of
    blocks loop over the row tiles, and sums over the rows are added per block, then in block order;
 7. `fuse`: consecutive elementwise statements over the same axes share one loop (loads keep their own,
    which TileLang then vectorizes to 16 bytes);

@@ -1,7 +1,7 @@
 """The checks that make `validate` mean what it says: what passes generates, and the generated modules import.
 
-The model (tkgen/model.py) resolves names and references; these checks hold every value of a spec, format or
-profile to the rules of tkgen/safety.py and to sense: names that generated code can use, sizes that are
+The model (tkgen/spec/model.py) resolves names and references; these checks hold every value of a spec, format or
+profile to the rules of tkgen/spec/safety.py and to sense: names that generated code can use, sizes that are
 positive and bounded, non-empty ranges, defaults inside them, no constant division by zero, conditions that
 are conditions, schedules that name axes, profiles whose tuned schedules and native formats exist. Each
 failure is a SpecError at the value's own line and column (a bad key at the key).
@@ -142,7 +142,7 @@ def check_expressions(doc, spec, kinds):
             fail(doc, path, S.int_problem(value, 1, S.MAX_SIZE, "a size"))
 
 
-# the functions of constant expressions that generated code can print (tkgen/pyexpr.py: py_expr)
+# the functions of constant expressions that generated code can print (tkgen/spec/pyexpr.py: py_expr)
 PRINTABLE_FUNCTIONS = frozenset({"min", "max", "ceildiv", "align"})
 
 

@@ -2,7 +2,7 @@
 
 Spec strings are data. Every expression in a spec (shapes, constraints, compute statements) is parsed here
 into a small tree; nothing is ever handed to Python's eval or exec. Names are resolved against the symbols a
-spec declares before any code is generated from them. Parsing is bounded (tkgen/safety.py): at most
+spec declares before any code is generated from them. Parsing is bounded (tkgen/spec/safety.py): at most
 MAX_EXPR_CHARS characters, trees at most MAX_EXPR_DEPTH deep (every later walk of a tree recurses), numbers
 of at most MAX_NUMBER_CHARS characters, finite and within MAX_INT.
 

@@ -1,7 +1,7 @@
 """Stage 1 of the pipeline: read spec files safely and check them against the JSON Schemas.
 
 A spec is data. The file is parsed once, into YAML events, and the data is built from those events here,
-iteratively and within bounds (tkgen/safety.py): no tags (`!!python/...` or any other), a file of at most
+iteratively and within bounds (tkgen/spec/safety.py): no tags (`!!python/...` or any other), a file of at most
 MAX_FILE_BYTES, nesting of at most MAX_YAML_DEPTH, at most MAX_ALIAS_NODES nodes reached through aliases
 (which are shared, never copied, so a billion laughs stops after a few events), numbers of at most
 MAX_NUMBER_CHARS characters, no NaN and no overflow to infinity. Each is a SpecError at its line and column.

@@ -163,7 +163,7 @@ class OpSpec:
     tests: dict
     doc_ref: Document = field(repr=False, default=None)
     row_inner: Optional[str] = None          # rows inside a row block, when the first axis is ceildiv(T, n)
-    backward: Optional[dict] = None           # the autograd formula (tkgen/autograd.py)
+    backward: Optional[dict] = None           # the autograd formula (tkgen/spec/autograd.py)
 
     @property
     def tensors(self) -> Dict[str, Tensor]:

@@ -61,7 +61,7 @@ GENERATED_NAMES = frozenset({
     "FUNCTIONAL", "pid", "threads", "tile_elems", "order_key", "arch_for_capability",
     "blocks", "bid", "tile", "part", "specialize", "by_variant",
 })
-# dims may be called T: the kernel lowering renames it T_ (tkgen/pyexpr.py: sym)
+# dims may be called T: the kernel lowering renames it T_ (tkgen/spec/pyexpr.py: sym)
 RENAMED_DIMS = frozenset({"T"})
 # local names of kernel factories: <prefix>_<axis> and <prefix>_<input>
 AXIS_PREFIXES = ("N", "B", "b", "i", "block")
@@ -114,7 +114,7 @@ def fragment_problem(value) -> Optional[str]:
 
 # -- dtype names --------------------------------------------------------------------------------------
 # element type name -> bytes; the torch names the runtime maps (tkgen/runtime/ops.py: TORCH_DTYPES) and
-# the TileLang names kernels declare buffers with (tkgen/print_tilelang.py)
+# the TileLang names kernels declare buffers with (tkgen/codegen/print_tilelang.py)
 CONTAINER_DTYPES = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
                     "int8": 1, "uint8": 1, "int16": 2, "uint16": 2}
 STORAGE_DTYPES = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
@@ -190,7 +190,7 @@ class AuditError(ValueError):
     def __init__(self, path, node, message):
         line, col = getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1
         self.path, self.line, self.col, self.message = path, line, col, message
-        super().__init__(f"{path}:{line}:{col}: generated code rejected by the audit (tkgen/safety.py): {message}")
+        super().__init__(f"{path}:{line}:{col}: generated code rejected by the audit (tkgen/spec/safety.py): {message}")
 
 
 _PKG = Path(__file__).resolve().parents[1]       # the tkgen package
@@ -402,17 +402,17 @@ class _Audit:
             self.check_torch(node, attrs)
         elif origin == "tilelang.language":
             if attrs[0] not in _TILELANG_ATTRS and not _TILELANG_DTYPE.fullmatch(attrs[0]):
-                self.fail(node, f"T.{attrs[0]} is not in the TileLang allowlist (tkgen/safety.py)")
+                self.fail(node, f"T.{attrs[0]} is not in the TileLang allowlist (tkgen/spec/safety.py)")
         elif origin == "hypothesis.strategies":
             if attrs[0] not in _HYPOTHESIS_ATTRS:
-                self.fail(node, f"st.{attrs[0]} is not in the Hypothesis allowlist (tkgen/safety.py)")
+                self.fail(node, f"st.{attrs[0]} is not in the Hypothesis allowlist (tkgen/spec/safety.py)")
 
     def check_torch(self, node, attrs):
         if attrs[0] not in _TORCH_ATTRS:
-            self.fail(node, f"torch.{attrs[0]} is not in the torch allowlist (tkgen/safety.py)")
+            self.fail(node, f"torch.{attrs[0]} is not in the torch allowlist (tkgen/spec/safety.py)")
         allowed = _TORCH_CHAINS.get(attrs[0])
         if allowed is not None and len(attrs) > 1 and attrs[1] not in allowed:
-            self.fail(node, f"torch.{attrs[0]}.{attrs[1]} is not in the torch allowlist (tkgen/safety.py)")
+            self.fail(node, f"torch.{attrs[0]}.{attrs[1]} is not in the torch allowlist (tkgen/spec/safety.py)")
 
 
 def _nodes(tree):

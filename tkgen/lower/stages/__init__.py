@@ -4,11 +4,11 @@ A compute block is a list of statements such as `amax = max(absmax(xf, c), 1e-4)
 (builder.py) checks them (names, arities, axes, dtypes) and turns them, for one variant of an op, into a
 `Program`: a list of steps over named values. Each value carries the axes it varies over; elementwise
 expressions broadcast over axes, reductions remove one, top-k replaces one. Elementwise expressions become
-primitive IR (tkgen/ir.py), so the kernel and the reference print the same arithmetic.
+primitive IR (tkgen/ir/prim.py), so the kernel and the reference print the same arithmetic.
 
 Each stage is one class, in the module of its family, registered under the names specs write
 (base.py: STAGES, FUNCTIONS): its type rule and expansion (`build`) and the lowering of the steps it
-produces to the kernel IR (`Step.lower`, called by tkgen/lower.py). Adding a capability means adding a
+produces to the kernel IR (`Step.lower`, called by tkgen/lower/lowering.py). Adding a capability means adding a
 class there, never raw TileLang inside a spec.
 
 Families: elementwise.py (expressions, operators, math functions), memory.py (load, copy, take, positions),

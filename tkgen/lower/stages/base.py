@@ -7,7 +7,7 @@ these classes, so that adding a stage is adding a class in one of the family mod
 
 - `STAGES`: statement-level stages (a call that produces values of its own: `load`, `sum`, `topk`, ...),
   hoisted out of the expressions they are written in;
-- `FUNCTIONS`: elementwise functions (`exp`, `where`, `fma`, ...), which build primitive IR (tkgen/ir.py).
+- `FUNCTIONS`: elementwise functions (`exp`, `where`, `fma`, ...), which build primitive IR (tkgen/ir/prim.py).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class Step:
         raise NotImplementedError(type(self).__name__)
 
     def work(self, size, extent) -> int:
-        """Operations of one call (tkgen/cost.py): `size(axes)` elements over axes, `extent(axis)`."""
+        """Operations of one call (tkgen/lower/cost.py): `size(axes)` elements over axes, `extent(axis)`."""
         return 0
 
     def accumulates(self, dyn_axis) -> bool:

@@ -1,6 +1,6 @@
 """The builder: one variant's compute block checked and turned into a `Program`.
 
-Statements run in order. A call of a statement-level stage (tkgen/stages/base.py: STAGES) nested inside an
+Statements run in order. A call of a statement-level stage (tkgen/lower/stages/base.py: STAGES) nested inside an
 expression is hoisted into a statement of its own (`max(absmax(x, c), 1)` -> `_t0 = absmax(x, c)`), then
 each statement is built by its stage's class; a statement that is an elementwise expression becomes a
 `Map`. What the builder keeps for every stage: the values defined so far (with their axes and dtypes),
@@ -147,7 +147,7 @@ class Builder:
         self.consts[name] = e
 
     def size(self, idx, name, node):
-        """A value computed once from params and dims (tkgen/stages/elementwise.py: _size_expression): an
+        """A value computed once from params and dims (tkgen/lower/stages/elementwise.py: _size_expression): an
         i32 scalar that the factory and the reference compute in Python."""
         self.define(idx, name, (), ir.I32)       # checks the name
         del self.values[name]
@@ -180,7 +180,7 @@ class Builder:
         st.build(self, call, *(self.argument(idx, node.fn, k, a) for k, a in zip(st.kinds(len(node.args)), node.args)))
 
     def argument(self, idx, fn, kind, node):
-        """A stage's argument of kind `kind` (tkgen/stages/base.py: Stage)."""
+        """A stage's argument of kind `kind` (tkgen/lower/stages/base.py: Stage)."""
         if kind == "input":
             return self.input_arg(idx, node, fn)
         if kind == "value":

@@ -1,7 +1,7 @@
 """Elementwise stages: expressions over values (`Map`), their operators, and the functions of the library.
 
 An elementwise expression varies over the union of its operands' axes (operands broadcast). It becomes
-primitive IR (tkgen/ir.py), which the kernel and the reference print alike, so they perform the same
+primitive IR (tkgen/ir/prim.py), which the kernel and the reference print alike, so they perform the same
 operations in the same order. Integer operators (i32 and i64, wrapping) are defined for every operand, so
 that no target traps and all agree: `a // 0` and `a % 0` are 0, `a // -1` is `-a`, and shift amounts are
 taken modulo the width (`a << 33` on i32 is `a << 1`).

@@ -8,7 +8,7 @@ and the reference add them in ascending k, one rounding per product and one per 
 they agree bit for bit; CUDA profiles run a tensor-core tile matmul (`T.gemm`), which reads float32
 operands as TF32 (the low 13 mantissa bits ignored) and accumulates in float32 in its own order (see
 docs/numerics.md). The step lowers to one `kir.Gemm`; the schedule streams `k` in chunks (`stream:`) and
-either places the operands for `T.gemm` or expands the Gemm into that ordered loop (tkgen/gemm.py).
+either places the operands for `T.gemm` or expands the Gemm into that ordered loop (tkgen/schedule/gemm.py).
 """
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ class RoundTo(Function):
 @stage("stochastic_round", args=("element", "value", "value"))
 class StochasticRound(Stage):
     """y = stochastic_round(f, v, r): f32 value v rounded to element format f by the 16 random bits r (i32,
-    in [0, 2^16)) of each element, as PTX's cvt.rs.satfinite (tkgen/formats.py: stochastic_rounding); the
+    in [0, 2^16)) of each element, as PTX's cvt.rs.satfinite (tkgen/spec/formats.py: stochastic_rounding); the
     result is a value of f, which an output in f stores exactly."""
 
     def build(self, b, call, fmt, v, r):
