@@ -8,6 +8,7 @@ constants are made on the inputs' device.
 import torch
 
 from . import libm
+from .packing import Packet
 
 __all__ = ["torch", "_f32", "_f64", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_nanmax", "_nanmin", "_sum",
            "_matmul", "_codes_as", "_codes_of", "_exp", "_log", "_log1p", "_sqrt", "_rsqrt", "_same", "_fma", "_trunc",
@@ -59,8 +60,7 @@ def _nanmin(x: torch.Tensor, dim: int) -> torch.Tensor:
 # packing along the last dim, in torch (inputs drawn by the strategies; an independent check of the
 # kernels' packing)
 def _packing(key):
-    from tkgen.spec.formats import Packing
-    return Packing(*key)
+    return Packet(*key)
 
 
 _WORD = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "int32": torch.int32}
