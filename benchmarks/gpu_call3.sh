@@ -9,9 +9,9 @@ CHANGED=${CHANGED:-cast_back,per_block_cast_lossless,swiglu_backward_and_per_tok
 NEW=${NEW:-}
 # the small specs of the stage additions (tests/stage_specs), generated apart and fuzzed on CUDA in parallel
 D=/tmp/stage_tree; rm -rf $D; mkdir -p $D/specs/demo; cp -r specs/formats specs/archs $D/specs/; cp tests/stage_specs/*.yaml $D/specs/demo/
-python3 -m tkgen.cli --specs $D/specs generate --out $D/generated > $D/generate.log 2>&1 || tail -5 $D/generate.log
+python3 -m tkgen --specs $D/specs generate --out $D/generated > $D/generate.log 2>&1 || tail -5 $D/generate.log
 for op in folds gathers segs int_mix float_mix; do
-  timeout 200 python3 -m tkgen.cli --specs $D/specs fuzz $op --device cuda --examples 6 --seed 3 --generated $D/generated > $D/$op.log 2>&1 &
+  timeout 200 python3 -m tkgen --specs $D/specs fuzz $op --device cuda --examples 6 --seed 3 --generated $D/generated > $D/$op.log 2>&1 &
 done
 TKGEN_GPU_PHASES=props,determinism TKGEN_GPU_EXAMPLES=10 timeout 260 python3 $S 2>&1 | tee -a $OUT/session.log | grep -v "^  warm"
 wait
