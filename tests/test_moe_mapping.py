@@ -194,3 +194,28 @@ def test_fused_mapping_past_one_prefix_group(tokens, k, num_experts, alignment):
         expanded = tk1.moe.expand_to_fused(x, out[3], out[0])
         back = tk1.moe.reduce_fused(expanded, torch.ones(tokens, k), out[3])
         assert torch.equal(back, (idx >= 0).sum(1, keepdim=True).float() * x)
+
+
+@pytest.mark.parametrize("tokens, launches", [(16384, ["mapping_chunk_counts", "mapping_chunk_offsets",
+                                                        "mapping_segments", "mapping_positions",
+                                                        "get_mapping_from_psum", "mapping_scatter"]),
+                                               (16385, ["mapping_chunk_counts", "mapping_chunk_offsets",
+                                                        "mapping_chunk_offsets", "mapping_group_offsets",
+                                                        "mapping_segments", "mapping_positions",
+                                                        "get_mapping_from_psum", "mapping_scatter"])])
+def test_launches_one_prefix_group_up_to_131072_pairs(monkeypatch, tokens, launches):
+    """Up to 131,072 pairs the same six launches as before the levels (chunk 512, one group); one pair
+    more takes a second level: the groups' prefix and the addition of their offsets."""
+    calls = []
+
+    def recording(name, op):
+        def call(*args, **kw):
+            calls.append(name)
+            return op(*args, **kw)
+        return call
+    monkeypatch.setattr(mapping, "_OPS", {n: recording(n, op) for n, op in mapping._OPS.items()})
+    idx = _routing(tokens, 8, 256, 3, 0.1)
+    out = mapping.get_fused_mapping(idx, 256, 0, 16)
+    assert calls == launches and mapping.chunk_for(idx.numel()) == 512
+    pos, aligned, start = oracle(idx, 256, 16)
+    assert torch.equal(out[3], pos) and torch.equal(out[6], aligned) and torch.equal(out[4], start)

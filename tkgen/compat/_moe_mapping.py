@@ -18,10 +18,11 @@ copies) and calls them in order:
 
 Any number of pairs. Up to MAX_CHUNKS * 512 = 131,072 pairs the chunk (64 to 512) leaves at most
 MAX_CHUNKS chunks, one group: the six launches above. Past that the chunk stays 512 and the prefix of
-step 2 gets levels: the groups' totals [G, E] are themselves prefixed by `mapping_chunk_offsets` in
-groups of MAX_CHUNKS (recursively, until one group is left: two levels up to 33.5M pairs, three up to
-8.6G), and `mapping_group_offsets` adds each group's offset to its chunks' offsets, one launch per
-level. At 4.2M pairs (8203 chunks, 33 groups) that is eight launches; the work stays O(pairs).
+step 2 takes levels (`chunk_offsets`), two launches each: the groups' totals [G, E] are prefixed by
+`mapping_chunk_offsets` in groups of MAX_CHUNKS again (recursively, until one group is left: a second
+level up to 33.5M pairs, a third past that), and `mapping_group_offsets` adds each group's offset to
+its chunks' offsets. At 4.2M pairs (8203 chunks, 33 groups) that is eight launches; the work stays
+linear in the pairs. Positions are int32: the rows must stay below 2**31.
 
 Inside an expert's segment the pairs are in ascending flat order i (docs/numerics.md), on every target.
 """
