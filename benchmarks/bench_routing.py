@@ -3,7 +3,8 @@
     python benchmarks/bench_routing.py [--device cuda|cpu] [--out DIR]
 
 - `get_fused_mapping` (a chain of six generated kernels, tkgen/compat/_moe_mapping.py) for 4001 tokens,
-  k = 8, 256 experts, alignment 16, against a plain-PyTorch mapping (`plain_mapping`: a stable argsort, a
+  k = 8, 256 experts, alignment 16, and at a training step's 8192 tokens x 64 ranks x k = 8 (4.2M pairs,
+  eight kernels: the chunk prefix in two levels), against a plain-PyTorch mapping (`plain_mapping`: a stable argsort, a
   scatter-add histogram, cumulative sums), eager and under torch.compile. The outputs are checked equal
   first (the plain one puts a segment's pairs in ascending t * K + k, as tkgen does).
 - `apply_rotary` through tkgen.compat.tilekernels.transform against TileKernels 2.1.0 (where it imports):
@@ -64,9 +65,16 @@ def _times(fns, device):
     return eager, graph if used else None
 
 
+MAPPING_CASES = [(4001, 8, 256, 16), (8192 * 64, 8, 256, 16)]     # (tokens, k, experts, alignment)
+
+
 def bench_mapping(device, rows_out):
+    for case in MAPPING_CASES:
+        _bench_mapping(device, rows_out, *case)
+
+
+def _bench_mapping(device, rows_out, tokens, k, experts, alignment):
     from tkgen.compat.tilekernels_v1.moe import get_fused_mapping
-    tokens, k, experts, alignment = 4001, 8, 256, 16
     rows = (tokens * k + (alignment - 1) * experts) // alignment * alignment
     name = f"get_fused_mapping {tokens}x{k}, {experts} experts, alignment {alignment}"
     inputs = [torch.randint(0, experts, (tokens, k), device=device) for _ in range(4)]

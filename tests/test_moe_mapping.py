@@ -147,3 +147,75 @@ def test_mapping_from_psum():
 @pytest.mark.parametrize("pairs, chunk", [(0, 64), (256 * 64, 64), (256 * 64 + 1, 128), (32008, 128)])
 def test_chunk_keeps_one_prefix_group(pairs, chunk):
     assert mapping.chunk_for(pairs) == chunk
+
+
+@pytest.mark.parametrize("pairs", [256 * 512, 256 * 512 + 1, 320000, 8192 * 64 * 8])
+def test_chunk_past_one_group_stays_the_largest(pairs):
+    """Past 131,072 pairs the chunk is 512 and the prefix takes levels (no refusal)."""
+    assert mapping.chunk_for(pairs) == 512
+
+
+def test_chunk_offsets_in_three_levels():
+    """65,539 chunks: groups of 256 (257 of them), groups of those (2), then one: the offsets are the
+    exclusive prefix down each column, the totals the column sums."""
+    g = torch.Generator().manual_seed(11)
+    counts = torch.randint(0, 4, (256 * 256 + 3, 256), generator=g, dtype=torch.int32)
+    counts[:, 5] = 0                                                 # an expert no chunk holds
+    offsets, totals = mapping.chunk_offsets(counts)
+    total = counts.long().cumsum(0)
+    assert torch.equal(offsets, (total - counts).int()) and torch.equal(totals, total[-1:].int())
+
+
+@pytest.mark.parametrize("tokens, k, num_experts, alignment", [(40000, 8, 256, 16), (40000, 8, 256, 128),
+                                                               (16385, 8, 256, 16)])
+def test_fused_mapping_past_one_prefix_group(tokens, k, num_experts, alignment):
+    """320,000 (and 131,080) pairs, more than 256 chunks of 512: every invariant, and the same mapping as
+    a stable argsort, bit for bit; expand then reduce through it."""
+    idx = _routing(tokens, k, num_experts, 7, 0.1)
+    idx[3, :] = 9                                                    # an expert chosen k times by a token
+    idx[tokens // 2:, :][idx[tokens // 2:, :] == 200] = 201           # an expert only the first half chooses
+    idx[:, :][idx == 17] = 18                                        # an expert none chooses
+    out = mapping.get_fused_mapping(idx, num_experts, 0, alignment)
+    check_invariants(out, idx, num_experts, alignment)
+    pos, aligned, start = oracle(idx, num_experts, alignment)
+    assert torch.equal(out[3], pos) and torch.equal(out[6], aligned) and torch.equal(out[4], start)
+    assert torch.equal(out[5], start + aligned)
+    rows = out[0].numel()
+    flat = idx.reshape(-1)
+    p2tk = torch.full((rows,), -1, dtype=torch.int32)                # the inverse maps, from the oracle
+    p2tk[pos.reshape(-1)[flat >= 0].long()] = torch.arange(flat.numel(), dtype=torch.int32)[flat >= 0]
+    p2e = torch.where(p2tk >= 0, flat[p2tk.clamp(min=0).long()].int(), torch.full_like(p2tk, -1))
+    assert torch.equal(out[2], p2tk) and torch.equal(out[0], p2e)
+    assert torch.equal(out[1], torch.where(p2tk >= 0, p2tk // k, p2tk))
+    no_sync = mapping.get_fused_mapping(idx, num_experts, 0, alignment, force_no_sync=True)
+    assert no_sync[7] == [] and torch.equal(no_sync[0][:rows], out[0]) and (no_sync[0][rows:] == -1).all()
+    if alignment == 16 and tokens == 40000:
+        x = torch.randint(-8, 8, (tokens, 32)).float()
+        expanded = tk1.moe.expand_to_fused(x, out[3], out[0])
+        back = tk1.moe.reduce_fused(expanded, torch.ones(tokens, k), out[3])
+        assert torch.equal(back, (idx >= 0).sum(1, keepdim=True).float() * x)
+
+
+@pytest.mark.parametrize("tokens, launches", [(16384, ["mapping_chunk_counts", "mapping_chunk_offsets",
+                                                        "mapping_segments", "mapping_positions",
+                                                        "get_mapping_from_psum", "mapping_scatter"]),
+                                               (16385, ["mapping_chunk_counts", "mapping_chunk_offsets",
+                                                        "mapping_chunk_offsets", "mapping_group_offsets",
+                                                        "mapping_segments", "mapping_positions",
+                                                        "get_mapping_from_psum", "mapping_scatter"])])
+def test_launches_one_prefix_group_up_to_131072_pairs(monkeypatch, tokens, launches):
+    """Up to 131,072 pairs the same six launches as before the levels (chunk 512, one group); one pair
+    more takes a second level: the groups' prefix and the addition of their offsets."""
+    calls = []
+
+    def recording(name, op):
+        def call(*args, **kw):
+            calls.append(name)
+            return op(*args, **kw)
+        return call
+    monkeypatch.setattr(mapping, "_OPS", {n: recording(n, op) for n, op in mapping._OPS.items()})
+    idx = _routing(tokens, 8, 256, 3, 0.1)
+    out = mapping.get_fused_mapping(idx, 256, 0, 16)
+    assert calls == launches and mapping.chunk_for(idx.numel()) == 512
+    pos, aligned, start = oracle(idx, 256, 16)
+    assert torch.equal(out[3], pos) and torch.equal(out[6], aligned) and torch.equal(out[4], start)

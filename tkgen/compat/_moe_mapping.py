@@ -5,8 +5,9 @@ copies) and calls them in order:
 
 1. `mapping_chunk_counts`: the flattened pairs i = t * K + k in chunks of `chunk`; per chunk, the pairs of
    each expert (a grid over the chunks);
-2. `mapping_chunk_offsets`: per expert, the exclusive prefix of those counts over the chunks (each
-   chunk's offset inside the expert's segment) and the totals (a grid over the experts);
+2. `mapping_chunk_offsets`: per expert, the exclusive prefix of those counts over the chunks of each group
+   of MAX_CHUNKS (each chunk's offset inside its group's share of the expert's segment) and the group's
+   totals (a grid over the groups and experts);
 3. `mapping_segments`: aligned counts, segment starts (an exclusive prefix over the experts), ends and
    psum (one block);
 4. `mapping_positions`: each pair's position, start + offset + its rank among the earlier pairs of its
@@ -14,6 +15,14 @@ copies) and calls them in order:
 5. `get_mapping_from_psum`: pos_to_expert, -1 on padding rows (a grid over the rows);
 6. `mapping_scatter`: pos_to_token and pos_to_token_topk at the positions, -1 elsewhere (a grid over
    the tokens).
+
+Any number of pairs. Up to MAX_CHUNKS * 512 = 131,072 pairs the chunk (64 to 512) leaves at most
+MAX_CHUNKS chunks, one group: the six launches above. Past that the chunk stays 512 and the prefix of
+step 2 takes levels (`chunk_offsets`), two launches each: the groups' totals [G, E] are prefixed by
+`mapping_chunk_offsets` in groups of MAX_CHUNKS again (recursively, until one group is left: a second
+level up to 33.5M pairs, a third past that), and `mapping_group_offsets` adds each group's offset to
+its chunks' offsets. At 4.2M pairs (8203 chunks, 33 groups) that is eight launches; the work stays
+linear in the pairs. Positions are int32: the rows must stay below 2**31.
 
 Inside an expert's segment the pairs are in ascending flat order i (docs/numerics.md), on every target.
 """
@@ -25,7 +34,7 @@ import torch
 
 from .. import registry
 
-MAX_CHUNKS = 256           # chunks of one prefix (mapping_chunk_offsets' group): the chunk grows past it
+MAX_CHUNKS = 256           # chunks of one prefix (mapping_chunk_offsets' group): the chunk grows to it, then levels
 MIN_CHUNK = 64
 CHUNKS = (64, 128, 256, 512)   # mapping_positions compares a chunk's pairs pairwise: at most 512
 
@@ -33,7 +42,7 @@ CHUNKS = (64, 128, 256, 512)   # mapping_positions compares a chunk's pairs pair
 # resolved when this module is imported, so that torch.compile only reads it (the registry globs files)
 _OPS = {name: getattr(registry.op_package(name), name)
         for name in ("mapping_chunk_counts", "mapping_chunk_offsets", "mapping_segments", "mapping_positions",
-                     "get_mapping_from_psum", "mapping_scatter")}
+                     "get_mapping_from_psum", "mapping_scatter", "mapping_group_offsets")}
 
 
 def _op(name):
@@ -41,11 +50,24 @@ def _op(name):
 
 
 def chunk_for(pairs: int) -> int:
-    """The chunk length: the smallest of CHUNKS that keeps the chunks at most MAX_CHUNKS."""
+    """The chunk length: the smallest of CHUNKS that keeps the chunks at most MAX_CHUNKS (one prefix
+    group), the largest past MAX_CHUNKS * CHUNKS[-1] pairs (several groups: see `chunk_offsets`)."""
     for c in CHUNKS:
         if -(-pairs // c) <= MAX_CHUNKS:
             return c
-    raise ValueError(f"get_fused_mapping: {pairs} (token, k) pairs exceed {MAX_CHUNKS} chunks of {CHUNKS[-1]}")
+    return CHUNKS[-1]
+
+
+def chunk_offsets(counts: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(offsets [NB, E], totals [1, E] or [0, E] for no chunks): the exclusive prefix of counts [NB, E] down
+    each column and the column sums. One `mapping_chunk_offsets` for at most MAX_CHUNKS rows; past that,
+    the groups' totals are prefixed the same way (a level per factor of MAX_CHUNKS) and
+    `mapping_group_offsets` adds each group's offset to the offsets inside it."""
+    offsets, totals = _op("mapping_chunk_offsets")(counts, group=MAX_CHUNKS)
+    if totals.shape[0] <= 1:
+        return offsets, totals
+    group_offsets, totals = chunk_offsets(totals)
+    return _op("mapping_group_offsets")(offsets, group_offsets, group=MAX_CHUNKS), totals
 
 
 def upper_bound(tokens: int, topk: int, num_experts: int, alignment: int) -> int:
@@ -60,7 +82,7 @@ def segments(topk_idx: torch.Tensor, num_experts: int, alignment: int):
     flat = topk_idx.contiguous().view(-1)
     chunk = chunk_for(flat.numel())
     counts = _op("mapping_chunk_counts")(flat, num_experts, chunk)
-    offsets, totals = _op("mapping_chunk_offsets")(counts, group=MAX_CHUNKS)
+    offsets, totals = chunk_offsets(counts)
     if totals.shape[0] == 0:               # no pairs: every expert has none
         totals = torch.zeros(1, num_experts, dtype=torch.int32, device=flat.device)
     aligned, start, end, psum = _op("mapping_segments")(totals[:1], alignment)
