@@ -44,8 +44,7 @@ class _ResidualGrad(torch.autograd.Function):
         if buf is None:
             return grad, None
         buf.view(grad.shape).add_(grad)       # computed in float32, rounded once to the buffer's dtype
-        if ctx.role == "norm_fn":
-            delattr(ctx.storage, _ATTR)
+        delattr(ctx.storage, _ATTR)           # "norm_fn": the last consumer of the block's residual
         return None, None
 
 
