@@ -260,7 +260,8 @@ def test_swiglu_backward_first_release_weight_positions():
     out, (fp8, fp8_sf), xg, wg = tk1.quant.swiglu_backward_and_per_token_cast((q, sf), grad, weight, pos,
                                                                               to_pos.view(tokens, k), 128)
     rows = torch.where(pos >= 0, weight.reshape(-1)[pos.clamp(min=0).long()], torch.zeros(()))
-    w_xg, w_fp8, w_sf, w_wg, w_act = ops.swiglu_backward_and_per_token_cast(q, sf, grad, 128, rows, recompute=True)
+    w_xg, w_fp8, w_sf, w_wg, w_act = ops.swiglu_backward_and_per_token_cast(q, sf, grad, 128, rows, recompute=True,
+                                                                        da_fma=True)
     same((out, fp8, fp8_sf, xg), (w_act, w_fp8, w_sf, w_xg))
     want = torch.zeros(tokens * k)
     want[pos[pos >= 0].long()] = w_wg[pos >= 0]

@@ -1,11 +1,58 @@
 """`tile_kernels.modeling.mhc.ops` of TileKernels' first release, on tkgen's kernels: each function
 differentiable through the generated backward. Leading dims (n0, n1, ...) are flattened into tokens; mixes
-keep TileKernels' shapes ((..., m, 1) for pre and post). The gradient of the residual is summed by autograd
-over its consumers (TileKernels instead has its consumers add into a buffer hung on the residual's storage
-by mhc_post's backward: the same sum, rounded to bf16 once here rather than at each addition there)."""
+keep TileKernels' shapes ((..., m, 1) for pre and post).
+
+The residual's gradient follows the release's accumulation protocol (operators-v1.md 7, `fuse_grad_acc`):
+mhc_post's backward hangs its residual gradient (bf16, the residual's dtype) on the residual's storage as
+`grad_from_mhc_post` and returns it; the backwards of mhc_pre_apply_mix and of mhc_pre_norm_fn (with
+fuse_grad_acc) that find that buffer add their residual gradient into it, in place and in its dtype, and
+return None, mhc_pre_norm_fn deleting the attribute after. A caller may hang its own buffer (TileKernels'
+tests hang zeros_like(residual)) and read the gradient there. tkgen.nn.functional does none of this: there
+autograd sums the consumers' gradients (docs/api-conventions.md)."""
 from __future__ import annotations
 
+import torch
+
 from .._common import into, missing, ops
+
+_ATTR = "grad_from_mhc_post"
+
+
+class _ResidualGrad(torch.autograd.Function):
+    """The identity on the residual, whose backward routes the residual gradient one consumer computed
+    (tkgen's generated backward, in the residual's dtype) by the protocol above; `role` names the consumer:
+    "post" publishes the gradient as the buffer, "norm_fn" adds into a buffer it finds and deletes the
+    attribute. Without a buffer the gradient is returned to autograd (where TileKernels' mhc_pre_norm_fn
+    fails on the missing attribute)."""
+
+    @staticmethod
+    def forward(ctx, residual, role):
+        ctx.storage, ctx.role = residual.untyped_storage(), role
+        return residual.view_as(residual)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad is None:
+            return None, None
+        if ctx.role == "post":
+            # the tensor autograd receives is the buffer: later consumers' in-place additions reach it, since
+            # autograd hands the residual's producer its gradient only after every consumer's backward ran
+            grad = grad.contiguous()
+            setattr(ctx.storage, _ATTR, grad)
+            return grad, None
+        buf = getattr(ctx.storage, _ATTR, None)
+        if buf is None:
+            return grad, None
+        buf.view(grad.shape).add_(grad)       # computed in float32, rounded once to the buffer's dtype
+        delattr(ctx.storage, _ATTR)           # "norm_fn": the last consumer of the block's residual
+        return None, None
+
+
+def _routed(residual, role):
+    """`residual` through _ResidualGrad where its gradient will be taken."""
+    if torch.is_grad_enabled() and residual.requires_grad:
+        return _ResidualGrad.apply(residual, role)
+    return residual
 
 
 def _tokens(t, trailing):
@@ -38,14 +85,44 @@ def sinkhorn_normalize(x, repeat: int = 10, eps: float = 1e-6):
 def mhc_pre_apply_mix(x, mix, out=None):
     """x (..., m, D) bf16, mix (..., m, 1) float32 -> (..., D) bf16: the streams weighted and added in order."""
     m, d = x.shape[-2:]
-    res = ops().mhc_pre_apply_mix(_tokens(x, 2), mix.reshape(-1, m))
+    if torch.is_grad_enabled() and (x.requires_grad or mix.requires_grad):
+        res = _PreApplyMix.apply(_tokens(x, 2), mix.reshape(-1, m), x.untyped_storage())
+    else:
+        res = ops().mhc_pre_apply_mix(_tokens(x, 2), mix.reshape(-1, m))
     return into(out, res.reshape(*x.shape[:-2], d))
+
+
+class _PreApplyMix(torch.autograd.Function):
+    """mhc_pre_apply_mix whose backward adds x's gradient into a bf16 `grad_from_mhc_post` buffer as the
+    release's kernel does, bf16(mix * g + buffer), one rounding (the generated backward's x_grad_acc); into a
+    buffer of another dtype it adds the bf16 gradient. Without a buffer the gradient is returned."""
+
+    @staticmethod
+    def forward(ctx, x, mix, storage):
+        ctx.save_for_backward(x, mix)
+        ctx.storage = storage
+        return ops().mhc_pre_apply_mix(x, mix)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from tkgen import registry
+        x, mix = ctx.saved_tensors
+        buf = getattr(ctx.storage, _ATTR, None)
+        acc = buf.view(x.shape) if buf is not None and buf.dtype == x.dtype else None
+        x_grad, mix_grad = registry.op_package("mhc_pre_apply_mix_backward").invoke(grad.contiguous(), x, mix, acc)
+        if buf is None:
+            return x_grad, mix_grad, None
+        if acc is not None:
+            acc.copy_(x_grad)
+        else:
+            buf.view(x.shape).add_(x_grad)
+        return None, mix_grad, None
 
 
 def mhc_post(x, residual, post_layer_mix, comb_res_mix, out=None):
     """The next residual (..., m, D) bf16: post[o] * x + sum over i of comb[i, o] * residual[i]."""
     m = residual.shape[-2]
-    res = ops().mhc_post(_tokens(x, 1), _tokens(residual, 2), post_layer_mix.reshape(-1, m),
+    res = ops().mhc_post(_tokens(x, 1), _tokens(_routed(residual, "post"), 2), post_layer_mix.reshape(-1, m),
                          comb_res_mix.reshape(-1, m, m))
     return into(out, res.reshape(residual.shape))
 
@@ -63,9 +140,13 @@ def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse
     -> mixes (..., m * (m + 2)) float32: (r @ F^T) * rsqrt(mean(r^2) + eps) per token, r the token's residual
     flattened, F = fn * norm_weight rounded to TF32 as TileKernels rounds it; a TF32 tile matmul on CUDA, an
     ordered float32 loop on the CPU; differentiable through the generated backward. `n_splits` has no effect
-    (TileKernels forces it to 1 too), nor has `fuse_grad_acc`: autograd adds the residual's gradients of its
-    consumers, and fn's gradient is returned rather than added into a `main_grad`."""
+    (TileKernels forces it to 1 too). With `fuse_grad_acc` the residual's gradient is added into the
+    `grad_from_mhc_post` buffer on its storage when there is one (the attribute then deleted, None returned
+    for the residual); without, or with no buffer, it is returned. fn's gradient is returned rather than
+    added into a `main_grad`."""
     import tkgen.nn.functional as F
+    if fuse_grad_acc:
+        residual = _routed(residual, "norm_fn")
     return F.mhc_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps)
 
 

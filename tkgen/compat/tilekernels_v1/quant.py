@@ -76,14 +76,15 @@ def swiglu_backward_and_per_token_cast(x, grad_out, weight, pos_to_token_topk, t
                                        num_per_channels: int, round_sf=False, swiglu_clamp_value=None):
     """(out, (x_grad_fp8, x_grad_sf), x_grad, weight_grad): each row's weight read from `weight` [T, K] at
     its position (0 where negative), and the weight gradient scattered back to [T, K] (0 where
-    token_topk_to_pos is -1)."""
+    token_topk_to_pos is -1). The gate's factor 1 + a * (1 - s) is one fused multiply-add, as this
+    release's kernel and reference round it (da_fma; operators-v1.md 2.2)."""
     q, sf = v2.quant_tensor("quant.swiglu_backward_and_per_token_cast", x)
     flat = weight.reshape(-1)
     valid = pos_to_token_topk >= 0
     row_weight = torch.where(valid, flat[pos_to_token_topk.clamp(min=0).long()], torch.zeros((), device=flat.device))
     x_grad, fp8, fp8_sf, row_grad, out = ops().swiglu_backward_and_per_token_cast(
         q, sf, grad_out, num_per_channels, row_weight.contiguous(), "pow2" if round_sf else "fp32", recompute=True,
-        clamp=swiglu_clamp_value)
+        clamp=swiglu_clamp_value, da_fma=True)
     rows = token_topk_to_pos.reshape(-1).long()
     weight_grad = torch.where(rows >= 0, row_grad[rows.clamp(min=0)], torch.zeros((), device=row_grad.device))
     return out, (fp8, fp8_sf), x_grad, weight_grad.reshape(weight.shape)
