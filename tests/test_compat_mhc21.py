@@ -247,6 +247,36 @@ def test_reduce_partials_and_rmsnorm_forward_and_backward(n1, d, groups):
     close(sq_grad, w_sq, rtol=1e-4, atol=1e-5 * float(w_sq.abs().max()))
 
 
+# --- fn and norm-weight merge ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d", [1280, 2560, 7168])
+def test_fn_normw_merge_forward_and_backward(d):
+    """test_norm_fn.py's weights (fn = randn * 1e-4 * (1 + 0.01 * stream), normw = randn * 0.1 + 1, D in {1280,
+    2560, 7168}, m = 4): the merge is one float32 product (bit for bit with float64's rounded once); the
+    backward adds into the gradients given (starting from zeros and from earlier gradients), against float64
+    autograd of fn * normw plus what they held, and bit for bit against the documented float32 order."""
+    m = 4
+    m3, k = m * (m + 2), m * d
+    fn = randn(m3, k) * 1e-4 * (1 + 0.01 * torch.arange(m).repeat_interleave(d))
+    normw = randn(k) * 0.1 + 1
+    out_fn = torch.empty(m3, k)
+    assert MHC.mhc_fn_normw_merge_fwd(fn, normw, out_fn) is None
+    assert torch.equal(out_fn, (fn.double() * normw.double()).float())
+
+    g = randn(m3, k) * 1e-2
+    f64, w64 = fn.double().requires_grad_(True), normw.double().requires_grad_(True)
+    wf, ww = torch.autograd.grad(f64 * w64, (f64, w64), g.double())
+    for fa, wa in ((torch.zeros(m3, k), torch.zeros(k)), (randn(m3, k) * 1e-3, randn(k) * 1e-3)):
+        fn_grad, normw_grad = fa.clone(), wa.clone()
+        assert MHC.mhc_fn_normw_merge_bwd(fn, normw, g, fn_grad, normw_grad) is None
+        close(fn_grad, fa.double() + wf, rtol=1e-6, atol=1e-6 * float(wf.abs().max()))
+        close(normw_grad, wa.double() + ww, rtol=1e-5, atol=1e-5 * float(ww.abs().max()))
+        r = torch.zeros(k)
+        for j in range(m3):
+            r = r + g[j] * fn[j]
+        assert torch.equal(fn_grad, fa + g * normw) and torch.equal(normw_grad, wa + r)
+
+
 # --- argument errors -------------------------------------------------------------------------------------------
 
 def test_argument_errors_name_the_argument():
@@ -274,6 +304,14 @@ def test_argument_errors_name_the_argument():
     with pytest.raises(ValueError, match="n_splits = 4 partials"):
         MHC.mhc_reduce_partials_and_rmsnorm_fwd(torch.zeros(2, 3, 1, 24), torch.zeros(2, 3, 1), torch.zeros(3, 1, 24),
                                                 torch.zeros(3, 1), torch.zeros(3, 24), 512, 1e-6, 4)
+
+
+def test_merge_errors_name_the_argument():
+    with pytest.raises(ValueError, match="normw must have shape"):
+        MHC.mhc_fn_normw_merge_fwd(torch.zeros(24, 64), torch.zeros(32), torch.zeros(24, 64))
+    with pytest.raises(TypeError, match="normw_grad must be torch.float32"):
+        MHC.mhc_fn_normw_merge_bwd(torch.zeros(24, 64), torch.zeros(64), torch.zeros(24, 64), torch.zeros(24, 64),
+                                   torch.zeros(64, dtype=torch.bfloat16))
 
 
 def test_every_entry_point_is_there():

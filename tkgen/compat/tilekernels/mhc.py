@@ -10,7 +10,8 @@ are flattened where 2.1.0's shapes allow it. Output tensors may have any strides
 
 Where 2.1.0 writes per-SM partial sums (mhc_head_compute_mix_bwd's `(num_sms, 1)` and `(num_sms, m)`), tkgen
 writes the whole sum into row 0 and zeros into the other rows, so the caller's `.sum(0)` is the sum.
-mhc_fn_normw_merge_bwd adds into fn_grad and normw_grad (as 2.1.0's kernel does). Argument errors raise
+mhc_fn_normw_merge_bwd adds into fn_grad and normw_grad (as 2.1.0's kernel does). mhc_pre_big_fuse_fwd and
+mhc_multilayer_recompute are not built (NotImplementedError). Argument errors raise
 TypeError (a wrong type or dtype) or ValueError (a wrong shape or value) naming the argument."""
 from __future__ import annotations
 
@@ -382,10 +383,43 @@ def mhc_reduce_partials_and_rmsnorm_bwd(out_grad, out_mul, sqrsum, out_mul_grad,
     _write(sqrsum_grad, sqg[0])
 
 
+# --- fn and norm-weight merge ----------------------------------------------------------------------------------
+
+def _merge_args(fn_name, fn, normw):
+    _tensor(fn_name, "fn", fn, _F32, 2)
+    _tensor(fn_name, "normw", normw, _F32)
+    _shape(fn_name, "normw", normw, (fn.shape[1],))
+
+
+def mhc_fn_normw_merge_fwd(fn, normw, out_fn):
+    """out_fn = fn * normw (float32, normw (K,) broadcast over the m3 rows of fn (m3, K)); written."""
+    name = "mhc_fn_normw_merge_fwd"
+    _merge_args(name, fn, normw)
+    _tensor(name, "out_fn", out_fn, _F32)
+    _shape(name, "out_fn", out_fn, fn.shape)
+    _write(out_fn, ops().mhc_fn_normw_merge(fn.contiguous(), normw.contiguous()))
+
+
+def mhc_fn_normw_merge_bwd(fn, normw, out_fn_grad, fn_grad, normw_grad):
+    """Adds into the given gradients, as 2.1.0's kernel does: fn_grad += out_fn_grad * normw; normw_grad +=
+    the float32 sum over the m3 rows (in order, from 0) of out_fn_grad * fn."""
+    name = "mhc_fn_normw_merge_bwd"
+    _merge_args(name, fn, normw)
+    for arg, v, shape in (("out_fn_grad", out_fn_grad, fn.shape), ("fn_grad", fn_grad, fn.shape),
+                          ("normw_grad", normw_grad, normw.shape)):
+        _tensor(name, arg, v, _F32)
+        _shape(name, arg, v, shape)
+    fa = fn_grad if fn_grad.is_contiguous() else fn_grad.contiguous()
+    wa = normw_grad if normw_grad.is_contiguous() else normw_grad.contiguous()
+    ops().mhc_fn_normw_merge_backward(fn.contiguous(), normw.contiguous(), out_fn_grad.contiguous(), fa, wa)
+    if fa is not fn_grad:
+        fn_grad.copy_(fa)
+    if wa is not normw_grad:
+        normw_grad.copy_(wa)
+
+
 # --- not built -------------------------------------------------------------------------------------------------
 
-mhc_fn_normw_merge_fwd = missing("mhc.mhc_fn_normw_merge_fwd", RELEASE)
-mhc_fn_normw_merge_bwd = missing("mhc.mhc_fn_normw_merge_bwd", RELEASE)
 mhc_pre_big_fuse_fwd = missing("mhc.mhc_pre_big_fuse_fwd", RELEASE)
 mhc_multilayer_recompute = missing("mhc.mhc_multilayer_recompute", RELEASE)
 
