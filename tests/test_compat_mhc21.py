@@ -277,6 +277,72 @@ def test_fn_normw_merge_forward_and_backward(d):
         assert torch.equal(fn_grad, fa + g * normw) and torch.equal(normw_grad, wa + r)
 
 
+# --- big fuse and multilayer recompute ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n1, d", [(512, 1280), (128, 2560), (64, 4096)])
+def test_pre_big_fuse(n1, d):
+    """test_pre_big_fuse.py: m = 4, eps 1e-6 everywhere, post_mult 1.0, repeat 10, scale and base randn * 0.1;
+    torch.equal on all three outputs against the composite (reduce-partials-and-RMSNorm, split, Sinkhorn,
+    apply-mix, each through its 2.1.0 entry point), here over 16 split-K partials; and against float64 (the
+    partials' sums, then the documented formulas) within test_norm_fn.py's 1e-3 for the mixes."""
+    m, n_splits, eps, repeat = 4, 16, 1e-6, 10
+    m3, k = m * (m + 2), m * d
+    residual = randn(n1, m, d).bfloat16()
+    fn = randn(m3, k) * 1e-4
+    oms, sqs = partials(residual.reshape(n1, k), fn, n_splits, 1)
+    oms, sqs = oms[:, :, 0].contiguous(), sqs[:, :, 0].contiguous()
+    scale, base = randn(3) * 0.1, randn(m3) * 0.1
+    post, comb, layer_input = torch.empty(n1, m), torch.empty(n1, m * m), torch.empty(n1, d, dtype=torch.bfloat16)
+    assert MHC.mhc_pre_big_fuse_fwd(oms, sqs, scale, base, residual, post, comb, layer_input, eps, eps, eps, 1.0,
+                                    repeat, n_splits) is None
+
+    mixes = torch.empty(n1, m3)
+    MHC.mhc_reduce_partials_and_rmsnorm_fwd(oms[:, :, None], sqs[:, :, None], torch.empty(n1, 1, m3),
+                                            torch.empty(n1, 1), mixes, k, eps, n_splits)
+    pre_c, post_c, comb_c = torch.empty(n1, m), torch.empty(n1, m), torch.empty(n1, m, m)
+    MHC.mhc_pre_split_mixes_fwd(mixes, scale, base, pre_c, post_c, comb_c, 1.0, eps)
+    comb_s = torch.empty(n1, m, m)
+    MHC.mhc_sinkhorn_fwd(comb_c, comb_s, repeat, eps)
+    li = torch.empty(n1, d, dtype=torch.bfloat16)
+    MHC.mhc_pre_apply_mix_fwd(residual, pre_c, li)
+    assert torch.equal(post, post_c) and torch.equal(comb, comb_s.reshape(n1, m * m)) and torch.equal(layer_input, li)
+
+    mixes64 = rmsnorm64(oms.double().sum(0)[:, None], sqs.double().sum(0)[:, None], k, eps)
+    pre64, post64_, comb64 = split64(mixes64, scale.double(), base.double(), m, 1.0, eps)
+    close(post, post64_, rtol=1e-3, atol=1e-3)
+    close(comb, sinkhorn64(comb64.reshape(n1, m, m), repeat, eps).reshape(n1, m * m), rtol=1e-3, atol=1e-3)
+    close_bf16(layer_input, apply64(residual.double(), pre64), atol=1e-2, rtol=1e-3)
+
+
+@pytest.mark.parametrize("layers, posts, d", [(1, 1, 2560), (3, 2, 2560), (3, 3, 2560), (10, 9, 4096),
+                                              (10, 10, 1280)])
+def test_multilayer_recompute(layers, posts, d):
+    """test_multilayer_recompute.py: bs 1, m = 4, (L, P) with P in {L - 1, L}; torch.equal on every layer input
+    and residual against mhc_pre_apply_mix_fwd and mhc_post_fwd called layer by layer (here 64 tokens)."""
+    m, seq = 4, 64
+    initial = randn(1, seq, m, d).bfloat16()
+    pre = [torch.softmax(randn(1, seq, m, 1), -2) for _ in range(layers)]
+    outs = [randn(1, seq, d).bfloat16() for _ in range(posts)]
+    post = [torch.sigmoid(randn(1, seq, m, 1)) * 2 for _ in range(posts)]
+    comb = [torch.softmax(randn(1, seq, m, m), -1) for _ in range(posts)]
+    layer_inputs = [torch.empty(1, seq, d, dtype=torch.bfloat16) for _ in range(layers)]
+    residuals = [torch.empty(1, seq, m, d, dtype=torch.bfloat16) for _ in range(posts)]
+    assert MHC.mhc_multilayer_recompute(initial, pre, outs, post, comb, layer_inputs, residuals) is None
+
+    r = initial
+    for i in range(layers):
+        li = torch.empty(seq, d, dtype=torch.bfloat16)
+        MHC.mhc_pre_apply_mix_fwd(r.reshape(seq, m, d), pre[i].reshape(seq, m), li)
+        assert torch.equal(layer_inputs[i].reshape(seq, d), li), i
+        if i < posts:
+            r = MHC.mhc_post_fwd(outs[i], r, post[i], comb[i])
+            assert torch.equal(residuals[i], r), i
+    with pytest.raises(ValueError, match="layer_output_list must hold"):
+        k = layers + 1                                     # neither L - 1 nor L
+        MHC.mhc_multilayer_recompute(initial, pre, [outs[0]] * k, [post[0]] * k, [comb[0]] * k, layer_inputs,
+                                     [residuals[0]] * k)
+
+
 # --- argument errors -------------------------------------------------------------------------------------------
 
 def test_argument_errors_name_the_argument():

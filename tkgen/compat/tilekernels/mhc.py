@@ -11,13 +11,13 @@ are flattened where 2.1.0's shapes allow it. Output tensors may have any strides
 Where 2.1.0 writes per-SM partial sums (mhc_head_compute_mix_bwd's `(num_sms, 1)` and `(num_sms, m)`), tkgen
 writes the whole sum into row 0 and zeros into the other rows, so the caller's `.sum(0)` is the sum.
 mhc_fn_normw_merge_bwd adds into fn_grad and normw_grad (as 2.1.0's kernel does). mhc_pre_big_fuse_fwd and
-mhc_multilayer_recompute are not built (NotImplementedError). Argument errors raise
+mhc_multilayer_recompute call the generated single-layer ops in sequence (2.1.0's contract: bit-equal to them). Argument errors raise
 TypeError (a wrong type or dtype) or ValueError (a wrong shape or value) naming the argument."""
 from __future__ import annotations
 
 import torch
 
-from .._common import missing, ops
+from .._common import ops
 
 RELEASE = "2.1.0"
 _F32, _BF16 = torch.float32, torch.bfloat16
@@ -41,12 +41,13 @@ def _shape(fn, name, t, shape):
 
 
 def _numel(fn, name, t, shape):
-    """`t` holds a tensor of `shape` (2.1.0 declares some outputs flat, e.g. (T, m * m) for (T, m, m))."""
+    """`t` holds a tensor of `shape` (2.1.0 declares some flat, e.g. (T, m * m) for (T, m, m), and callers pass
+    (n0, n1, m, 1) for (T, m)): the same elements, token-major."""
     n = 1
     for s in shape:
         n *= s
-    if t.numel() != n or (t.dim() > 0 and t.shape[0] != shape[0]):
-        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)} (or the same elements per token), "
+    if t.numel() != n:
+        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)} (or another of its elements), "
                          f"got {tuple(t.shape)}")
 
 
@@ -418,10 +419,97 @@ def mhc_fn_normw_merge_bwd(fn, normw, out_fn_grad, fn_grad, normw_grad):
         normw_grad.copy_(wa)
 
 
-# --- not built -------------------------------------------------------------------------------------------------
+# --- compositions: the big fuse and the multilayer recompute ---------------------------------------------------
+# 2.1.0's contract for both is bit-equality with the single-layer kernels called in sequence (operators-v1.md
+# 7.8, 7.9); tkgen calls its generated single-layer ops in that sequence.
 
-mhc_pre_big_fuse_fwd = missing("mhc.mhc_pre_big_fuse_fwd", RELEASE)
-mhc_multilayer_recompute = missing("mhc.mhc_multilayer_recompute", RELEASE)
+def mhc_pre_big_fuse_fwd(gemm_out_mul, gemm_out_sqrsum, mhc_scale, mhc_base, residual, post_mix, comb_mix,
+                         layer_input, rms_eps: float, mhc_pre_eps: float, mhc_sinkhorn_eps: float,
+                         mhc_post_mult_value: float, sinkhorn_repeat: int, n_splits: int = 16):
+    """The inference pre-block over the split-K GEMM's partials gemm_out_mul (n_splits, T, m3) and
+    gemm_out_sqrsum (n_splits, T): mixes = (the partials summed in split order) * rsqrt(sqrsum / (m * D) +
+    rms_eps) (one RMS group), split into pre, post and comb (mhc_pre_split_mixes_fwd), comb Sinkhorn-normalized
+    (mhc_sinkhorn_fwd with mhc_sinkhorn_eps and sinkhorn_repeat) and the residual (T, m, D) bf16 mixed by pre
+    (mhc_pre_apply_mix_fwd); writes post_mix (T, m), comb_mix (T, m * m) and layer_input (T, D)."""
+    fn = "mhc_pre_big_fuse_fwd"
+    _int(fn, "n_splits", n_splits, 1)
+    _int(fn, "sinkhorn_repeat", sinkhorn_repeat, 1)
+    rms_eps, pre_eps, sk_eps, pm = (_float(fn, n, v) for n, v in (
+        ("rms_eps", rms_eps), ("mhc_pre_eps", mhc_pre_eps), ("mhc_sinkhorn_eps", mhc_sinkhorn_eps),
+        ("mhc_post_mult_value", mhc_post_mult_value)))
+    _tensor(fn, "residual", residual, _BF16)
+    if residual.dim() < 3:
+        raise ValueError(f"{fn}: residual must be (T, m, D), got shape {tuple(residual.shape)}")
+    m, d = residual.shape[-2:]
+    t, m3 = residual.numel() // (m * d), m * (m + 2)
+    _tensor(fn, "gemm_out_mul", gemm_out_mul, _F32)
+    _shape(fn, "gemm_out_mul", gemm_out_mul, (n_splits, t, m3))
+    _tensor(fn, "gemm_out_sqrsum", gemm_out_sqrsum, _F32)
+    _shape(fn, "gemm_out_sqrsum", gemm_out_sqrsum, (n_splits, t))
+    _tensor(fn, "mhc_scale", mhc_scale, _F32)
+    _shape(fn, "mhc_scale", mhc_scale, (3,))
+    _tensor(fn, "mhc_base", mhc_base, _F32)
+    _shape(fn, "mhc_base", mhc_base, (m3,))
+    for name, v, shape in (("post_mix", post_mix, (t, m)), ("comb_mix", comb_mix, (t, m * m))):
+        _tensor(fn, name, v, _F32)
+        _numel(fn, name, v, shape)
+    _tensor(fn, "layer_input", layer_input, _BF16)
+    _numel(fn, "layer_input", layer_input, (t, d))
+    mixes, _, _ = ops().mhc_reduce_partials_and_rmsnorm(
+        gemm_out_mul.reshape(n_splits, t, 1, m3).contiguous(), gemm_out_sqrsum.reshape(n_splits, t, 1).contiguous(),
+        n_splits=n_splits, group_size=m * d, eps=rms_eps)
+    pre, post, comb = ops().mhc_pre_split_mixes(mixes, mhc_scale.contiguous(), mhc_base.contiguous(), m, pm,
+                                                pre_eps)
+    _write(post_mix, post)
+    _write(comb_mix, ops().sinkhorn_normalize(comb, sinkhorn_repeat, sk_eps))
+    _write(layer_input, ops().mhc_pre_apply_mix(residual.reshape(t, m, d).contiguous(), pre))
+
+
+def mhc_multilayer_recompute(initial_residual, pre_mix_list, layer_output_list, post_mix_list, comb_mix_list,
+                             layer_input_list, residual_list) -> None:
+    """Replays the residual stream through L = len(pre_mix_list) layers: R = initial_residual (..., m, D) bf16;
+    for each i < P = len(layer_output_list) (P is L - 1 or L): layer_input_list[i] = mhc_pre_apply_mix(R,
+    pre_mix_list[i]), then R = residual_list[i] = mhc_post(layer_output_list[i], R, post_mix_list[i],
+    comb_mix_list[i]); when L > P, layer_input_list[L - 1] = mhc_pre_apply_mix(R, pre_mix_list[L - 1]).
+    Writes the two output lists; returns None."""
+    fn = "mhc_multilayer_recompute"
+    lists = {"pre_mix_list": pre_mix_list, "layer_output_list": layer_output_list, "post_mix_list": post_mix_list,
+             "comb_mix_list": comb_mix_list, "layer_input_list": layer_input_list, "residual_list": residual_list}
+    for name, v in lists.items():
+        if not isinstance(v, (list, tuple)):
+            raise TypeError(f"{fn}: {name} must be a list of tensors, got {type(v).__name__}")
+    num_layers, num_post = len(pre_mix_list), len(layer_output_list)
+    if num_layers == 0:
+        raise ValueError(f"{fn}: pre_mix_list must hold at least one layer")
+    if len(layer_input_list) != num_layers:
+        raise ValueError(f"{fn}: layer_input_list must hold {num_layers} tensors (one per pre_mix_list entry), "
+                         f"got {len(layer_input_list)}")
+    for name in ("post_mix_list", "comb_mix_list", "residual_list"):
+        if len(lists[name]) != num_post:
+            raise ValueError(f"{fn}: {name} must hold {num_post} tensors (as layer_output_list), "
+                             f"got {len(lists[name])}")
+    if num_post not in (num_layers - 1, num_layers):
+        raise ValueError(f"{fn}: layer_output_list must hold {num_layers - 1} or {num_layers} tensors "
+                         f"(len(pre_mix_list) - 1 or len(pre_mix_list)), got {num_post}")
+    _tensor(fn, "initial_residual", initial_residual, _BF16)
+    if initial_residual.dim() < 3:
+        raise ValueError(f"{fn}: initial_residual must be (..., m, D), got shape {tuple(initial_residual.shape)}")
+    m, d = initial_residual.shape[-2:]
+    t = initial_residual.numel() // (m * d)
+    for name, dtype, shape in (("pre_mix_list", _F32, (t, m)), ("layer_output_list", _BF16, (t, d)),
+                               ("post_mix_list", _F32, (t, m)), ("comb_mix_list", _F32, (t, m * m)),
+                               ("layer_input_list", _BF16, (t, d)), ("residual_list", _BF16, (t, m * d))):
+        for i, v in enumerate(lists[name]):
+            _tensor(fn, f"{name}[{i}]", v, dtype)
+            _numel(fn, f"{name}[{i}]", v, shape)
+    r = initial_residual.reshape(t, m, d).contiguous()
+    for i in range(num_layers):
+        _write(layer_input_list[i], ops().mhc_pre_apply_mix(r, pre_mix_list[i].reshape(t, m).contiguous()))
+        if i < num_post:
+            r = ops().mhc_post(layer_output_list[i].reshape(t, d).contiguous(), r,
+                               post_mix_list[i].reshape(t, m).contiguous(),
+                               comb_mix_list[i].reshape(t, m, m).contiguous())
+            _write(residual_list[i], r)
 
 __all__ = ["expand_to_mhc_bwd", "expand_to_mhc_fwd", "mhc_head_compute_mix_bwd", "mhc_head_compute_mix_fwd",
            "mhc_multilayer_recompute", "mhc_fn_normw_merge_bwd", "mhc_fn_normw_merge_fwd",
