@@ -390,3 +390,20 @@ def test_every_entry_point_is_there():
     assert sorted(MHC.__all__) == sorted(names)
     from tkgen.compat.tilekernels.mhc import mhc_post_fwd       # importable by TileKernels' path
     assert mhc_post_fwd is MHC.mhc_post_fwd
+
+
+def test_the_bits_benchmark_runs_on_the_cpu(capsys):
+    """benchmarks/compat_mhc_bits.py end to end on the CPU (tkgen only: tile_kernels needs CUDA), two cheap
+    entry points: a markdown row per output."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "compat_mhc_bits.py"
+    spec = importlib.util.spec_from_file_location("compat_mhc_bits", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--device", "cpu", "--tokens", "16", "--reps", "1", "--warmup", "0",
+                       "--only", "mhc_sinkhorn_fwd,mhc_pre_split_mixes_fwd"]) == 0
+    out = capsys.readouterr().out
+    assert "| mhc_sinkhorn_fwd | out | tkgen only |" in out and "| comb_res_mix | tkgen only |" in out
+    assert bench.compare(torch.ones(3), torch.ones(3)) == "equal bits"
+    assert bench.compare(torch.ones(3), torch.tensor([1.0, 1.5, 1.0])).startswith("1 of 3 differ")
