@@ -5,7 +5,9 @@ over its consumers (TileKernels instead has its consumers add into a buffer hung
 by mhc_post's backward: the same sum, rounded to bf16 once here rather than at each addition there)."""
 from __future__ import annotations
 
-from .._common import into, missing, ops
+import torch
+
+from .._common import into, missing, ops, tensor_arg
 
 
 def _tokens(t, trailing):
@@ -21,7 +23,8 @@ def expand_to_mhc(hidden, mhc_mult: int, out=None):
 def mhc_pre_split_mixes(input_mixes, mhc_scale, mhc_base, mhc_mult: int, mhc_post_mult_value: float,
                         mhc_pre_eps: float):
     """input_mixes (n0, n1, m * (m + 2)) float32 -> pre (n0, n1, m, 1), post (n0, n1, m, 1), comb (n0, n1, m, m)."""
-    assert input_mixes.dim() == 3, "input_mixes must be (n0, n1, m * (m + 2))"
+    tensor_arg("modeling.mhc.ops.mhc_pre_split_mixes", "input_mixes", input_mixes, (torch.float32,), 3,
+               "(n0, n1, m * (m + 2))")
     n0, n1, _ = input_mixes.shape
     m = mhc_mult
     pre, post, comb = ops().mhc_pre_split_mixes(_tokens(input_mixes, 1), mhc_scale, mhc_base, m,
@@ -52,7 +55,7 @@ def mhc_post(x, residual, post_layer_mix, comb_res_mix, out=None):
 
 def mhc_head_compute_mix(input_mix, mhc_scale, mhc_base, mhc_pre_eps: float):
     """input_mix (n0, n1, m) float32, mhc_scale (1,), mhc_base (m,) -> sigmoid(x * scale + base) + pre_eps."""
-    assert input_mix.dim() == 3, "input_mix must be (n0, n1, m)"
+    tensor_arg("modeling.mhc.ops.mhc_head_compute_mix", "input_mix", input_mix, (torch.float32,), 3, "(n0, n1, m)")
     res = ops().mhc_head_compute_mix(_tokens(input_mix, 1), mhc_scale.reshape(1), mhc_base, float(mhc_pre_eps))
     return res.reshape(input_mix.shape)
 
