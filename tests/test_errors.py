@@ -76,3 +76,34 @@ def test_swiglu_backward_and_per_token_cast_params():
         ops.swiglu_backward_and_per_token_cast(q, sf, g, 128, scale="ue8m0")     # a word would straddle a | b
     with pytest.raises(TypeError, match=r"`q` holds e4m3 codes and must have dtype torch.float8_e4m3fn"):
         ops.swiglu_backward_and_per_token_cast(q.float(), sf, g, 128)
+
+
+def _recompile_topk_gate(monkeypatch, capsys):
+    """A call of topk_gate whose kernel is built afresh (the in-process caches emptied) and made to take
+    0.3 s, past a lowered announcement threshold; its stderr."""
+    from tkgen.runtime import compile as C
+    s = torch.zeros(2, 16)
+    ops.topk_gate(s, 2)                                    # compiled (or read from the disk cache) once
+    capsys.readouterr()
+    monkeypatch.setattr(C, "_CACHE", {})
+    monkeypatch.delitem(ops.topk_gate.__globals__["OP"].__dict__, "_site")
+    monkeypatch.setattr(C, "ANNOUNCE_AFTER", 0.05)
+    build = C.build
+    monkeypatch.setattr(C, "build", lambda *a, **k: (__import__("time").sleep(0.3), build(*a, **k))[1])
+    ops.topk_gate(s, 2)
+    return capsys.readouterr().err
+
+
+def test_a_first_call_that_compiles_says_so_once(monkeypatch, capsys):
+    monkeypatch.delenv("TKGEN_QUIET", raising=False)
+    err = _recompile_topk_gate(monkeypatch, capsys).splitlines()
+    assert len(err) == 2, err
+    assert err[0].startswith("tkgen: compiling topk_gate (base, 16, 2) for cpu: a first call") and "TKGEN_QUIET" in err[0]
+    assert err[1].startswith("tkgen: compiled topk_gate (base, 16, 2) for cpu in ") and err[1].endswith(" s")
+    ops.topk_gate(torch.zeros(5, 16), 2)                  # the same specialization: silent
+    assert capsys.readouterr().err == ""
+
+
+def test_tkgen_quiet_silences_the_compile_line(monkeypatch, capsys):
+    monkeypatch.setenv("TKGEN_QUIET", "1")
+    assert _recompile_topk_gate(monkeypatch, capsys) == ""
