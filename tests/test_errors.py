@@ -107,3 +107,20 @@ def test_a_first_call_that_compiles_says_so_once(monkeypatch, capsys):
 def test_tkgen_quiet_silences_the_compile_line(monkeypatch, capsys):
     monkeypatch.setenv("TKGEN_QUIET", "1")
     assert _recompile_topk_gate(monkeypatch, capsys) == ""
+
+
+def test_a_choice_named_by_a_dim_is_accepted_where_it_is_listed():
+    """group="H" (listed by `tkgen show` and by the error above) means one scale per row: the size of H,
+    on the fast path, through the dispatcher (an input that requires grad) and under torch.compile."""
+    x = torch.randn(4, 96, dtype=torch.bfloat16)
+    want = ops.per_token_cast(x, group=96)
+    for got in (ops.per_token_cast(x, group="H"), ops.per_token_cast(x, group="H"),       # built, then fast
+                torch.compile(lambda t: ops.per_token_cast(t, group="H"), fullgraph=True, backend="eager")(x)):
+        assert got[1].shape == (4, 1)
+        assert torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(got[1], want[1])
+    xf = x.float().requires_grad_()
+    assert torch.equal(ops.per_token_cast(xf, group="H")[1], ops.per_token_cast(x.float(), group=96)[1])
+    q, sf = want
+    assert torch.equal(ops.cast_back(q, sf, "e4m3", block="H"), ops.cast_back(q, sf, "e4m3", block=96))
+    with pytest.raises(ValueError, match=r"`group` must be one of 32, 64, 128, H \(= 96 here\); got 'T'"):
+        ops.per_token_cast(x, group="T")

@@ -204,7 +204,12 @@ def op_module(catalog, spec, header):
                       f"{' and '.join(f'`{n}`' for n in block['names'])} (docs/api-conventions.md).", first=False)
         doc = doc.replace("\n    \n    Returns:", "".join("\n    " + line for line in entry) + "\n    \n    Returns:")
     formats = [p.name for p in spec.params.values() if p.structural and set(map(str, p.choices or ())) & FORMAT_NAMES]
+    # params with a choice that names a dim (group: [32, 64, 128, H]): the check resolves it to the size,
+    # which the custom op (an int param) is then given
+    symbolic = [p.name for p in spec.params.values() if not p.structural and
+                any(isinstance(c, str) and c in spec.dims for c in p.choices or ())]
     return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
+                  symbolic=symbolic,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
                   plain_args=plain_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated,
