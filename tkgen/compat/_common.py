@@ -43,9 +43,9 @@ def require(ok: bool, name: str, arg: str, rule: str, error=ValueError):
         raise error(f"{name}: `{arg}` {rule}")
 
 
-def tensor_arg(name: str, arg: str, t, dtypes, rank=None, what: str = ""):
-    """Check that `t` is a torch.Tensor of one of `dtypes` and, unless None, of rank `rank` (TypeError,
-    ValueError), naming the argument; `what` describes its shape in the message ("[T, K]")."""
+def tensor_arg(name: str, arg: str, t, dtypes, rank=None, what: str = "", min_rank: int = 0):
+    """Check that `t` is a torch.Tensor of one of `dtypes` and, unless None, of rank `rank`, and at least
+    `min_rank` (TypeError, ValueError), naming the argument; `what` describes its shape ("[T, K]")."""
     shape = f" {what}" if what else ""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: `{arg}` must be a torch.Tensor{shape}, got {type(t).__name__}")
@@ -53,6 +53,8 @@ def tensor_arg(name: str, arg: str, t, dtypes, rank=None, what: str = ""):
         raise TypeError(f"{name}: `{arg}` must have dtype {' or '.join(map(str, dtypes))}, got {t.dtype}")
     if rank is not None and t.dim() != rank:
         raise ValueError(f"{name}: `{arg}` must have rank {rank}{shape}, got shape {tuple(t.shape)}")
+    if t.dim() < min_rank:
+        raise ValueError(f"{name}: `{arg}` must have rank {min_rank} or more{shape}, got shape {tuple(t.shape)}")
 
 
 def value_bounds(*tensors):
@@ -130,8 +132,16 @@ def into(out, result):
     return out
 
 
+CODE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8, torch.uint8)
+
+
 def quant_tensor(name, x):
+    """(codes, scales) of a quantized argument `x`: 8-bit codes [rows, cols] and a scale tensor."""
+    require(isinstance(x, (tuple, list, torch.Tensor)), name, "x",
+            f"must be a (codes, scales) pair, got {type(x).__name__}", TypeError)
     need(isinstance(x, (tuple, list)) and len(x) == 2, name, "without a (tensor, scales) pair")
+    tensor_arg(name, "x", x[0], CODE_DTYPES, 2, "(codes [rows, cols], scales)")
+    tensor_arg(name, "x", x[1], (torch.float32, torch.int32, torch.float8_e4m3fn), None, "(codes, scales)")
     return x[0], x[1]
 
 
@@ -139,12 +149,17 @@ def element_format(name, q: torch.Tensor, special=None) -> str:
     if special is not None:
         need(special == "e5m6" and q.dtype == torch.uint8, name, f"with x_special_fmt={special!r}")
         return "e5m6"
+    require(q.element_size() == 1, name, "x", f"must hold 8-bit codes (float8_e4m3fn, float8_e5m2, int8), got "
+                                             f"{q.dtype}", TypeError)
     need(q.dtype in ELEMENT_OF_DTYPE, name, f"of {q.dtype} codes")
     return ELEMENT_OF_DTYPE[q.dtype]
 
 
-def out_format(dtype: torch.dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
+def out_format(dtype: torch.dtype, name: str = "tkgen.compat", arg: str = "x") -> str:
+    """"bf16" or "fp32" for the dtype of argument `arg` (TypeError naming it otherwise)."""
+    fmt = {torch.bfloat16: "bf16", torch.float32: "fp32"}.get(dtype)
+    require(fmt is not None, name, arg, f"must have dtype torch.bfloat16 or torch.float32, got {dtype}", TypeError)
+    return fmt
 
 
 def int_arg(name: str, arg: str, v, lo: int, hi=None):

@@ -65,6 +65,7 @@ def per_token_cast_back(x, fmt: str, num_per_channels: int, x_special_fmt: Optio
 def per_token_cast_and_cast_back(x, fmt: str, num_per_channels: int, round_sf=False, use_e4m3_sf=False):
     """In place: x becomes its own per-token cast, cast back into x's dtype."""
     scale = scale_format("quant.per_token_cast_and_cast_back", round_sf, False, use_e4m3_sf)
+    tensor_arg("quant.per_token_cast_and_cast_back", "x", x, (torch.bfloat16, torch.float32))
     x.copy_(ops().per_token_cast_and_cast_back(x, fmt, num_per_channels, scale, out_format(x.dtype)))
 
 
@@ -240,6 +241,7 @@ def norm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_cha
 
 def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: float = 1.0, weight_grad=None):
     """(x_grad, weight_grad or None); a given `weight_grad` is accumulated into."""
+    tensor_arg("quant.norm_backward", "out_grad", out_grad, (torch.bfloat16, torch.float32), 2, "[T, H]")
     x_grad, _, wg = ops().rmsnorm_backward(out_grad, x, rstd, weight, residual_out_grad, out_scale)
     if weight is None:
         return x_grad, None
@@ -253,7 +255,7 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
     """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype (float32 or bfloat16), the
     last dim doubled, element 2i from the low nibble."""
     name = "quant.unpack_from_e2m1fn_x2"
-    need(x.dtype in (torch.int8, torch.uint8), name, f"of a {x.dtype} tensor")
+    tensor_arg(name, "x", x, (torch.int8, torch.uint8))
     need(out_dtype in (torch.float32, torch.bfloat16), name, f"into {out_dtype}")
     shape = (*x.shape[:-1], 2 * x.shape[-1])
     if x.numel() == 0:

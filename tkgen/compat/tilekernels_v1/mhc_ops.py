@@ -16,6 +16,7 @@ def _tokens(t, trailing):
 
 def expand_to_mhc(hidden, mhc_mult: int, out=None):
     """(..., D) bf16 -> (..., mhc_mult, D), every stream a copy of hidden."""
+    tensor_arg("modeling.mhc.ops.expand_to_mhc", "hidden", hidden, (torch.bfloat16,), None, "(..., D)", min_rank=1)
     res = ops().expand_to_mhc(_tokens(hidden, 1), mhc_mult)
     return into(out, res.reshape(*hidden.shape[:-1], mhc_mult, hidden.shape[-1]))
 
@@ -34,12 +35,14 @@ def mhc_pre_split_mixes(input_mixes, mhc_scale, mhc_base, mhc_mult: int, mhc_pos
 
 def sinkhorn_normalize(x, repeat: int = 10, eps: float = 1e-6):
     """(..., n, n) float32: softmax over rows + eps, then 2 * repeat - 1 column and row normalizations."""
+    tensor_arg("modeling.mhc.ops.sinkhorn_normalize", "x", x, (torch.float32,), None, "(..., n, n)", min_rank=2)
     n = x.shape[-1]
     return ops().sinkhorn_normalize(_tokens(x, 2), repeat, float(eps)).reshape(x.shape[:-2] + (n, n))
 
 
 def mhc_pre_apply_mix(x, mix, out=None):
     """x (..., m, D) bf16, mix (..., m, 1) float32 -> (..., D) bf16: the streams weighted and added in order."""
+    tensor_arg("modeling.mhc.ops.mhc_pre_apply_mix", "x", x, (torch.bfloat16,), None, "(..., m, D)", min_rank=2)
     m, d = x.shape[-2:]
     res = ops().mhc_pre_apply_mix(_tokens(x, 2), mix.reshape(-1, m))
     return into(out, res.reshape(*x.shape[:-2], d))

@@ -19,6 +19,7 @@ def normalize_weight(topk_weights):
 def mask_indices_by_tp(indices, n: int, num_ep_ranks: int, tp_rank: int, num_tp_ranks: int):
     """The indices of every EP rank mapped to this TP rank's experts (-1 where another rank has them), in
     the dtype and shape of `indices` (int32 is taken as int64 and back: the values fit)."""
+    tensor_arg("moe.mask_indices_by_tp", "indices", indices, (torch.int32, torch.int64))
     rows = indices.reshape(-1, indices.shape[-1]) if indices.dim() and indices.shape[-1] <= _MAX_K \
         else indices.reshape(-1, 1)
     out = ops().mask_indices_by_tp(rows.to(torch.int64).contiguous(), n, num_ep_ranks, tp_rank, num_tp_ranks)
