@@ -221,3 +221,18 @@ def test_routing_checks_name_the_argument_and_the_rule():
         tk1.moe.inplace_unique_group_indices(torch.tensor([[0, 200]]), 128)
     with pytest.raises(TypeError, match="`pos_to_expert` must have dtype torch.int32"):
         tk1.moe.expand_to_fused(torch.zeros(1, 32), torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1))
+
+
+def test_tkgen_ops_drop_positions_outside_the_rows_as_their_references_do():
+    """tkgen.ops' expand_to_fused and reduce_fused (unlike the compat functions, which reject them) document
+    a position outside [0, rows) as skipped (expand: nothing stored; reduce: the row reads 0): the kernel
+    and the reference agree on it."""
+    import tkgen.ops as ops
+    x = torch.randn(3, 32)
+    t2p = torch.tensor([[0, 100000], [-5, 2], [1, 7]], dtype=torch.int32)
+    p2e = torch.tensor([0, 0, 1, -1], dtype=torch.int32)
+    assert torch.equal(ops.expand_to_fused(x, t2p, p2e), _ref("expand_to_fused")(x, t2p, p2e)[0])
+    xe = torch.randn(4, 32)
+    ref = importlib.import_module(registry.op_package("reduce_fused").__name__ + ".reference")
+    assert torch.equal(ops.reduce_fused(xe, t2p, out_format="fp32"),
+                       ref.VARIANTS["fp32"](xe, None, None, None, t2p)[0])
