@@ -106,3 +106,46 @@ def test_debug_keeps_the_traceback(capsys):
     from tkgen.cli import UsageError, main
     with pytest.raises(UsageError, match="unknown op"):
         main(["--debug", "show", "per_token_cst"])
+
+
+def test_progress_of_long_commands():
+    """validate and generate report progress on stderr: a counter rewritten in place on a terminal, else
+    a line every `every` seconds (none for a short run)."""
+    import io
+    from tkgen.cli import progress_printer
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    log = io.StringIO()
+    step = progress_printer("validated", 3, every=0.0, stream=log)
+    for i in range(1, 4):
+        step(i, f"spec{i}.yaml")
+    assert log.getvalue().splitlines() == ["tkgen: validated 1/3 (0 s)", "tkgen: validated 2/3 (0 s)"]
+    quiet = io.StringIO()
+    step = progress_printer("validated", 3, stream=quiet)         # every 10 s: nothing in a short run
+    for i in range(1, 4):
+        step(i, "x")
+    assert quiet.getvalue() == ""
+    tty = Tty()
+    step = progress_printer("rendered", 2, stream=tty)
+    step(1, "per_token_cast")
+    step(2, "topk_gate")
+    assert "\rrendered 1/2 per_token_cast" in tty.getvalue() and "\n" not in tty.getvalue()
+    assert tty.getvalue().endswith("\r")                               # cleared: the summary follows
+
+
+def test_validate_and_generate_call_the_progress(capsys, monkeypatch):
+    """The commands pass a step per spec (per file validated, per op rendered)."""
+    import tkgen.cli as cli
+    seen = []
+    monkeypatch.setattr(cli, "progress_printer", lambda verb, total, **k: lambda i, name: seen.append((verb, i, total)))
+    from tkgen import registry
+    path = str(registry.specs_dir() / "moe" / "topk_gate.yaml")
+    assert cli.main(["validate", path]) == 0
+    assert seen == [("validated", 1, 1)]
+    seen.clear()
+    assert cli.main(["generate", "--check"]) == 0
+    assert seen and seen[-1][0] == "rendered" and seen[-1][1] == seen[-1][2] and len(seen) == seen[-1][2]
+    capsys.readouterr()
