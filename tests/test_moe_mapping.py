@@ -221,6 +221,14 @@ def test_routing_checks_name_the_argument_and_the_rule():
         tk1.moe.inplace_unique_group_indices(torch.tensor([[0, 200]]), 128)
     with pytest.raises(TypeError, match="`pos_to_expert` must have dtype torch.int32"):
         tk1.moe.expand_to_fused(torch.zeros(1, 32), torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1))
+    import tkgen.nn.functional as F           # the differentiable steps: their backward stores at the positions
+    twice, p2e = torch.tensor([[0, 1], [1, -1]], dtype=torch.int32), torch.zeros(4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="moe_expand: `token_topk_to_pos` must hold distinct positions"):
+        F.moe_expand(torch.zeros(2, 32), twice, p2e)
+    with pytest.raises(ValueError, match="moe_reduce: `token_topk_to_pos` must hold distinct positions"):
+        F.moe_reduce(torch.zeros(4, 32), None, twice, p2e)
+    with pytest.raises(ValueError, match=r"moe_reduce: `token_topk_to_pos` must hold values in \[-1, 3\]"):
+        F.moe_reduce(torch.zeros(4, 32), None, twice + 4, p2e)
 
 
 def test_tkgen_ops_drop_positions_outside_the_rows_as_their_references_do():

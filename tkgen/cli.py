@@ -197,6 +197,8 @@ def cmd_fuzz(args):
         return 2
     if args.op:
         known_op(args.op)
+    if args.all:          # the campaign's own progress line says what runs: no line per compiled kernel
+        os.environ.setdefault("TKGEN_QUIET", "1")
     if args.replay:
         case = json.loads(args.replay)
         try:

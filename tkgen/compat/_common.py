@@ -172,7 +172,10 @@ def int_arg(name: str, arg: str, v, lo: int, hi=None):
 def checks_values(t: torch.Tensor, no_sync: bool = False) -> bool:
     """Whether the routing checks read `t`'s values: always on the CPU; on CUDA unless the caller asked for
     no synchronisation (force_no_sync) or a CUDA graph is being captured, where reading a value back is
-    not allowed; the caller then vouches for the values, as with TileKernels."""
+    not allowed; the caller then vouches for the values, as with TileKernels. Not while torch.compile
+    traces (fake tensors have no values)."""
+    if torch.compiler.is_compiling():      # traced: no value to read (the ops check what they can)
+        return False
     if t.device.type != "cuda":
         return True
     return not no_sync and not torch.cuda.is_current_stream_capturing()

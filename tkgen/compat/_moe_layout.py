@@ -10,7 +10,7 @@ from ._common import need, ops, positions, require, tensor_arg
 def expand_to_fused(x: torch.Tensor, token_topk_to_pos: torch.Tensor, pos_to_expert: torch.Tensor):
     """(T_exp, H): row token_topk_to_pos[t, k] is x[t]; the padding rows are zero. The positions must be
     distinct and in [-1, T_exp) (ValueError otherwise: one read-back of their bounds)."""
-    _expanded("moe.expand_to_fused", token_topk_to_pos, pos_to_expert)
+    checked_mapping("moe.expand_to_fused", token_topk_to_pos, pos_to_expert)
     return ops().expand_to_fused(x, token_topk_to_pos, pos_to_expert)
 
 
@@ -21,16 +21,16 @@ def expand_to_fused_with_sf(x, num_per_channels: int, token_topk_to_pos: torch.T
     require(isinstance(x, (tuple, list)) and len(x) == 2, name, "x", "must be a (codes, scales) pair", TypeError)
     q, sf = x
     require(num_per_channels in (32, 128), name, "num_per_channels", f"must be 32 or 128, got {num_per_channels!r}")
-    _expanded(name, token_topk_to_pos, pos_to_expert)
+    checked_mapping(name, token_topk_to_pos, pos_to_expert)
     need(not use_tma_aligned_col_major_sf, "moe.expand_to_fused_with_sf",
          "with use_tma_aligned_col_major_sf=True (a column-major layout of rows stored at positions)")
     tensor_arg(name, "x[1] (the scales)", sf, (torch.float32, torch.int32), 2, "[T, S]")
     return ops().expand_to_fused_with_sf(q, sf.contiguous(), token_topk_to_pos, pos_to_expert)
 
 
-def _expanded(name, token_topk_to_pos, pos_to_expert):
-    """The mapping a layout is stored by: distinct positions within the rows pos_to_expert gives, which holds
-    an expert or -1 per row."""
+def checked_mapping(name, token_topk_to_pos, pos_to_expert):
+    """The mapping of a layout stored into (or whose gradient is): distinct positions within the rows
+    pos_to_expert gives, which holds an expert or -1 per row."""
     tensor_arg(name, "pos_to_expert", pos_to_expert, (torch.int32,), 1, "[T_exp]")
     positions(name, "token_topk_to_pos", token_topk_to_pos, pos_to_expert.shape[0], distinct=True,
               others=(("pos_to_expert", pos_to_expert, -1, 2 ** 31 - 1),))
