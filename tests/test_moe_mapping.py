@@ -215,8 +215,8 @@ def test_routing_checks_name_the_argument_and_the_rule():
         tk1.moe.get_fused_mapping(idx, 8, 0, 0)
     with pytest.raises(ValueError, match=r"`num_experts` must be an integer in \[1, 1024\], got 0"):
         tk1.moe.get_fused_mapping(idx, 0, 0, 16)
-    with pytest.raises(ValueError, match="`group_idx` must hold values at most 3"):
-        tk1.moe.group_count(torch.tensor([[0, 5]]), 4)
+    with pytest.raises(ValueError, match="`topk_idx` must hold values at most 3"):
+        tk1.moe.aux_fi(torch.tensor([[0, 5]]), 4, 2)
     with pytest.raises(ValueError, match="`group_indices` must hold values at most 127"):
         tk1.moe.inplace_unique_group_indices(torch.tensor([[0, 200]]), 128)
     with pytest.raises(TypeError, match="`pos_to_expert` must have dtype torch.int32"):

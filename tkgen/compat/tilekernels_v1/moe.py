@@ -34,9 +34,10 @@ def _counted(name, arg, ids, num, what):
 
 
 def group_count(group_idx, num_groups: int):
-    """int32 [num_groups]: how many entries of group_idx [T, K] hold each group (negative ones count nothing)."""
+    """int32 [num_groups]: how many entries of group_idx [T, K] hold each group in [0, num_groups) (others,
+    negative or past the groups, count nothing: a count of some groups only is a use)."""
     int_arg("moe.group_count", "num_groups", num_groups, 1, 1024)
-    _counted("moe.group_count", "group_idx", group_idx, num_groups, "groups")
+    tensor_arg("moe.group_count", "group_idx", group_idx, (torch.int64,), 2, "[T, K]")
     return ops().group_count(group_idx, num_groups)
 
 
