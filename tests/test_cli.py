@@ -36,3 +36,116 @@ def test_fuzz_campaign_over_every_op_writes_a_summary(tmp_path):
     assert all(o["failure"] is None and o["examples"] == 1 for o in data["ops"].values())
     assert data["per_second"] > 0 and f"{len(op_names())} examples of {len(op_names())} op(s)" in r.stdout
     assert run("fuzz").returncode == 2 and run("fuzz", "topk_gate", "--all").returncode == 2
+
+
+# unknown ops, files and archs: one line on stderr with the closest names, exit code 2, no traceback
+# (in-process through tkgen.tools.cli.main; --debug raises instead)
+def _main(capsys, *args):
+    from tkgen.tools.cli import main
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _one_line(err, *words):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert all(w in lines[0] for w in words), err
+
+
+def test_show_unknown_op(capsys):
+    rc, _, err = _main(capsys, "show", "per_token_cst")
+    assert rc == 2
+    _one_line(err, "tkgen show: unknown op 'per_token_cst'", "did you mean per_token_cast")
+
+
+def test_fuzz_unknown_op(capsys):
+    rc, _, err = _main(capsys, "fuzz", "per_tokn_cast", "--examples", "1")
+    assert rc == 2
+    _one_line(err, "unknown op 'per_tokn_cast'", "did you mean per_token_cast")
+
+
+def test_validate_missing_file(capsys, tmp_path):
+    rc, _, err = _main(capsys, "validate", str(tmp_path / "nonexistent.yaml"))
+    assert rc == 2
+    _one_line(err, "tkgen validate: no such spec file or directory", "nonexistent.yaml")
+    rc, _, err = _main(capsys, "validate", "per_token_cast.yaml")        # a spec's name, not its path
+    assert rc == 2
+    _one_line(err, "did you mean", "specs/quant/per_token_cast.yaml")
+
+
+def test_generate_missing_specs_directory(capsys, tmp_path):
+    from tkgen import registry
+    rc, _, err = _main(capsys, "--specs", str(registry.specs_dir()) + "z", "generate", "--out", str(tmp_path))
+    assert rc == 2
+    _one_line(err, "tkgen generate: no such specs directory", f"did you mean {registry.specs_dir()}?")
+    assert not any(tmp_path.iterdir())
+
+
+def test_bench_unknown_op_and_adapters(capsys, tmp_path):
+    rc, _, err = _main(capsys, "bench", "topk_gat", "--device", "cpu", "--out", str(tmp_path))
+    assert rc == 2
+    _one_line(err, "tkgen bench: unknown op 'topk_gat'", "did you mean topk_gate")
+    rc, _, err = _main(capsys, "bench", "topk_gate", "--device", "cpu", "--adapters", str(tmp_path / "nope.py"),
+                       "--out", str(tmp_path))
+    assert rc == 2
+    _one_line(err, "no such adapters file")
+
+
+def test_tune_unknown_op_and_arch(capsys):
+    rc, _, err = _main(capsys, "tune", "topk_gat", "--device", "cpu", "--dry-run")
+    assert rc == 2
+    _one_line(err, "tkgen tune: unknown op 'topk_gat'", "did you mean topk_gate")
+    rc, _, err = _main(capsys, "tune", "topk_gate", "--device", "cpu", "--arch", "sm9", "--dry-run")
+    assert rc == 2
+    _one_line(err, "unknown arch 'sm9'", "did you mean sm90")
+
+
+def test_debug_keeps_the_traceback(capsys):
+    import pytest
+    from tkgen.tools.cli import UsageError, main
+    with pytest.raises(UsageError, match="unknown op"):
+        main(["--debug", "show", "per_token_cst"])
+
+
+def test_progress_of_long_commands():
+    """validate and generate report progress on stderr: a counter rewritten in place on a terminal, else
+    a line every `every` seconds (none for a short run)."""
+    import io
+    from tkgen.tools.cli import progress_printer
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    log = io.StringIO()
+    step = progress_printer("validated", 3, every=0.0, stream=log)
+    for i in range(1, 4):
+        step(i, f"spec{i}.yaml")
+    assert log.getvalue().splitlines() == ["tkgen: validated 1/3 (0 s)", "tkgen: validated 2/3 (0 s)"]
+    quiet = io.StringIO()
+    step = progress_printer("validated", 3, stream=quiet)         # every 10 s: nothing in a short run
+    for i in range(1, 4):
+        step(i, "x")
+    assert quiet.getvalue() == ""
+    tty = Tty()
+    step = progress_printer("rendered", 2, stream=tty)
+    step(1, "per_token_cast")
+    step(2, "topk_gate")
+    assert "\rrendered 1/2 per_token_cast" in tty.getvalue() and "\n" not in tty.getvalue()
+    assert tty.getvalue().endswith("\r")                               # cleared: the summary follows
+
+
+def test_validate_and_generate_call_the_progress(capsys, monkeypatch):
+    """The commands pass a step per spec (per file validated, per op rendered)."""
+    import tkgen.tools.cli as cli
+    seen = []
+    monkeypatch.setattr(cli, "progress_printer", lambda verb, total, **k: lambda i, name: seen.append((verb, i, total)))
+    from tkgen import registry
+    path = str(registry.specs_dir() / "moe" / "topk_gate.yaml")
+    assert cli.main(["validate", path]) == 0
+    assert seen == [("validated", 1, 1)]
+    seen.clear()
+    assert cli.main(["generate", "--check"]) == 0
+    assert seen and seen[-1][0] == "rendered" and seen[-1][1] == seen[-1][2] and len(seen) == seen[-1][2]
+    capsys.readouterr()

@@ -318,7 +318,7 @@ def test_image_tokens_bypass_the_gate_forward_and_in_place():
     assert torch.equal(bits(got[0][mask]), bits(x[mask]))           # x unchanged, bit for bit
     for a, b in zip(got, plain):                                    # the other tokens as without the mask
         assert torch.equal(bits(a[~mask]), bits(b[~mask]))
-    with pytest.raises(AssertionError, match="inplace is incompatible with save_for_backward"):
+    with pytest.raises(ValueError, match="`inplace` is incompatible with save_for_backward"):
         tk.engram.engram_gate_fwd(x.clone(), kv, w, 1e-20, 1e-6, image_token_mask=mask, inplace=True)
     xs = x.clone()
     res = tk.engram.engram_gate_fwd(xs, kv, w, 1e-20, 1e-6, save_for_backward=False, image_token_mask=mask,

@@ -83,7 +83,7 @@ def test_reduce_fused_scales_and_fp8():
         ref = fma_fold(x[p].float(), (w[t, ks] * x_sf[p])) * sf
         ref = ref.clamp(-448, 448).to(torch.float8_e4m3fn)
         assert torch.equal(got[t].view(torch.uint8), ref.view(torch.uint8)), t
-    with pytest.raises(AssertionError):
+    with pytest.raises(ValueError, match="`sf` is given only with an FP8 output"):
         tk.moe.reduce_fused(x, w, pos, sf=sf)                    # sf only with an FP8 output
     into = torch.empty(T, H, dtype=torch.bfloat16)
     assert tk.moe.reduce_fused(x, None, pos, out=into) is into

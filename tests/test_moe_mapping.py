@@ -219,3 +219,100 @@ def test_launches_one_prefix_group_up_to_131072_pairs(monkeypatch, tokens, launc
     assert calls == launches and mapping.chunk_for(idx.numel()) == 512
     pos, aligned, start = oracle(idx, 256, 16)
     assert torch.equal(out[3], pos) and torch.equal(out[6], aligned) and torch.equal(out[4], start)
+
+
+# (experts, k, alignment) of the property test below: shapes the tests above compile already
+CHECKED = [SHAPES[1], SHAPES[2]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.sampled_from(CHECKED), tokens=st.integers(1, 12), data=st.data())
+def test_routing_inputs_rejected_or_equal_to_the_reference(shape, tokens, data):
+    """Ids drawn past both ends of [-1, E) and repeated in a row, positions corrupted out of range or onto
+    another's row: what the checks reject raises ValueError naming the argument; what they admit equals
+    the generated references (the mapping chain, the argsort oracle, expand and reduce)."""
+    num_experts, k, alignment = shape
+    ids = data.draw(st.lists(st.lists(st.integers(-3, num_experts + 2), min_size=k, max_size=k),
+                             min_size=tokens, max_size=tokens))
+    idx = torch.tensor(ids, dtype=torch.int64)
+    if ((idx < -1) | (idx >= num_experts)).any():
+        with pytest.raises(ValueError, match=r"`topk_idx` must hold values in \[-1, "):
+            tk1.moe.get_fused_mapping(idx, num_experts, 0, alignment)
+        return
+    out = tk1.moe.get_fused_mapping(idx, num_experts, 0, alignment)
+    check_invariants(out, idx, num_experts, alignment)
+    for got, want in zip(out[:7], reference_chain(idx, num_experts, out[0].numel(), alignment)):
+        assert torch.equal(got, want.to(got.dtype))
+    assert torch.equal(out[3], oracle(idx, num_experts, alignment)[0])
+    p2e, t2p = out[0], out[3].clone()
+    rows = p2e.numel()
+    corrupt = data.draw(st.sampled_from(["none", "past", "below", "twice"]))
+    valid = (t2p >= 0).nonzero()
+    if corrupt == "past":
+        t2p[0, 0] = rows + data.draw(st.integers(0, 100000))
+    elif corrupt == "below":
+        t2p[0, 0] = data.draw(st.integers(-1000, -2))
+    elif corrupt == "twice" and len(valid) >= 2:
+        (a, b), (c, d) = valid[0].tolist(), valid[-1].tolist()
+        t2p[a, b] = t2p[c, d]
+    else:
+        corrupt = "none"
+    x = torch.randint(-8, 8, (tokens, 32)).float()
+    w = torch.randint(1, 4, (tokens, k)).float()
+    if corrupt == "none":
+        expanded = tk1.moe.expand_to_fused(x, t2p, p2e)
+        assert torch.equal(expanded, _ref("expand_to_fused")(x, t2p, p2e)[0])
+    else:
+        with pytest.raises(ValueError, match="`token_topk_to_pos` must hold"):
+            tk1.moe.expand_to_fused(x, t2p, p2e)
+        expanded = torch.randint(-8, 8, (rows, 32)).float()
+    if corrupt in ("past", "below"):
+        with pytest.raises(ValueError, match=r"`token_topk_to_pos` must hold values in \[-1, "):
+            tk1.moe.reduce_fused(expanded, w, t2p)
+    else:       # reading a row twice is well defined
+        ref = importlib.import_module(registry.op_package("reduce_fused").__name__ + ".reference")
+        want, = ref.VARIANTS["fp32_with_topk_weights"](expanded, w, None, None, t2p)
+        assert torch.equal(tk1.moe.reduce_fused(expanded, w, t2p), want)
+
+
+def test_routing_checks_name_the_argument_and_the_rule():
+    idx = torch.tensor([[1, 9], [9, 9]])
+    with pytest.raises(ValueError, match=r"`topk_idx` must hold values in \[-1, 7\].*found 9"):
+        tk1.moe.get_fused_mapping(idx, 8, 0, 16)
+    with pytest.raises(TypeError, match="`topk_idx` must have dtype torch.int64, got torch.int32"):
+        tk1.moe.get_fused_mapping(idx.int(), 8, 0, 16)
+    with pytest.raises(ValueError, match="`topk_idx` must have rank 2"):
+        tk1.moe.get_fused_mapping(idx.view(-1), 8, 0, 16)
+    with pytest.raises(ValueError, match="`alignment` must be an integer >= 1, got 0"):
+        tk1.moe.get_fused_mapping(idx, 8, 0, 0)
+    with pytest.raises(ValueError, match=r"`num_experts` must be an integer in \[1, 1024\], got 0"):
+        tk1.moe.get_fused_mapping(idx, 0, 0, 16)
+    with pytest.raises(ValueError, match="`topk_idx` must hold values at most 3"):
+        tk1.moe.aux_fi(torch.tensor([[0, 5]]), 4, 2)
+    with pytest.raises(ValueError, match="`group_indices` must hold values at most 127"):
+        tk1.moe.inplace_unique_group_indices(torch.tensor([[0, 200]]), 128)
+    with pytest.raises(TypeError, match="`pos_to_expert` must have dtype torch.int32"):
+        tk1.moe.expand_to_fused(torch.zeros(1, 32), torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1))
+    import tkgen.nn.functional as F           # the differentiable steps: their backward stores at the positions
+    twice, p2e = torch.tensor([[0, 1], [1, -1]], dtype=torch.int32), torch.zeros(4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="moe_expand: `token_topk_to_pos` must hold distinct positions"):
+        F.moe_expand(torch.zeros(2, 32), twice, p2e)
+    with pytest.raises(ValueError, match="moe_reduce: `token_topk_to_pos` must hold distinct positions"):
+        F.moe_reduce(torch.zeros(4, 32), None, twice, p2e)
+    with pytest.raises(ValueError, match=r"moe_reduce: `token_topk_to_pos` must hold values in \[-1, 3\]"):
+        F.moe_reduce(torch.zeros(4, 32), None, twice + 4, p2e)
+
+
+def test_tkgen_ops_drop_positions_outside_the_rows_as_their_references_do():
+    """tkgen.ops' expand_to_fused and reduce_fused (unlike the compat functions, which reject them) document
+    a position outside [0, rows) as skipped (expand: nothing stored; reduce: the row reads 0): the kernel
+    and the reference agree on it."""
+    import tkgen.ops as ops
+    x = torch.randn(3, 32)
+    t2p = torch.tensor([[0, 100000], [-5, 2], [1, 7]], dtype=torch.int32)
+    p2e = torch.tensor([0, 0, 1, -1], dtype=torch.int32)
+    assert torch.equal(ops.expand_to_fused(x, t2p, p2e), _ref("expand_to_fused")(x, t2p, p2e)[0])
+    xe = torch.randn(4, 32)
+    ref = importlib.import_module(registry.op_package("reduce_fused").__name__ + ".reference")
+    assert torch.equal(ops.reduce_fused(xe, t2p, out_format="fp32"),
+                       ref.VARIANTS["fp32"](xe, None, None, None, t2p)[0])

@@ -39,21 +39,24 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None):
     return M.build_op(doc, elements, scales, arch_names, layouts, check_lowers)
 
 
-def validate_files(paths, root=None):
+def validate_files(paths, root=None, progress=None):
     """Check spec files; returns a list of SpecErrors (empty when all are valid), the first of each file.
 
     A file is checked as `generate` reads it, against the catalog of `root` (formats, archs and the other
     operators): an operator is built, its backward block planned, and its modules rendered in memory and
     audited; a format or profile is checked with the catalog's other files and its generated shared
-    modules are rendered and audited. So a file that validates generates, and its modules import."""
+    modules are rendered and audited. So a file that validates generates, and its modules import.
+    `progress`: called with (files checked, path) after each file."""
     errors = []
     root = Path(root) if root else None
     base = load_catalog(root) if root else None
-    for p in paths:
+    for i, p in enumerate(paths, 1):
         try:
             validate_document(read(p), base)
         except SpecError as e:
             errors.append(e)
+        if progress is not None:
+            progress(i, str(p))
     return errors
 
 

@@ -204,7 +204,12 @@ def op_module(catalog, spec, header):
                       f"{' and '.join(f'`{n}`' for n in block['names'])} (docs/api-conventions.md).", first=False)
         doc = doc.replace("\n    \n    Returns:", "".join("\n    " + line for line in entry) + "\n    \n    Returns:")
     formats = [p.name for p in spec.params.values() if p.structural and set(map(str, p.choices or ())) & FORMAT_NAMES]
+    # params with a choice that names a dim (group: [32, 64, 128, H]): the check resolves it to the size,
+    # which the custom op (an int param) is then given
+    symbolic = [p.name for p in spec.params.values() if not p.structural and
+                any(isinstance(c, str) and c in spec.dims for c in p.choices or ())]
     return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
+                  symbolic=symbolic,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
                   plain_args=plain_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated,
@@ -406,14 +411,15 @@ def _profile_hash(catalog, arch, op: str) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def render_all(catalog, formatted: bool = True) -> Dict[Path, str]:
+def render_all(catalog, formatted: bool = True, progress=None) -> Dict[Path, str]:
     """Every generated file, keyed by its path relative to the output directory."""
-    return render_modules(catalog, sorted(catalog.ops), formatted)
+    return render_modules(catalog, sorted(catalog.ops), formatted, progress)
 
 
-def render_modules(catalog, ops, formatted: bool = True) -> Dict[Path, str]:
+def render_modules(catalog, ops, formatted: bool = True, progress=None) -> Dict[Path, str]:
     """The shared files (archs, helpers, family packages) and every file of the operators `ops`; with
-    `formatted`, long lines broken (tkgen/codegen/format_source.py), else as the printers write them."""
+    `formatted`, long lines broken (tkgen/codegen/format_source.py), else as the printers write them. `progress`:
+    called with (ops rendered, op name) after each op."""
     out: Dict[Path, str] = {}
     shared = [(_rel(catalog, p), d.sha256) for p, d in sorted(catalog.documents.items()) if d.kind != "op"]
     common_header = _header("the formats and archs under specs/", shared)
@@ -428,7 +434,7 @@ def render_modules(catalog, ops, formatted: bool = True) -> Dict[Path, str]:
     out[Path("common/tilelang_helpers.py")] = _helpers_module("tilelang_helpers.py.j2", fns, TileLangPrinter(), common_header)
     out[Path("common/torch_helpers.py")] = _helpers_module("torch_helpers.py.j2", fns, TorchPrinter(), common_header)
     families = set()
-    for name in ops:
+    for done, name in enumerate(ops, 1):
         spec = catalog.ops[name]
         own = [(_rel(catalog, spec.path), spec.sha256)] + formats
         header = _header(_rel(catalog, spec.path), own, "with the formats")
@@ -445,13 +451,15 @@ def render_modules(catalog, ops, formatted: bool = True) -> Dict[Path, str]:
         out[base / "op.py"] = op_module(catalog, spec, header)
         out[base / "strategies.py"] = strategies_module(catalog, spec, header)
         out[base / "__init__.py"] = f"{header}\nfrom .op import OP, invoke, {spec.name}  # noqa: F401\n"
+        if progress is not None:
+            progress(done, name)
     for fam in sorted(families):
         out[Path(fam) / "__init__.py"] = common_header + "\n"
     # the printers write a statement on one line: broken here within the width, the same code (its AST)
     return {path: format_source(text) for path, text in out.items()} if formatted else out
 
 
-def write(catalog, out_dir, check_only=False):
+def write(catalog, out_dir, check_only=False, progress=None):
     """Write generated files that differ, remove stale ones; returns (changed, stale) paths.
 
     Every file that would be written is audited first (tkgen/spec/safety.py), all of them before the first is
@@ -459,7 +467,7 @@ def write(catalog, out_dir, check_only=False):
     written, so they need no audit (parsing all of generated/ takes seconds); `--check` audits the files
     it finds out of date."""
     out_dir = Path(out_dir)
-    files = render_all(catalog)
+    files = render_all(catalog, progress=progress)
     changed = {}
     for rel, text in sorted(files.items()):
         path = out_dir / rel

@@ -1,7 +1,7 @@
 """Engram as TileKernels has it (`engram`, `modeling.engram`; 2.1.0 kept some unchanged), on tkgen's kernels."""
 import torch
 
-from ._common import need, ops
+from ._common import need, ops, tensor_arg
 from ..runtime.ops import strided_as_is
 
 
@@ -118,6 +118,7 @@ class EngramGateFn(torch.autograd.Function):
 def engram_gate(hidden_states, k, v, weight_hidden, weight_embed, clamp_value, eps):
     """x + sigmoid(signed sqrt(<RMSNorm(x) * wh, RMSNorm(k) * we> / sqrt(D))) * v over [*, hc, D], with
     the gradients of every input from the generated backward kernels."""
+    tensor_arg("engram_gate", "hidden_states", hidden_states, (torch.bfloat16,), None, "[*, hc, D]", min_rank=2)
     return EngramGateFn.apply(hidden_states, k, v, weight_hidden, weight_embed, clamp_value, eps)
 
 

@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from .. import registry
+from ._moe_layout import checked_mapping
 
 # the generated ops called below, registered with torch.library on import
 for _name in ("moe_topk_gate_forward", "moe_topk_gate_backward", "expand_to_fused", "reduce_fused",
@@ -113,6 +114,7 @@ def moe_expand(x, token_topk_to_pos, pos_to_expert):
     (`expand_to_fused`). x [T, H] bf16 or float32; token_topk_to_pos [T, K] and pos_to_expert [T_exp] int32
     from `get_fused_mapping`. Returns [T_exp, H] in x's dtype. Gradient: each token's K rows of the gradient
     added in k order in float32 (`reduce_fused` with unit weights), rounded to x's dtype."""
+    checked_mapping("moe_expand", token_topk_to_pos, pos_to_expert)
     return _moe_expand(x, token_topk_to_pos, pos_to_expert)
 
 
@@ -149,4 +151,5 @@ def moe_reduce(x, topk_weights, token_topk_to_pos, pos_to_expert):
     weights); the mapping as for `moe_expand`. Gradients (`reduce_fused_backward`): x's rows get
     grad_out[t] * topk_weights[t, k] (zero on the padding rows), the weights the dot products of grad_out[t]
     with x's rows in float32."""
+    checked_mapping("moe_reduce", token_topk_to_pos, pos_to_expert)   # distinct: the backward stores at them
     return _moe_reduce(x, topk_weights, token_topk_to_pos, pos_to_expert)

@@ -33,6 +33,7 @@ from typing import List, Tuple
 import torch
 
 from .. import registry
+from ._common import int_arg, routing_ids
 
 MAX_CHUNKS = 256           # chunks of one prefix (mapping_chunk_offsets' group): the chunk grows to it, then levels
 MIN_CHUNK = 64
@@ -77,8 +78,9 @@ def upper_bound(tokens: int, topk: int, num_experts: int, alignment: int) -> int
 
 def segments(topk_idx: torch.Tensor, num_experts: int, alignment: int):
     """(token_topk_to_pos [T, K], aligned counts, starts, ends, psum [E]): steps 1 to 4."""
-    assert topk_idx.dim() == 2 and topk_idx.dtype == torch.int64, "topk_idx is int64 [T, K]"
-    assert 1 <= num_experts <= 1024, "1 <= num_experts <= 1024"
+    # the ids' values are checked by the public entry (get_fused_mapping), which may skip reading them back
+    routing_ids("get_fused_mapping", "topk_idx", topk_idx, num_experts, no_sync=True)
+    int_arg("get_fused_mapping", "num_experts", num_experts, 1, 1024)
     flat = topk_idx.contiguous().view(-1)
     chunk = chunk_for(flat.numel())
     counts = _op("mapping_chunk_counts")(flat, num_experts, chunk)
@@ -108,8 +110,15 @@ def get_fused_mapping(topk_idx: torch.Tensor, num_experts: int, num_expanded_tok
     alignment, and unless force_no_sync the host synchronises on the aligned counts (returned as the
     list, empty otherwise) and T_exp is their sum. -1 marks every row that holds no pair (the padding at
     the end of each segment) in the three position maps, and the pairs whose topk_idx is negative in
-    token_topk_to_pos. Inside a segment the pairs are in ascending flat order t * K + k."""
-    assert alignment >= 1, "alignment >= 1"
+    token_topk_to_pos. Inside a segment the pairs are in ascending flat order t * K + k.
+
+    topk_idx must hold ids in [-1, num_experts) (ValueError otherwise), checked by one aminmax and one
+    read-back, except on CUDA with force_no_sync or under graph capture, where the caller vouches for them."""
+    name = "get_fused_mapping"
+    int_arg(name, "num_experts", num_experts, 1, 1024)
+    int_arg(name, "alignment", alignment, 1)
+    int_arg(name, "num_expanded_tokens", num_expanded_tokens, 0)
+    routing_ids(name, "topk_idx", topk_idx, num_experts, no_sync=force_no_sync)
     tokens, topk = topk_idx.shape
     pos, aligned, start, end, psum = segments(topk_idx, num_experts, alignment)
     listed: List[int] = []

@@ -11,6 +11,7 @@ import torch
 
 from .. import registry
 from ..compat import _engram
+from ..compat._common import tensor_arg
 from ..compat._moe_mapping import get_fused_mapping  # noqa: F401  (a composite of generated ops)
 from ..compat._moe_autograd import moe_expand, moe_gate, moe_reduce  # noqa: F401  (differentiable composites)
 
@@ -44,6 +45,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, *, residual=None, o
     `eps=None` is torch's default, the machine epsilon of input's dtype. Beyond torch: `residual` is added
     to input first (in input's dtype), and the output is scaled by `out_scale`; see
     the generated op that defines `rms_norm` (`tkgen.nn.functional.__doc__`)."""
+    tensor_arg("rms_norm", "input", input, (torch.bfloat16, torch.float32), None, "(..., H)", min_rank=1)
     shape = (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
     if shape != tuple(input.shape[-1:]):
         raise ValueError(f"rms_norm: tkgen normalizes the last dim only: normalized_shape must be "
@@ -97,7 +99,14 @@ def mhc_norm_fn(residual, fn, norm_weight=None, norm_eps=1e-6):
     float32 fn), it is `mhc_norm_projection` (F rounded to TF32 as TileKernels rounds it; a TF32 tile matmul
     on CUDA, an ordered float32 loop on the CPU; docs/numerics.md), differentiable through its generated
     backward. Otherwise a float32 torch matmul of F unrounded, differentiable by torch's autograd."""
+    if not isinstance(residual, torch.Tensor) or not residual.is_floating_point() or residual.dim() < 2:
+        raise TypeError(f"mhc_norm_fn: `residual` must be a floating-point tensor (..., m, D), got "
+                        f"{getattr(residual, 'dtype', type(residual).__name__)} of shape "
+                        f"{tuple(getattr(residual, 'shape', ()))}")
     k = residual.shape[-2] * residual.shape[-1]
+    if not isinstance(fn, torch.Tensor) or fn.dim() != 2 or fn.shape[1] != k:
+        raise ValueError(f"mhc_norm_fn: `fn` must be a tensor (rows, m * D) = (rows, {k}), got "
+                         f"{tuple(getattr(fn, 'shape', ()))}")
     if _fits_norm_projection(residual, fn, norm_weight, k):
         mixes = _generated("mhc_norm_projection")(residual.reshape(-1, k).contiguous(), fn.contiguous(),
                                                   None if norm_weight is None else norm_weight.contiguous(),
@@ -125,6 +134,7 @@ def expand_from_embedding(x, mhc_mult=4):
 def mhc_mix(x, mix):
     """x (..., m, D) bf16, mix (..., m, 1) or (..., m) float32 -> (..., D) bf16: the streams weighted and
     added in stream order."""
+    tensor_arg("mhc_mix", "x", x, (torch.bfloat16,), None, "(..., m, D)", min_rank=2)
     m, d = x.shape[-2:]
     return _generated("mhc_mix_streams")(_tokens(x, 2), mix.reshape(-1, m)).reshape(*x.shape[:-2], d)
 

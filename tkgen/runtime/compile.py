@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
+import time
 
 _LOCK = threading.Lock()
 _CACHE = {}
@@ -67,14 +69,57 @@ def compile_kernel(module, variant: str, args: tuple, schedule=None):
     if hit is not None:
         return hit
     tilelang = _tilelang()
-    prim = build(module, variant, args, schedule)
-    with compile_lock(module, variant, args, schedule):
-        kernel = tilelang.compile(prim, target=module.TARGET, pass_configs=dict(module.PASS_CONFIGS),
-                                  compile_flags=list(module.COMPILE_FLAGS) or None)
+    with announced(module, variant, args, schedule):
+        prim = build(module, variant, args, schedule)
+        with compile_lock(module, variant, args, schedule):
+            kernel = tilelang.compile(prim, target=module.TARGET, pass_configs=dict(module.PASS_CONFIGS),
+                                      compile_flags=list(module.COMPILE_FLAGS) or None)
     result = (kernel, storages_of(prim))
     with _LOCK:
         _CACHE[key] = result
     return result
+
+
+ANNOUNCE_AFTER = 1.0      # seconds: a build from TileLang's disk cache takes milliseconds, a compile seconds
+
+
+class announced:
+    """Says on stderr that a first call is compiling its kernel: a line once the build has taken
+    ANNOUNCE_AFTER seconds (the op, its variant and factory args, the target), and one with the seconds when
+    it ends; nothing for a build served from the disk cache, nor with TKGEN_QUIET=1."""
+
+    def __init__(self, module, variant, args, schedule):
+        parts = module.__name__.split(".")           # tkgen_generated.<family>.<op>.kernel_<arch>
+        self.what = (f"{parts[-2]} ({variant}, {', '.join(map(str, args))}"
+                     f"{', ' + str(dict(schedule)) if schedule else ''}) for {parts[-1][len('kernel_'):]}")
+        self.timer = None
+        self.told = self.done = False
+        self.lock = threading.Lock()      # the timer's line is printed before the end's, or not at all
+
+    def _tell(self):
+        with self.lock:
+            if self.done:
+                return
+            self.told = True
+            print(f"tkgen: compiling {self.what}: a first call, cached afterwards (TKGEN_QUIET=1 silences this)",
+                  file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        self.t0 = time.time()
+        if os.environ.get("TKGEN_QUIET", "") in ("", "0"):
+            self.timer = threading.Timer(ANNOUNCE_AFTER, self._tell)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.timer is not None:
+            self.timer.cancel()
+            with self.lock:
+                self.done = True
+            if self.told and exc[0] is None:
+                print(f"tkgen: compiled {self.what} in {time.time() - self.t0:.1f} s", file=sys.stderr, flush=True)
+        return False
 
 
 def compile_lock(module, variant: str, args: tuple, schedule=None):

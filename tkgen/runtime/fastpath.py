@@ -56,10 +56,16 @@ class CallSite:
                           for i in op.inputs)
         self.specializations: Dict[tuple, Specialization] = {}
         self.strided = tuple(i.strided for i in op.inputs)      # whose kernels take their strides
+        # choices naming a runtime dim: given by name, their value changes with the call's sizes, which the
+        # key leaves out, so such a call takes the full check
+        self.runtime_symbols = frozenset(c for p in op.params if not p.structural for c in p.choices or ()
+                                         if isinstance(c, str) and c in self.runtime_dims)
 
     def key(self, tensors, params):
         """The shape class of a call, or None when the fast path cannot vouch for its tensors."""
         parts = [params, *map(type, params)]        # True == 1 and 128.0 == 128, but params are typed
+        if self.runtime_symbols and any(type(v) is str and v in self.runtime_symbols for v in params):
+            return None
         try:
             for t, keep, strided in zip(tensors, self.keys, self.strided):
                 if t is None:

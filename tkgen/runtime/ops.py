@@ -272,6 +272,8 @@ def _check_param(op, p, v, dims):
             raise ValueError(f"{op.name}: `{p.name}` must be a number within a float's range; got an integer "
                              f"of {v.bit_length()} bits") from None
     elif p.choices is not None:
+        if isinstance(v, str) and not p.structural and v in p.choices and v in dims:
+            v = dims[v]                  # a choice that names a dim ("H"): its size (bound from the inputs)
         allowed = [dims.get(c, c) if isinstance(c, str) and not p.structural else c for c in p.choices]
         if isinstance(v, bool) != isinstance(allowed[0], bool) or not isinstance(v, type(allowed[0])) \
                 or v not in allowed:

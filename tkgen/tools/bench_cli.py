@@ -21,7 +21,9 @@ def cmd_bench(args):
     if device.type == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here", file=sys.stderr)
         return 2
-    ops = args.ops or sorted(registry.op_modules())
+    from .cli import existing_path, known_op
+    ops = [known_op(o) for o in args.ops] or sorted(registry.op_modules())
+    existing_path(args.adapters, "adapters file")
     against = [a for a in args.against.split(",") if a]
     adapters = _load_adapters(args.adapters)
     print(f"measuring copy bandwidth on {device} ...", flush=True)
@@ -85,8 +87,13 @@ def cmd_tune(args):
     from ..runtime.compile import knobs as compile_knobs
     from ..runtime.ops import arch_for
 
+    from .cli import known_arch, known_op
+
     device = torch.device(args.device)
     cat = load_catalog(args.specs)
+    known_op(args.op)
+    if args.arch is not None:
+        known_arch(cat, args.arch)
     spec = cat.op(args.op)
     pkg = registry.op_package(args.op)
     arch = args.arch or arch_for(device)

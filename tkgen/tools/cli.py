@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -11,6 +12,66 @@ from pathlib import Path
 from .. import registry
 from ..spec.loader import SpecError
 from ..spec.safety import AuditError
+
+
+class UsageError(Exception):
+    """A name the command does not know (an op, a file, an arch): one line on stderr, exit code 2."""
+
+
+def did_you_mean(name: str, candidates) -> str:
+    """"; did you mean X?" naming the closest of `candidates`, or "" when none is close."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def known_op(name: str):
+    """`name` if a generated op has it, else UsageError naming the closest ops."""
+    ops = registry.op_modules()
+    if name not in ops:
+        raise UsageError(f"unknown op {name!r}{did_you_mean(name, ops) or f' ({len(ops)} ops: tkgen list)'}")
+    return name
+
+
+def known_arch(cat, name: str):
+    if name not in cat.archs:
+        raise UsageError(f"unknown arch {name!r}{did_you_mean(name, cat.archs)} (archs: {', '.join(sorted(cat.archs))})")
+    return name
+
+
+def existing_path(path: str, what: str = "file", specs=None) -> Path:
+    """`path` if it exists, else UsageError naming the closest entries of its directory and, for spec
+    files, the spec files of the same name under `specs`."""
+    p = Path(path)
+    if p.exists():
+        return p
+    # names compared without their directory, whose shared prefix would make every entry look close
+    near = {c.name: str(c) for c in p.parent.iterdir()} if p.parent.is_dir() else {}
+    close = difflib.get_close_matches(p.name, list(near), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(near[c] for c in close)}?" if close else ""
+    if not hint and specs is not None and Path(specs).is_dir():
+        files = {f.name: os.path.relpath(f) for f in sorted(Path(specs).rglob("*.yaml"))}
+        close = difflib.get_close_matches(p.name, list(files), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(files[c] for c in close)}?" if close else ""
+    raise UsageError(f"no such {what}: {path}{hint}")
+
+
+def progress_printer(verb: str, total: int, every: float = 10.0, stream=None):
+    """step(i, name) after each of `total` items of a long command, on stderr: a counter rewritten in place
+    when stderr is a terminal, else a line every `every` seconds (a short run prints nothing)."""
+    stream = stream or sys.stderr
+    tty = stream.isatty()
+    t0 = last = time.time()
+
+    def step(i: int, name: str):
+        nonlocal last
+        now = time.time()
+        if tty:
+            end = f"\r{' ' * 78}\r" if i >= total else ""      # cleared at the end: the summary follows
+            print(f"\r{verb} {i}/{total} {name}"[:78].ljust(78) + end, end="", file=stream, flush=True)
+        elif now - last >= every and i < total:
+            last = now
+            print(f"tkgen: {verb} {i}/{total} ({now - t0:.0f} s)", file=stream, flush=True)
+    return step
 
 
 def _catalog(args):
@@ -34,6 +95,8 @@ def cmd_list(args):
 def cmd_show(args):
     from ..spec.pyexpr import py_expr
     cat = _catalog(args)
+    if args.op not in cat.ops:
+        raise UsageError(f"unknown op {args.op!r}{did_you_mean(args.op, cat.ops)}")
     spec = cat.op(args.op)
     print(f"{spec.name} ({spec.family}) — {spec.path}")
     print("  " + " ".join(spec.doc.split()))
@@ -69,10 +132,10 @@ def cmd_validate(args):
     from ..driver import validate_files
     paths = []
     for p in args.paths:
-        p = Path(p)
+        p = existing_path(p, "spec file or directory", args.specs)
         paths += sorted(p.rglob("*.yaml")) if p.is_dir() else [p]
     try:
-        errors = validate_files(paths, args.specs)
+        errors = validate_files(paths, args.specs, progress=progress_printer("validated", len(paths)))
     except SpecError as e:
         errors = [e]
     for e in errors:
@@ -97,7 +160,8 @@ def cmd_generate(args):
         print(e, file=sys.stderr)
         return 1
     try:
-        changed, stale = write(cat, args.out, check_only=args.check)
+        changed, stale = write(cat, args.out, check_only=args.check,
+                               progress=progress_printer("rendered", len(cat.ops)))
     except AuditError as e:
         print(f"{e}\nnothing was written", file=sys.stderr)
         return 1
@@ -131,6 +195,10 @@ def cmd_fuzz(args):
     if args.all == bool(args.op):
         print("tkgen fuzz: name one op, or --all", file=sys.stderr)
         return 2
+    if args.op:
+        known_op(args.op)
+    if args.all:          # the campaign's own progress line says what runs: no line per compiled kernel
+        os.environ.setdefault("TKGEN_QUIET", "1")
     if args.replay:
         case = json.loads(args.replay)
         try:
@@ -236,6 +304,8 @@ def fuzz_op(name, examples, device, seed, progress):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="tkgen", description=__doc__)
+    ap.add_argument("--debug", action="store_true",
+                    help="let errors raise with their traceback (by default: one line on stderr)")
     ap.add_argument("--specs", default=None, help=f"the specs directory (default: {registry.specs_dir()}; see "
                     "tkgen/registry.py for $TKGEN_SPECS and [tool.tkgen] in pyproject.toml)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -268,7 +338,20 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.specs_given = args.specs is not None
     args.specs = args.specs or str(registry.specs_dir())
-    return args.fn(args)
+    try:
+        if args.specs_given:
+            existing_path(args.specs, "specs directory")
+        return args.fn(args)
+    except Exception as e:
+        if args.debug:
+            raise
+        if isinstance(e, (UsageError, FileNotFoundError)):
+            print(f"tkgen {args.cmd}: {e}", file=sys.stderr)
+            return 2
+        # anything else is a failure of the command, not of its arguments: one line, the traceback on --debug
+        print(f"tkgen {args.cmd}: {type(e).__name__}: {e} (tkgen --debug {args.cmd} ... shows the traceback)",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -97,13 +97,14 @@ def invoke(q, sf, fmt, block, scale, out, block_rows):
     """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
     needed, else the `torch.library` dispatcher."""
     if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
-        check(OP, { "q": q, "sf": sf, },
+        d = check(OP, { "q": q, "sf": sf, },
             { "fmt": fmt, "block": block, "scale": scale, "out": out, "block_rows": block_rows, })
     elif eager(q, sf):
         outs = call(OP, (q, sf), (fmt, block, scale, out, block_rows))
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        site_of(OP).checked((q, sf), (fmt, block, scale, out, block_rows))
+        _, d = site_of(OP).checked((q, sf), (fmt, block, scale, out, block_rows))
+    block = d["block"]  # a choice named by a dim, as its size
     return torch.ops.tkgen.cast_back(q, sf, fmt, block, scale, out, block_rows)
 
 

@@ -103,12 +103,13 @@ def invoke(x, fmt, group, scale, sf_layout):
     """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
     needed, else the `torch.library` dispatcher."""
     if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
-        check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, "sf_layout": sf_layout, })
+        d = check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, "sf_layout": sf_layout, })
     elif eager(x,):
         outs = call(OP, (x,), (fmt, group, scale, sf_layout))
         return outs
     else:                                  # bad arguments fail before the dispatcher sees them
-        site_of(OP).checked((x,), (fmt, group, scale, sf_layout))
+        _, d = site_of(OP).checked((x,), (fmt, group, scale, sf_layout))
+    group = d["group"]  # a choice named by a dim, as its size
     return torch.ops.tkgen.per_token_cast(x, fmt, group, scale, sf_layout)
 
 

@@ -44,12 +44,13 @@ def invoke(x, sf, fmt, group):
     """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
     needed, else the `torch.library` dispatcher."""
     if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
-        check(OP, { "x": x, "sf": sf, }, { "fmt": fmt, "group": group, })
+        d = check(OP, { "x": x, "sf": sf, }, { "fmt": fmt, "group": group, })
     elif eager(x, sf):
         outs = call(OP, (x, sf), (fmt, group))
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        site_of(OP).checked((x, sf), (fmt, group))
+        _, d = site_of(OP).checked((x, sf), (fmt, group))
+    group = d["group"]  # a choice named by a dim, as its size
     return torch.ops.tkgen.per_token_cast_with_precomputed_sf(x, sf, fmt, group)
 
 

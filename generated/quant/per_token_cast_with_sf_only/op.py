@@ -50,12 +50,13 @@ def invoke(x, fmt, group, scale):
     """A call in the custom op's argument order: the fast path where nothing traces and no gradient is
     needed, else the `torch.library` dispatcher."""
     if torch.compiler.is_compiling():      # traced: bad arguments fail when compiling
-        check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, })
+        d = check(OP, { "x": x, }, { "fmt": fmt, "group": group, "scale": scale, })
     elif eager(x,):
         outs = call(OP, (x,), (fmt, group, scale))
         return outs[0]
     else:                                  # bad arguments fail before the dispatcher sees them
-        site_of(OP).checked((x,), (fmt, group, scale))
+        _, d = site_of(OP).checked((x,), (fmt, group, scale))
+    group = d["group"]  # a choice named by a dim, as its size
     return torch.ops.tkgen.per_token_cast_with_sf_only(x, fmt, group, scale)
 
 

@@ -3,7 +3,7 @@ changes (the gate forward and backward over a packed `kv` with an optional `imag
 in place, the hash with the mask) and the four Sinkhorn kernels."""
 import torch
 
-from .._common import into, ops, written_into
+from .._common import into, ops, require, tensor_arg, written_into
 from .. import _engram as _v1
 
 RELEASE = "2.1.0"
@@ -21,7 +21,8 @@ def engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets, image_token_
 
 def split_kv(kv, hc):
     """k [T, hc, D] and v [T, D] of a packed kv [T, hc + 1, D], as views (the kernels take their strides)."""
-    assert kv.dim() == 3 and kv.shape[1] == hc + 1, f"kv must be [T, {hc + 1}, D], got {tuple(kv.shape)}"
+    tensor_arg("engram.split_kv", "kv", kv, (torch.bfloat16, torch.float32), 3, f"[T, {hc + 1}, D]")
+    require(kv.shape[1] == hc + 1, "engram.split_kv", "kv", f"must be [T, {hc + 1}, D], got {tuple(kv.shape)}")
     return kv[:, :hc], kv[:, hc]
 
 
@@ -32,7 +33,9 @@ def engram_gate_fwd(hidden_states, kv, weight_fused, eps, clamp_value, save_for_
     True) gets its hidden_states row unchanged. With inplace (not with save_for_backward, as TileKernels
     asserts), the output is hidden_states, overwritten; tkgen's kernel writes a fresh output that is then
     copied over it (the same bits, one more pass over the tensor)."""
-    assert not (inplace and save_for_backward), "inplace is incompatible with save_for_backward"
+    require(not (inplace and save_for_backward), "engram.engram_gate_fwd", "inplace",
+            "is incompatible with save_for_backward=True")
+    tensor_arg("engram.engram_gate_fwd", "hidden_states", hidden_states, (torch.bfloat16,), 3, "[T, hc, D]")
     k, v = split_kv(kv, hidden_states.shape[1])
     outs = _v1.gate_fwd(hidden_states, k, v, weight_fused, eps, clamp_value, save_for_backward,
                         _v1.image_mask(image_token_mask))
@@ -47,6 +50,7 @@ def engram_gate_bwd(grad_out, hidden_states, kv, weight_fused, dot, gate_score, 
     in the last; an image token has grad_x = grad_out, grad_kv = 0 and no share of the weight gradient.
     grad_w_partial is [1, hc, D], already reduced in block order (as the first release's: TileKernels gives
     one partial per SM, [S, hc, D]); its sum over the first dim is the gradient of weight_fused."""
+    tensor_arg("engram.engram_gate_bwd", "hidden_states", hidden_states, (torch.bfloat16,), 3, "[T, hc, D]")
     hc = hidden_states.shape[1]
     k, v = split_kv(kv, hc)
     grad_x, grad_k, grad_v, grad_w = _v1.gate_bwd(grad_out, hidden_states, k, v, weight_fused, dot, gate_score,

@@ -3,6 +3,7 @@ kernels (the first release's forward and backward, tkgen/compat/_engram.py)."""
 import torch
 
 from .. import _engram as _v1
+from .._common import require, tensor_arg
 from .engram import split_kv
 
 
@@ -35,6 +36,12 @@ def engram_gate(hidden_states, kv, weight_hidden, weight_embed, clamp_value, eps
     hidden_states [*, hc, D], with k and v packed in kv [*, (hc + 1) * D]; image tokens pass x through. The
     argument order is the first release's with (k, v) replaced by kv and the mask last, as 2.1.0's gate
     forward and backward have them."""
+    name = "modeling.engram.engram_gate"
+    tensor_arg(name, "hidden_states", hidden_states, (torch.bfloat16,), None, "[*, hc, D]", min_rank=2)
+    hc, d = hidden_states.shape[-2:]
+    tensor_arg(name, "kv", kv, (torch.bfloat16,))
+    require(kv.shape[:-1] == hidden_states.shape[:-2] and kv.shape[-1] == (hc + 1) * d, name, "kv",
+            f"must be [*, (hc + 1) * D] = {(*hidden_states.shape[:-2], (hc + 1) * d)}, got {tuple(kv.shape)}")
     return EngramGateFn.apply(hidden_states, kv, weight_hidden, weight_embed, clamp_value, eps, image_token_mask)
 
 

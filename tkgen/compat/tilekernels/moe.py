@@ -1,7 +1,7 @@
 """`tile_kernels.moe` of TileKernels 2.1.0, on tkgen's kernels."""
 import torch
 
-from .._common import need, ops
+from .._common import need, ops, require, routing_ids, tensor_arg
 
 
 def topk_gate(scores, num_topk: int):
@@ -16,7 +16,8 @@ def normalize_weight(topk_weights):
 
 
 def _sqrtsoftplus(name, scoring_func):
-    assert scoring_func == "sqrtsoftplus", f"{name}: TileKernels 2.1.0 scores with sqrtsoftplus only"
+    require(scoring_func == "sqrtsoftplus", name, "scoring_func",
+            f"must be 'sqrtsoftplus' (TileKernels 2.1.0 scores with it only), got {scoring_func!r}")
 
 
 def moe_topk_gate_forward(logits, num_topk: int, use_shared_as_routed: bool, num_shared_experts: int,
@@ -36,7 +37,8 @@ def moe_topk_gate_forward(logits, num_topk: int, use_shared_as_routed: bool, num
     need(to_physical_map is None and logical_count is None, name, "with to_physical_map")
     need(force_random is None, name, "with force_random")
     shared = num_shared_experts if use_shared_as_routed else 0
-    assert shared in (0, 1, 2), "num_shared_experts is 1 or 2 with use_shared_as_routed"
+    require(shared in (0, 1, 2), name, "num_shared_experts",
+            f"must be 1 or 2 with use_shared_as_routed, got {num_shared_experts!r}")
     routed = None if mask is None else mask.to(torch.int32)
     idx, weights, u = ops().moe_topk_gate_forward(logits.contiguous(), num_topk, num_topk + shared, mask=routed,
                                                   bias=bias, routed_scaling_factor=routed_scaling_factor)
@@ -60,6 +62,8 @@ def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, ro
     name = "moe.moe_topk_gate_backward"
     _sqrtsoftplus(name, scoring_func)
     need(grad_scores_sum is None, name, "with grad_scores_sum (the sequence-level auxiliary term)")
+    tensor_arg(name, "scores", scores, (torch.float32,), 2, "[T, E]")
+    routing_ids(name, "topk_idx", topk_idx, scores.shape[1])
     grad = ops().moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor)
     if out is not None:
         out.copy_(grad)

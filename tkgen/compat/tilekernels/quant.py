@@ -8,7 +8,7 @@ import torch
 from ...runtime.conventions import as_format
 from ...runtime.ops import TORCH_DTYPES as _TORCH
 from .._common import (element_format, input_scale, into, laid_out, missing, need, ops, out_format, quant_tensor,
-                       row_major, scale_format, written_into)
+                       require, row_major, scale_format, tensor_arg, written_into)
 
 
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
@@ -65,6 +65,7 @@ def per_token_cast_back(x, fmt: str, num_per_channels: int, x_special_fmt: Optio
 def per_token_cast_and_cast_back(x, fmt: str, num_per_channels: int, round_sf=False, use_e4m3_sf=False):
     """In place: x becomes its own per-token cast, cast back into x's dtype."""
     scale = scale_format("quant.per_token_cast_and_cast_back", round_sf, False, use_e4m3_sf)
+    tensor_arg("quant.per_token_cast_and_cast_back", "x", x, (torch.bfloat16, torch.float32))
     x.copy_(ops().per_token_cast_and_cast_back(x, fmt, num_per_channels, scale, out_format(x.dtype)))
 
 
@@ -138,8 +139,9 @@ def _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scalin
     """tkgen's SwiGLU arguments for TileKernels 2.1.0's: gathered per-row weights, the routed scaling factor
     (with weights only), the clamp; padding given by a psum layout is not built."""
     need(psum_num_tokens_per_expert is None, name, "with psum_num_tokens_per_expert")
-    assert routed_scaling_factor is None or topk_weights is not None, "routed_scaling_factor requires topk_weights"
-    assert clamped_count is None or clamp_value is not None
+    require(routed_scaling_factor is None or topk_weights is not None, name, "routed_scaling_factor",
+            "is given only with topk_weights")
+    require(clamped_count is None or clamp_value is not None, name, "clamped_count", "is given only with clamp_value")
     return dict(weights=topk_weights, routed_scaling_factor=1.0 if routed_scaling_factor is None else routed_scaling_factor,
                 clamp=clamp_value)
 
@@ -166,7 +168,7 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, psum_n
 
 def swiglu_forward(x, fmt: str, psum_num_tokens_per_expert=None, topk_weights=None, routed_scaling_factor=None,
                    clamp_value=None, clamped_count=None):
-    assert fmt in ("fp32", "bf16"), "swiglu_forward only supports fp32 or bf16 output"
+    require(fmt in ("fp32", "bf16"), "quant.swiglu_forward", "fmt", f"must be 'fp32' or 'bf16', got {fmt!r}")
     moe = _swiglu_moe("quant.swiglu_forward", x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
                       clamp_value, clamped_count)
     out, counts = ops().swiglu_forward(x, fmt=fmt, **moe)
@@ -204,8 +206,9 @@ def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels
 def swiglu_backward(x, act_x_grad, fmt: str, psum_num_tokens_per_expert=None, topk_weights=None,
                     routed_scaling_factor=None, clamp_value=None, do_recompute=False):
     name = "quant.swiglu_backward"
-    assert fmt in ("bf16", "fp32")
-    assert x.dtype in (torch.float32, torch.bfloat16) and x.dtype == act_x_grad.dtype
+    require(fmt in ("bf16", "fp32"), name, "fmt", f"must be 'bf16' or 'fp32', got {fmt!r}")
+    tensor_arg(name, "x", x, (torch.float32, torch.bfloat16))
+    tensor_arg(name, "act_x_grad", act_x_grad, (x.dtype,))
     need(out_format(x.dtype) == fmt, name, f"with x_grad in {fmt} from {x.dtype} inputs")
     need(not do_recompute, name, "with do_recompute=True")
     moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None)
@@ -238,6 +241,7 @@ def norm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_cha
 
 def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: float = 1.0, weight_grad=None):
     """(x_grad, weight_grad or None); a given `weight_grad` is accumulated into."""
+    tensor_arg("quant.norm_backward", "out_grad", out_grad, (torch.bfloat16, torch.float32), 2, "[T, H]")
     x_grad, _, wg = ops().rmsnorm_backward(out_grad, x, rstd, weight, residual_out_grad, out_scale)
     if weight is None:
         return x_grad, None
@@ -251,7 +255,7 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
     """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype (float32 or bfloat16), the
     last dim doubled, element 2i from the low nibble."""
     name = "quant.unpack_from_e2m1fn_x2"
-    need(x.dtype in (torch.int8, torch.uint8), name, f"of a {x.dtype} tensor")
+    tensor_arg(name, "x", x, (torch.int8, torch.uint8))
     need(out_dtype in (torch.float32, torch.bfloat16), name, f"into {out_dtype}")
     shape = (*x.shape[:-1], 2 * x.shape[-1])
     if x.numel() == 0:
@@ -270,12 +274,15 @@ def cast(x, dtype, stochastic_rounding=False):
     stochastic_rounding, fp32 -> bf16, fp32 -> e4m3 or bf16 -> e4m3 with numel % 4 == 0, rounded by the
     hash of each quad of elements and its global index (tkgen's stochastic_cast). More than CAST_CHUNK
     elements go in several launches, each writing its slice of the result (the quad index counting on)."""
-    assert x.is_contiguous()
+    tensor_arg("quant.cast", "x", x, (torch.float32, torch.bfloat16, torch.float8_e4m3fn))
+    require(x.is_contiguous(), "quant.cast", "x", "must be contiguous; call .contiguous()")
     flat, dtype = x.reshape(-1), as_format(dtype)
     if stochastic_rounding:
         src = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(x.dtype)
-        assert (src, dtype) in STOCHASTIC_PAIRS, f"stochastic rounding casts {sorted(STOCHASTIC_PAIRS)}"
-        assert flat.numel() % 4 == 0, "stochastic rounding needs numel % 4 == 0"
+        require((src, dtype) in STOCHASTIC_PAIRS, "quant.cast", "dtype",
+                f"with stochastic_rounding casts one of {sorted(STOCHASTIC_PAIRS)}, got {(src, dtype)}")
+        require(flat.numel() % 4 == 0, "quant.cast", "x", f"with stochastic_rounding needs numel % 4 == 0, got "
+                                                          f"{flat.numel()}")
         name, flat = "stochastic_cast", flat.view(-1, 4)
     else:
         name = "elementwise_cast"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .._common import into, missing, ops
+from .._common import into, missing, ops, tensor_arg
 
 _ATTR = "grad_from_mhc_post"
 
@@ -61,6 +61,7 @@ def _tokens(t, trailing):
 
 def expand_to_mhc(hidden, mhc_mult: int, out=None):
     """(..., D) bf16 -> (..., mhc_mult, D), every stream a copy of hidden."""
+    tensor_arg("modeling.mhc.ops.expand_to_mhc", "hidden", hidden, (torch.bfloat16,), None, "(..., D)", min_rank=1)
     res = ops().expand_to_mhc(_tokens(hidden, 1), mhc_mult)
     return into(out, res.reshape(*hidden.shape[:-1], mhc_mult, hidden.shape[-1]))
 
@@ -68,7 +69,8 @@ def expand_to_mhc(hidden, mhc_mult: int, out=None):
 def mhc_pre_split_mixes(input_mixes, mhc_scale, mhc_base, mhc_mult: int, mhc_post_mult_value: float,
                         mhc_pre_eps: float):
     """input_mixes (n0, n1, m * (m + 2)) float32 -> pre (n0, n1, m, 1), post (n0, n1, m, 1), comb (n0, n1, m, m)."""
-    assert input_mixes.dim() == 3, "input_mixes must be (n0, n1, m * (m + 2))"
+    tensor_arg("modeling.mhc.ops.mhc_pre_split_mixes", "input_mixes", input_mixes, (torch.float32,), 3,
+               "(n0, n1, m * (m + 2))")
     n0, n1, _ = input_mixes.shape
     m = mhc_mult
     pre, post, comb = ops().mhc_pre_split_mixes(_tokens(input_mixes, 1), mhc_scale, mhc_base, m,
@@ -78,12 +80,14 @@ def mhc_pre_split_mixes(input_mixes, mhc_scale, mhc_base, mhc_mult: int, mhc_pos
 
 def sinkhorn_normalize(x, repeat: int = 10, eps: float = 1e-6):
     """(..., n, n) float32: softmax over rows + eps, then 2 * repeat - 1 column and row normalizations."""
+    tensor_arg("modeling.mhc.ops.sinkhorn_normalize", "x", x, (torch.float32,), None, "(..., n, n)", min_rank=2)
     n = x.shape[-1]
     return ops().sinkhorn_normalize(_tokens(x, 2), repeat, float(eps)).reshape(x.shape[:-2] + (n, n))
 
 
 def mhc_pre_apply_mix(x, mix, out=None):
     """x (..., m, D) bf16, mix (..., m, 1) float32 -> (..., D) bf16: the streams weighted and added in order."""
+    tensor_arg("modeling.mhc.ops.mhc_pre_apply_mix", "x", x, (torch.bfloat16,), None, "(..., m, D)", min_rank=2)
     m, d = x.shape[-2:]
     if torch.is_grad_enabled() and (x.requires_grad or mix.requires_grad):
         res = _PreApplyMix.apply(_tokens(x, 2), mix.reshape(-1, m), x.untyped_storage())
@@ -129,7 +133,7 @@ def mhc_post(x, residual, post_layer_mix, comb_res_mix, out=None):
 
 def mhc_head_compute_mix(input_mix, mhc_scale, mhc_base, mhc_pre_eps: float):
     """input_mix (n0, n1, m) float32, mhc_scale (1,), mhc_base (m,) -> sigmoid(x * scale + base) + pre_eps."""
-    assert input_mix.dim() == 3, "input_mix must be (n0, n1, m)"
+    tensor_arg("modeling.mhc.ops.mhc_head_compute_mix", "input_mix", input_mix, (torch.float32,), 3, "(n0, n1, m)")
     res = ops().mhc_head_compute_mix(_tokens(input_mix, 1), mhc_scale.reshape(1), mhc_base, float(mhc_pre_eps))
     return res.reshape(input_mix.shape)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from .. import _moe_mapping as mapping
-from .._common import need, ops
+from .._common import checks_values, int_arg, value_bounds, within, need, ops, require, routing_ids, tensor_arg
 from .._moe_layout import expand_to_fused, expand_to_fused_with_sf, reduce_fused  # noqa: F401
 from ..tilekernels.moe import topk_gate  # noqa: F401  (the same signature)
 
@@ -19,20 +19,35 @@ def normalize_weight(topk_weights):
 def mask_indices_by_tp(indices, n: int, num_ep_ranks: int, tp_rank: int, num_tp_ranks: int):
     """The indices of every EP rank mapped to this TP rank's experts (-1 where another rank has them), in
     the dtype and shape of `indices` (int32 is taken as int64 and back: the values fit)."""
+    tensor_arg("moe.mask_indices_by_tp", "indices", indices, (torch.int32, torch.int64))
     rows = indices.reshape(-1, indices.shape[-1]) if indices.dim() and indices.shape[-1] <= _MAX_K \
         else indices.reshape(-1, 1)
     out = ops().mask_indices_by_tp(rows.to(torch.int64).contiguous(), n, num_ep_ranks, tp_rank, num_tp_ranks)
     return out.to(indices.dtype).reshape(indices.shape)
 
 
+def _counted(name, arg, ids, num, what):
+    """Ids that a count bins: int64 [T, K], none at or past `num` (a negative id counts nothing)."""
+    tensor_arg(name, arg, ids, (torch.int64,), 2, "[T, K]")
+    if checks_values(ids):
+        within(name, arg, value_bounds(ids)[0], None, num - 1, f" (one of the {num} {what}, or negative for none)")
+
+
 def group_count(group_idx, num_groups: int):
-    """int32 [num_groups]: how many entries of group_idx [T, K] hold each group (negative ones count nothing)."""
+    """int32 [num_groups]: how many entries of group_idx [T, K] hold each group in [0, num_groups) (others,
+    negative or past the groups, count nothing: a count of some groups only is a use)."""
+    int_arg("moe.group_count", "num_groups", num_groups, 1, 1024)
+    tensor_arg("moe.group_count", "group_idx", group_idx, (torch.int64,), 2, "[T, K]")
     return ops().group_count(group_idx, num_groups)
 
 
 def aux_fi(topk_idx, num_experts: int, num_aux_topk: int):
     """float32 [num_experts]: count[e] * num_experts / (T * num_aux_topk), from the exact counts of
     group_count (TileKernels adds per-block float shares atomically, in no fixed order); zeros for T = 0."""
+    name = "moe.aux_fi"
+    int_arg(name, "num_experts", num_experts, 1, 1024)
+    int_arg(name, "num_aux_topk", num_aux_topk, 1)
+    _counted(name, "topk_idx", topk_idx, num_experts, "experts")
     count = ops().group_count(topk_idx, num_experts)
     tokens = topk_idx.shape[0]
     if tokens == 0:
@@ -56,11 +71,13 @@ def top2_sum_gate(logits, bias, num_topk: int, num_topk_groups: int, num_groups:
     requires num_shared_experts <= its extra duplicates), which tkgen does not have; ep_rank is used only
     by that map."""
     name = "moe.top2_sum_gate"
-    assert scoring_func in ("sigmoid", "sqrtsoftplus", "softmax"), f"{name}: unsupported scoring {scoring_func!r}"
+    require(scoring_func in ("sigmoid", "sqrtsoftplus", "softmax"), name, "scoring_func",
+            f"must be 'sigmoid', 'sqrtsoftplus' or 'softmax', got {scoring_func!r}")
     need(to_physical_map is None and logical_count is None, name, "with to_physical_map")
     need(not use_shared_as_routed, name, "with use_shared_as_routed (it needs to_physical_map)")
     need(fix_routing_mask is None, name, "with fix_routing_mask")
-    assert (num_groups == 0) == (num_topk_groups == 0), "num_groups and num_topk_groups are both 0 or both > 0"
+    require((num_groups == 0) == (num_topk_groups == 0), name, "num_topk_groups",
+            f"and `num_groups` must be both 0 or both > 0, got {num_topk_groups!r} and {num_groups!r}")
     routed = None if mask is None else mask.to(torch.int32)
     idx, weights, unmapped = ops().top2_sum_gate(
         logits.contiguous(), bias, num_topk, num_groups or 1, num_topk_groups or 1, num_ep_ranks, tp_rank,
@@ -73,8 +90,10 @@ def top2_sum_gate(logits, bias, num_topk: int, num_topk_groups: int, num_groups:
 def inplace_unique_group_indices(group_indices, num_groups: int):
     """In place on group_indices [T, K] int64: a group index already seen earlier in its row becomes -1
     (negative entries stay). Returns None."""
-    assert group_indices.dtype == torch.int64 and group_indices.is_contiguous(), "int64, contiguous"
-    assert num_groups <= 128, "num_groups <= 128 (as TileKernels)"
+    name = "moe.inplace_unique_group_indices"
+    int_arg(name, "num_groups", num_groups, 1, 128)
+    _counted(name, "group_indices", group_indices, num_groups, "groups")
+    require(group_indices.is_contiguous(), name, "group_indices", "must be contiguous (it is written in place)")
     ops().inplace_unique_group_indices(group_indices)
 
 

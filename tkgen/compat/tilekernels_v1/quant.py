@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._common import need, ops, scale_format
+from .._common import need, ops, require, scale_format
 from ..tilekernels import quant as v2
 from ..tilekernels.quant import (cast_back, per_block_cast_lossless, per_token_cast_back,  # noqa: F401
                                  per_token_cast_with_sf_only, unpack_from_e2m1fn_x2)
@@ -63,7 +63,8 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to
     (pos_to_expert == -1) left unwritten, the int64[3] clamp counters added into."""
     name = "quant.swiglu_forward_and_per_token_cast"
     need(sf_clamp_min is None, name, "with sf_clamp_min")
-    assert clamped_count is None or swiglu_clamp_value is not None
+    require(clamped_count is None or swiglu_clamp_value is not None, name, "clamped_count",
+            "is given only with swiglu_clamp_value")
     q, sf, counts = ops().swiglu_forward_and_per_token_cast(
         x, pos_to_token_topk=pos_to_token_topk, topk_weights=topk_weights, pos_to_expert=pos_to_expert, fmt=fmt,
         group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), clamp=swiglu_clamp_value)
