@@ -232,7 +232,7 @@ _TILELANG_ATTRS = frozenset({
     "reduce_absmax", "reduce_max", "reduce_min", "reduce_sum", "reduce_abssum", "cumsum", "cummax",
     "atomic_add", "atomic_max", "atomic_min", "gemm", "max", "min", "abs", "ceildiv", "floordiv",
     "floormod", "truncdiv", "truncmod", "isnan", "isinf", "isfinite", "exp", "exp2", "log", "log2",
-    "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "floor", "ceil", "round", "trunc", "nearbyint", "fma",
+    "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "floor", "ceil", "round", "trunc", "nearbyint", "fma",
     "pow", "copysign", "ldexp", "clamp", "infinity", "max_value", "min_value", "shift_left",
     "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "sync_threads", "view",
     "reshape", "shfl_xor", "shfl_down", "shfl_up", "warp_reduce_sum", "warp_reduce_max", "warp_reduce_min",
