@@ -134,3 +134,14 @@ def test_kernels_whose_parameters_differ_in_name_are_not_merged():
     functions, aliases = merge(together, name)
     assert len(functions) == 1 and len(aliases) == 2
     assert "PARAM_a = T.Tensor((2 * H,), 'float32')" in functions[0]
+
+
+def test_the_audit_rejects_a_name_bound_only_in_another_function():
+    """The merged factory of the fault read `a`, a parameter of another variant's function: the module
+    bound the name somewhere, but not where it was read. The audit (run by validate and generate) now
+    checks each top-level function's reads against its own bindings and the module's."""
+    from tkgen.safety import AuditError, audit_module
+    ok = "def f(a, b):\n    return a + b\n\n\ndef g(b):\n    c = [b for _ in range(2)]\n    return f(b, c)\n"
+    audit_module("ok.py", ok)
+    with pytest.raises(AuditError, match="name 'a' is bound neither in function 'g'"):
+        audit_module("bad.py", ok.replace("return f(b, c)", "return f(a, c)"))

@@ -721,6 +721,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None) -> OpSpe
 
     formats = Catalog(doc.path.parent, {}, elements, scales, {}, {}, layouts)
     typecheck(spec, elements, scales, lambda variant, program: lower_program(formats, spec, variant, program))
+    checks.check_unused_values(doc, spec)
     return spec
 
 

@@ -346,6 +346,25 @@ class _Audit:
                 if name in taken:
                     what = "builtin" if name in BUILTINS else "imported name"
                     self.fail(node, f"binding {name!r} hides the {what} of that name")
+        self.check_scopes(tree)
+
+    def check_scopes(self, tree):
+        """A name a top-level function reads is bound in that function (its arguments, assignments and
+        nested functions) or at module level: a name bound only in another function would be a NameError
+        at the call (two variants merged into one function that declared one of their parameters)."""
+        functions = [s for s in tree.body if type(s) is ast.FunctionDef]
+        module = {s.name for s in functions}
+        for stmt in tree.body:
+            if type(stmt) is not ast.FunctionDef:
+                module |= {n for n in map(_binding, _nodes(stmt)) if n is not None}
+        known = module | set(self.imported) | set(self.star) | _SAFE_BUILTINS | _MODULE_NAMES
+        for fn in functions:
+            nodes = _nodes(fn)
+            local = {n for n in map(_binding, nodes) if n is not None}
+            for node in nodes:
+                if type(node) is ast.Name and isinstance(node.ctx, ast.Load) and \
+                        node.id not in local and node.id not in known:
+                    self.fail(node, f"name {node.id!r} is bound neither in function {fn.name!r} nor in the module")
 
     # imports ------------------------------------------------------------------------------------------
     def check_import(self, node):
