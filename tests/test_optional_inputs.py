@@ -36,6 +36,54 @@ tests:
   max_rows: 20
 """
 
+LAYERNORM = """\
+op: layer_norm
+family: demo
+doc: LayerNorm over the channels with an optional weight and an optional bias, both [H] like x.
+params:
+  eps: {type: float, default: 1.0e-5, doc: added to the variance}
+dims:
+  T: {dynamic: true, doc: rows}
+  H: {doc: channels, min: 1, max: 4096, test_values: [7, 64]}
+axes: {t: T, h: H}
+inputs:
+  x: {dtypes: [fp32, bf16], shape: [T, H], view: [t, h]}
+  weight: {like: x, shape: [H], view: [h], optional: true, absent: 1.0}
+  bias: {like: x, shape: [H], view: [h], optional: true, absent: -0.0}
+outputs:
+  y: {dtype: fp32, shape: [T, H], view: [t, h]}
+compute:
+  - xf = load(x)
+  - mu = fold(sum, xf, h, 0.0) / H
+  - d = xf - mu
+  - d2 = d * d
+  - rstd = rsqrt(fold(sum, d2, h, 0.0) / H + eps)
+  - y = d * rstd * load(weight) + load(bias)
+tests:
+  max_rows: 20
+"""
+
+LAYERNORM_CALL = """
+import itertools, sys, torch
+import torch.nn.functional as F
+from tkgen import registry
+registry.use_generated(sys.argv[1])
+from tkgen_generated.demo.layer_norm import op, reference
+g = torch.Generator().manual_seed(1)
+for dtype in (torch.float32, torch.bfloat16):
+    x = (torch.randn(9, 64, generator=g) * 3 + 1).to(dtype)
+    w, b = (torch.randn(64, generator=g).to(dtype) for _ in range(2))
+    for given in itertools.product((False, True), repeat=2):
+        args = [t if on else None for t, on in zip((w, b), given)]
+        y = op.layer_norm(x, *args, eps=1e-5)
+        name = "_".join(f"with_{n}" for n, on in zip(("weight", "bias"), given) if on) or "base"
+        want = reference.VARIANTS[name](x, *args, 1e-5)[0]
+        assert torch.equal(y.view(torch.int32), want.view(torch.int32)), (dtype, name)
+        torch_y = F.layer_norm(x.float(), (64,), *[a.float() if a is not None else None for a in args], eps=1e-5)
+        torch.testing.assert_close(y, torch_y, rtol=1e-5, atol=1e-5)
+        print(name)
+"""
+
 CALL = """
 import itertools, sys, torch
 from tkgen import registry
@@ -90,6 +138,7 @@ def tree(tmp_path_factory):
     shutil.copytree(registry.specs_dir() / "archs", specs / "archs")
     (specs / "demo").mkdir()
     (specs / "demo" / "opt_affine.yaml").write_text(SPEC)
+    (specs / "demo" / "layer_norm.yaml").write_text(LAYERNORM)
     out = root / "generated"
     r = run("-m", "tkgen.cli", "--specs", str(specs), "generate", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -100,6 +149,12 @@ def test_every_combination_of_optional_inputs_runs_on_the_c_target(tree):
     r = run("-c", CALL, str(tree))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert len(r.stdout.split()) == 2 * 8
+
+
+def test_layer_norm_with_an_optional_weight_and_bias_in_every_combination(tree):
+    r = run("-c", LAYERNORM_CALL, str(tree))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert len(r.stdout.split()) == 2 * 4
 
 
 def test_every_combination_lowers_for_cuda_with_its_own_parameters(tree):
