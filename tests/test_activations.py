@@ -6,7 +6,8 @@ bit for bit on every input. Against torch's own functions: the special values ag
 elementwise path, `gelu_tanh`'s tail below -5.5 is -0.0 as in torch, and every other value lies within a
 few ulp of torch's vectorised CPU kernels (whose erf and tanh are their own polynomials; where `1 + erf` or
 `1 + tanh` cancels, the bound is absolute, a few ulp of 1 times |x|). The CUDA kernels lower for sm_90a and
-sm_100a and call CUDA's `tanhf`, `erff`, `expf` and `log1pf`, as torch's CUDA kernels do."""
+sm_100a (and build with nvcc where it is installed) and call CUDA's `tanhf`, `erff`, `expf` and `log1pf`, as
+torch's CUDA kernels do."""
 import os
 import shutil
 import subprocess
@@ -98,16 +99,19 @@ print("ok")
 """
 
 LOWER = """
-import importlib, sys
+import importlib, shutil, sys
 from tkgen import registry
-from tkgen.runtime.compile import lower_source
+from tkgen.runtime.compile import lower_source, nvcc_cubin
 registry.use_generated(sys.argv[1])
-for arch in ("sm90", "sm100"):
+for arch, sm in (("sm90", "sm_90a"), ("sm100", "sm_100a")):
     mod = importlib.import_module(f"tkgen_generated.demo.activations.kernel_{arch}")
     src = lower_source(mod, mod.build_base, (64, "bf16"))
     for fn in ("tanhf(", "erff(", "expf(", "log1pf("):
         assert fn in src, (arch, fn)
     assert "__tanhf" not in src and "__expf" not in src, arch
+    if shutil.which("nvcc"):          # built as the runtime builds it (the profile's -fmad=false)
+        r = nvcc_cubin(src, sm, mod.COMPILE_FLAGS)
+        assert r.returncode == 0, (arch, r.stderr[-2000:])
     print(arch)
 """
 
