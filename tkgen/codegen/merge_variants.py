@@ -130,7 +130,12 @@ def _merged(members: List[Printed], variant_name, prefix, taken):
                 len({_indent(m.lines[j]) for m in members} | {_indent(texts[0])}) == 1:
             j += 1
         if params[0] < i < params[1]:      # a kernel parameter: its annotation is chosen before the prim_func
-            tensor, _ = texts[0].strip().split(":", 1)
+            names = {t.strip().split(":", 1)[0] for t in texts}
+            if len(names) > 1:
+                # parameters of different names (variants that differ in which optional input is
+                # present): the kernels' signatures differ, which no annotation chosen by an `if` can express
+                return None
+            tensor = names.pop()
             ind = _indent(texts[0])
             branches = [[f"    {PARAM_PREFIX}{tensor} = {m.lines[i].strip().split(':', 1)[1].strip().rstrip(',')}"]
                         for m in _first_of(members, part)]

@@ -122,7 +122,7 @@ class TileLangPrinter:
                 return 'T.cast(T.cast({}, "float64") * T.cast({}, "float64") + T.cast({}, "float64"), "float32")' \
                     .format(*a)
             return f"T.fma({a[0]}, {a[1]}, {a[2]})"
-        if o in ("exp", "log", "log1p", "sqrt", "rsqrt"):
+        if o in ("exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "erf"):
             return f"T.{o}({a[0]})"
         if o == "bits":
             return f'T.reinterpret({a[0]}, "uint32")'
@@ -203,7 +203,7 @@ class TorchPrinter:
             return f"torch.where({a[0]}, {a[1]}, {a[2]})"
         if o == "fma":
             return f"_fma({a[0]}, {a[1]}, {a[2]})"
-        if o in ("exp", "log", "log1p", "rsqrt", "sqrt"):
+        if o in ("exp", "log", "log1p", "rsqrt", "sqrt", "tanh", "erf"):
             return f"_{o}({a[0]})"          # mirrors the target's math library (torch_prims)
         if o == "bits":
             return f"_bits({a[0]})"

@@ -1,7 +1,7 @@
-"""The CPU's own math library, for references: the C kernels call libm's `expf`, `logf` and `log1pf`, so a reference
-that calls the same functions rounds exactly as they do (libm's float32 functions are not correctly rounded,
-so no other implementation agrees on every input: torch's vectorised exp differs on ~1% of inputs, a
-float64 exp rounded to float32 on ~0.08%).
+"""The CPU's own math library, for references: the C kernels call libm's `expf`, `logf`, `log1pf`, `tanhf` and
+`erff`, so a reference that calls the same functions rounds exactly as they do (libm's float32 functions are
+not correctly rounded, so no other implementation agrees on every input: torch's vectorised exp differs on
+~1% of inputs, a float64 exp rounded to float32 on ~0.08%).
 
 The functions are reached through a tiny C library compiled on first use with the system's C compiler,
 without fast-math (which would swap in the vector library), and cached by the hash of its source, flags and
@@ -29,6 +29,8 @@ _SOURCE = """
 void tkgen_expf(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = expf(x[i]); }
 void tkgen_logf(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = logf(x[i]); }
 void tkgen_log1pf(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = log1pf(x[i]); }
+void tkgen_tanhf(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = tanhf(x[i]); }
+void tkgen_erff(const float *x, float *y, long n) { for (long i = 0; i < n; ++i) y[i] = erff(x[i]); }
 """
 _FLAGS = ["-O2", "-fno-fast-math", "-ffp-contract=off", "-shared", "-fPIC"]
 
@@ -56,7 +58,7 @@ def _library() -> ctypes.CDLL:
                 raise RuntimeError(f"building tkgen's libm mirror failed:\n{r.stderr}")
             os.replace(out, lib)
     dll = ctypes.CDLL(str(lib))
-    for fn in (dll.tkgen_expf, dll.tkgen_logf, dll.tkgen_log1pf):
+    for fn in (dll.tkgen_expf, dll.tkgen_logf, dll.tkgen_log1pf, dll.tkgen_tanhf, dll.tkgen_erff):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
         fn.restype = None
     return dll
@@ -85,3 +87,13 @@ def logf(x: torch.Tensor) -> torch.Tensor:
 def log1pf(x: torch.Tensor) -> torch.Tensor:
     """libm's log1pf of each element of a CPU tensor, as float32."""
     return _apply("tkgen_log1pf", x)
+
+
+def tanhf(x: torch.Tensor) -> torch.Tensor:
+    """libm's tanhf of each element of a CPU tensor, as float32."""
+    return _apply("tkgen_tanhf", x)
+
+
+def erff(x: torch.Tensor) -> torch.Tensor:
+    """libm's erff of each element of a CPU tensor, as float32."""
+    return _apply("tkgen_erff", x)

@@ -11,7 +11,7 @@ from . import libm
 from .packing import Packet
 
 __all__ = ["torch", "_f32", "_f64", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_nanmax", "_nanmin", "_sum",
-           "_matmul", "_codes_as", "_codes_of", "_exp", "_log", "_log1p", "_sqrt", "_rsqrt", "_same", "_fma", "_trunc",
+           "_matmul", "_codes_as", "_codes_of", "_exp", "_log", "_log1p", "_tanh", "_erf", "_sqrt", "_rsqrt", "_same", "_fma", "_trunc",
            "_ix", "_fit", "_view", "_store_view", "_gather", "_take", "_scatter", "_pack_codes",
            "_unpack_codes"]
 
@@ -142,6 +142,16 @@ def _same(x):
 
 def _log1p(x: torch.Tensor) -> torch.Tensor:
     return torch.log1p(x) if x.is_cuda else libm.log1pf(x)
+
+
+def _tanh(x: torch.Tensor) -> torch.Tensor:
+    """tanhf: CUDA's through torch, the CPU's libm (what the C kernels call; torch's vectorised CPU tanh
+    differs from it in the last bits)."""
+    return torch.tanh(x) if x.is_cuda else libm.tanhf(x)
+
+
+def _erf(x: torch.Tensor) -> torch.Tensor:
+    return torch.erf(x) if x.is_cuda else libm.erff(x)
 
 
 def _f64(value: float) -> torch.Tensor:

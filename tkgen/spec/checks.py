@@ -33,6 +33,7 @@ def check_op(doc, spec):
     check_params(doc, spec)
     check_dims(doc, spec)
     check_tensors(doc, spec)
+    check_sizes_at_samples(doc, spec)
     check_bindings(doc, spec)
     for key, block in spec.schedule.items():
         check_schedule(doc, spec, ("schedule", key), block)
@@ -253,6 +254,145 @@ def check_tensors(doc, spec):
                 lo, hi = (E.evaluate(E.parse(r), {}) for r in rng)
                 if lo > hi:
                     raise doc.error(base + ("values", "range"), f"empty range [{lo}, {hi}]")
+
+
+MAX_SAMPLES = 256          # assignments of dims and params the evaluated checks try
+
+
+def _samples(spec):
+    """Assignments of every dim and integer param that the spec admits (its requirements hold): each dim at
+    its min, max and test values, each param at its choices or the ends of its range, every combination
+    when there are few, else the corners and a fixed sample of the rest."""
+    import itertools
+    import random
+    dims = {}
+    for d in spec.dims.values():
+        lo, hi = max(d.min, 1), d.max if d.max is not None else None
+        vals = {lo, *(v for v in d.test_values if v >= lo and (hi is None or v <= hi))}
+        vals |= {hi} if hi is not None else {lo + 7, 4096}
+        dims[d.name] = sorted(vals)
+    params = {}
+    for p in spec.params.values():
+        if p.kind == "float" or p.structural:
+            continue
+        if p.choices is not None:
+            params[p.name] = list(p.choices)
+        elif p.range and not any(E.names(n) for n in p.range):
+            params[p.name] = sorted({E.evaluate(n, {}) for n in p.range})
+    names = [*dims, *params]
+    options = [*dims.values(), *params.values()]
+    total = 1
+    for o in options:
+        total *= len(o)
+    if total <= MAX_SAMPLES:
+        combos = list(itertools.product(*options))
+    else:
+        rng = random.Random(0)
+        combos = [tuple(o[0] for o in options), tuple(o[-1] for o in options)]
+        combos += [tuple(rng.choice(o) for o in options) for _ in range(MAX_SAMPLES - 2)]
+    for combo in combos:
+        env = dict(zip(names, combo))
+        for n, v in list(env.items()):
+            if isinstance(v, str):                  # a choice naming a dim (`group: [32, H]`)
+                env[n] = env[v]
+        for p in spec.params.values():
+            if p.structural:
+                env[p.name] = p.default if p.default is not None else p.choices[0]
+        try:
+            if all(E.evaluate(node, env) for d in spec.dims.values() for _, node in d.require):
+                yield env
+        except (E.ExprError, ValueError, ArithmeticError, TypeError):
+            continue
+
+
+def _at(env, node):
+    names = sorted(E.names(node))
+    return ", ".join(f"{n} = {env[n]}" for n in names if n in env)
+
+
+def check_sizes_at_samples(doc, spec):
+    """What only values of the dims and params show, at assignments the spec admits (`_samples`): no
+    negative shape, no axis extent past MAX_SIZE, no empty `values: range`, and views whose axes' extents
+    multiply to the size of the tensor dim they index. Each at its own field."""
+    def value(node, env):
+        try:
+            return E.evaluate(node, env)
+        except (E.ExprError, ValueError, ArithmeticError, TypeError):
+            return None
+    envs = list(_samples(spec))
+    for env in envs:
+        for name, ax in spec.axes.items():
+            v = value(ax.extent, env)
+            if v is not None and not 0 <= v <= S.MAX_SIZE:
+                raise doc.error(("axes", name), f"axis extent {short(ax.text)} is {v} at {_at(env, ax.extent)}; "
+                                                f"expected a size in [0, {S.MAX_SIZE}]")
+        for role, tensors in (("inputs", spec.inputs), ("outputs", spec.outputs)):
+            for name, t in tensors.items():
+                base = (role, name)
+                for i, node in enumerate(t.shape):
+                    v = value(node, env)
+                    if v is not None and not 0 <= v <= S.MAX_SIZE:
+                        raise doc.error(base + ("shape", i), f"shape entry {short(t.shape_text[i])} is {v} at "
+                                                              f"{_at(env, node)}; expected a size in [0, {S.MAX_SIZE}]")
+                rng = t.values.get("range")
+                if rng is not None:
+                    lo, hi = (value(E.parse(r), env) for r in rng)
+                    if lo is not None and hi is not None and lo > hi:
+                        nodes = E.Binary("-", E.parse(rng[0]), E.parse(rng[1]))
+                        raise doc.error(base + ("values", "range"), f"empty range [{lo}, {hi}] at {_at(env, nodes)}")
+                _check_view_extents(doc, spec, t, base, env, value)
+        for p in spec.params.values():
+            if p.range and any(E.names(n) for n in p.range):
+                lo, hi = (value(n, env) for n in p.range)
+                if lo is not None and hi is not None and lo > hi:
+                    raise doc.error(("params", p.name, "range"), f"empty range [{lo}, {hi}] at "
+                                                                 f"{_at(env, E.Binary('-', *p.range))}")
+
+
+def _check_view_extents(doc, spec, t, base, env, value):
+    """A view's axes split the tensor dim they index: their extents multiply to its size. Not checked where
+    the two legitimately differ: packed or scale containers (the shape counts words or padded scales),
+    segments (several views of one dim), and flat positions (no view)."""
+    if t.at and not t.row_view or t.segments or t.scale_ref or t.layout_ref:
+        return
+    if t.format_ref and t.role == "input":
+        return
+    layouts = [((), t.shape, t.shape_text, t.view)] + [(("when", p), sh, tx, vw) for p, sh, tx, vw in t.layouts]
+    for where, shape, text, view in layouts:
+        entries = list(zip(range(len(shape)), shape, text))
+        if t.row_view:           # rows at positions: the view indexes the dims after the first
+            entries, view = entries[1:], t.row_view
+        if len(entries) != len(view):
+            continue
+        for (i, node, shape_text), axes in zip(entries, view):
+            size = value(node, env)
+            extents = [value(spec.axes[a].extent, env) for a in axes if a in spec.axes]
+            if size is None or len(extents) != len(axes) or None in extents:
+                continue
+            inner = 1
+            for x in extents[1:]:
+                inner *= x
+            product = extents[0] * inner
+            # the major axis may round up (`ceildiv(N, 1024)` blocks of 1024: the kernels guard the last one)
+            if not size <= product < size + inner:
+                raise doc.error(base + where + ("view", i),
+                                f"the view's axes {' x '.join(axes)} span {product} elements but the shape's entry "
+                                f"{short(shape_text)} is {size} at {_at(env, node) or 'every size'}")
+
+
+def check_unused_values(doc, spec):
+    """A statement none of whose values is stored or read later (a top-k result never used) is an error:
+    nothing of it would be generated, so it is most likely a mistake. Checked after the stage library's
+    type rules (tkgen/spec/model.py: build_op, with the driver's check_op), whose errors say more about a statement that also goes unused."""
+    from .stages.base import STAGES
+    used = set(spec.outputs)
+    for st in reversed(spec.stages):
+        acts = isinstance(st.value, E.Call) and getattr(STAGES.get(st.value.fn), "acts", False)
+        if not acts and not any(t in used for t in st.targets):
+            names = ", ".join(st.targets)
+            raise doc.error(("compute", st.index), f"{names} {'is' if len(st.targets) == 1 else 'are'} computed "
+                                                   "but never stored nor read by a later statement")
+        used |= E.names(st.value)
 
 
 def binding(node, dims):

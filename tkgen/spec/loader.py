@@ -353,7 +353,7 @@ def _explain(err) -> str:
     """Turn a jsonschema error into the sentence 'expected ..., found ...' (values shown cut short)."""
     v = err.validator
     if v == "required":
-        return f"missing field; expected {err.message.split(' is a required')[0]}"
+        return f"missing field {err.message.split(' is a required')[0]}"
     if v == "additionalProperties":
         return f"unknown field: {short(err.message, 200)}"
     if v == "enum":
@@ -375,5 +375,8 @@ def _explain(err) -> str:
         fields = [alt["required"][0] for alt in err.validator_value]
         given = [f for f in fields if isinstance(err.instance, dict) and f in err.instance]
         return f"expected exactly one of the fields {', '.join(fields)}, found " + (", ".join(given) or "none")
+    if v == "anyOf" and all(set(alt) == {"required"} and len(alt["required"]) == 1 for alt in err.validator_value):
+        fields = [alt["required"][0] for alt in err.validator_value]     # none of them given
+        return f"missing field {fields[0]!r}" + (f" (or {' or '.join(map(repr, fields[1:]))})" if fields[1:] else "")
     desc = err.schema.get("description")
     return short(err.message, 200) + (f" (expected: {desc})" if desc else "")

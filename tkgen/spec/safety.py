@@ -232,7 +232,7 @@ _TILELANG_ATTRS = frozenset({
     "reduce_absmax", "reduce_max", "reduce_min", "reduce_sum", "reduce_abssum", "cumsum", "cummax",
     "atomic_add", "atomic_max", "atomic_min", "gemm", "max", "min", "abs", "ceildiv", "floordiv",
     "floormod", "truncdiv", "truncmod", "isnan", "isinf", "isfinite", "exp", "exp2", "log", "log2",
-    "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "floor", "ceil", "round", "trunc", "nearbyint", "fma",
+    "log1p", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "floor", "ceil", "round", "trunc", "nearbyint", "fma",
     "pow", "copysign", "ldexp", "clamp", "infinity", "max_value", "min_value", "shift_left",
     "shift_right", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "sync_threads", "view",
     "reshape", "shfl_xor", "shfl_down", "shfl_up", "warp_reduce_sum", "warp_reduce_max", "warp_reduce_min",
@@ -346,6 +346,25 @@ class _Audit:
                 if name in taken:
                     what = "builtin" if name in BUILTINS else "imported name"
                     self.fail(node, f"binding {name!r} hides the {what} of that name")
+        self.check_scopes(tree)
+
+    def check_scopes(self, tree):
+        """A name a top-level function reads is bound in that function (its arguments, assignments and
+        nested functions) or at module level: a name bound only in another function would be a NameError
+        at the call (two variants merged into one function that declared one of their parameters)."""
+        functions = [s for s in tree.body if type(s) is ast.FunctionDef]
+        module = {s.name for s in functions}
+        for stmt in tree.body:
+            if type(stmt) is not ast.FunctionDef:
+                module |= {n for n in map(_binding, _nodes(stmt)) if n is not None}
+        known = module | set(self.imported) | set(self.star) | _SAFE_BUILTINS | _MODULE_NAMES
+        for fn in functions:
+            nodes = _nodes(fn)
+            local = {n for n in map(_binding, nodes) if n is not None}
+            for node in nodes:
+                if type(node) is ast.Name and isinstance(node.ctx, ast.Load) and \
+                        node.id not in local and node.id not in known:
+                    self.fail(node, f"name {node.id!r} is bound neither in function {fn.name!r} nor in the module")
 
     # imports ------------------------------------------------------------------------------------------
     def check_import(self, node):

@@ -115,6 +115,8 @@ class Stage:
     names: Tuple[str, ...] = ()           # set by @stage
     args: Tuple[str, ...] = ("node",)
     targets = 1
+    # whether the statement acts by being there (which rows are written), so that its value needs no reader
+    acts = False
 
     def kinds(self, n) -> Optional[Tuple[str, ...]]:
         """The kind of each of `n` arguments, or None when `n` arguments do not fit."""

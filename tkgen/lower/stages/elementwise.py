@@ -8,6 +8,7 @@ taken modulo the width (`a << 33` on i32 is `a << 1`).
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from ...spec import expr as E
@@ -163,8 +164,42 @@ define(("abs",), 1, lambda fn, x: op("max", x, op("neg", x)),
 define(("clamp",), 3, lambda fn, x, lo, hi: op("min", op("max", x, lo), hi), "min(max(x, lo), hi).")
 define(("where",), 3, lambda fn, c, x, y: op("select", c, x, y), "x where c holds, else y.")
 define(("sigmoid",), 1, _sigmoid, "1 / (1 + exp(-x)).")
-define(("exp", "log", "log1p", "sqrt", "rsqrt"), 1, lambda fn, x: op(fn, x),
+define(("exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "erf"), 1, lambda fn, x: op(fn, x),
        "The targets' library functions (mirrored by the reference: tkgen/runtime/torch_prims.py).")
+
+
+def _f32(v: float) -> ir.Const:
+    """A double rounded to float32, as torch's kernels round their `const scalar_t` constants."""
+    return ir.c(struct.unpack("<f", struct.pack("<f", v))[0])
+
+
+# torch's constants (ATen/native/cpu/Activation.cpp, the CUDA kernels alike): M_SQRT1_2, and
+# M_SQRT2 * M_2_SQRTPI * 0.5 = sqrt(2 / pi), each a double rounded to float32
+_SQRT1_2 = _f32(0.70710678118654752440)
+_SQRT_2_PI = _f32(1.41421356237309504880 * 1.12837916709551257390 * 0.5)
+_KAPPA = _f32(0.044715)
+
+
+def _activation(fn, x):
+    """torch's formulas, operation for operation (torch.nn.functional's gelu, gelu(approximate='tanh'),
+    silu, softplus with beta 1 and threshold 20), of the library functions tanh, erf, exp and log1p."""
+    if x.dtype != ir.F32:
+        raise TypeError(f"takes an f32, found {x.dtype}")
+    one, half = ir.c(1.0), ir.c(0.5)
+    if fn == "gelu":          # x * 0.5 * (1 + erf(x * M_SQRT1_2))
+        return op("mul", op("mul", x, half), op("add", one, op("erf", op("mul", x, _SQRT1_2))))
+    if fn == "gelu_tanh":     # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x)))
+        cube = op("mul", op("mul", x, x), x)
+        inner = op("mul", _SQRT_2_PI, op("add", x, op("mul", _KAPPA, cube)))
+        # below about -5.5 tanh is -1, so 1 + tanh is +0.0 and the result -0.0, as torch's
+        return op("mul", op("mul", half, x), op("add", one, op("tanh", inner)))
+    if fn == "silu":          # x / (1 + exp(-x))
+        return op("div", x, op("add", one, op("exp", op("neg", x))))
+    # softplus: x past the threshold 20, else log1p(exp(x)) (NaN fails the test, so it gives NaN)
+    return op("select", op("gt", x, ir.c(20.0)), x, op("log1p", op("exp", x)))
+
+
+define(("gelu", "gelu_tanh", "silu", "softplus"), 1, _activation, _activation.__doc__)
 define(("fma",), 3, lambda fn, x, y, z: op("fma", x, y, z),
        "x * y + z rounded once (CUDA); on the C target in float64, rounded once to float32 (printers.py).")
 

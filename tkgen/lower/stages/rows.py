@@ -17,6 +17,8 @@ class KeepRows(Stage):
     others are left untouched (no output element of theirs is stored, their later loads give 0) and add
     nothing to counts and sums over rows. A condition that folds to true keeps every row."""
 
+    acts = True
+
     def build(self, b, call, node):
         idx, name = call.index, call.targets[0]
         if idx != 0:
