@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Optional
 
 from .lower.lowering import lower_program
+from .lower.stages.base import STAGES
+from .spec import expr as E
 from .spec import formats as F
 from .spec import model as M
 from .spec.autograd import plan
@@ -27,6 +29,21 @@ def check_lowers(spec, elements, scales, layouts):
     accepts, generate lowers."""
     formats = M.Catalog(spec.path.parent, {}, elements, scales, {}, {}, layouts)
     typecheck(spec, elements, scales, lambda variant, program: lower_program(formats, spec, variant, program))
+    check_unused_values(spec.doc_ref, spec)
+
+
+def check_unused_values(doc, spec):
+    """A statement none of whose values is stored or read later (a top-k result never used) is an error:
+    nothing of it would be generated, so it is most likely a mistake. Checked after the stage library's
+    type rules (check_lowers), whose errors say more about a statement that also goes unused."""
+    used = set(spec.outputs)
+    for st in reversed(spec.stages):
+        acts = isinstance(st.value, E.Call) and getattr(STAGES.get(st.value.fn), "acts", False)
+        if not acts and not any(t in used for t in st.targets):
+            names = ", ".join(st.targets)
+            raise doc.error(("compute", st.index), f"{names} {'is' if len(st.targets) == 1 else 'are'} computed "
+                                                   "but never stored nor read by a later statement")
+        used |= E.names(st.value)
 
 
 def load_catalog(root) -> M.Catalog:

@@ -380,21 +380,6 @@ def _check_view_extents(doc, spec, t, base, env, value):
                                 f"{short(shape_text)} is {size} at {_at(env, node) or 'every size'}")
 
 
-def check_unused_values(doc, spec):
-    """A statement none of whose values is stored or read later (a top-k result never used) is an error:
-    nothing of it would be generated, so it is most likely a mistake. Checked after the stage library's
-    type rules (tkgen/spec/model.py: build_op, with the driver's check_op), whose errors say more about a statement that also goes unused."""
-    from .stages.base import STAGES
-    used = set(spec.outputs)
-    for st in reversed(spec.stages):
-        acts = isinstance(st.value, E.Call) and getattr(STAGES.get(st.value.fn), "acts", False)
-        if not acts and not any(t in used for t in st.targets):
-            names = ", ".join(st.targets)
-            raise doc.error(("compute", st.index), f"{names} {'is' if len(st.targets) == 1 else 'are'} computed "
-                                                   "but never stored nor read by a later statement")
-        used |= E.names(st.value)
-
-
 def binding(node, dims):
     """(dim, factor) when a shape entry is a dim or a constant multiple of one (`H`, `2 * H`), else None:
     the size of that tensor dim binds the dim at call time."""

@@ -716,8 +716,6 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
     checks.check_op(doc, spec)
     if check_op is not None:
         check_op(spec, elements, scales, layouts)
-    # after the stages' type checks (the driver's check_op), so that their messages come first
-    checks.check_unused_values(doc, spec)
     return spec
 
 
