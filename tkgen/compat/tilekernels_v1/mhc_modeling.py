@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import mhc_ops
+from .mhc_ops import mhc_pre_apply_mix, mhc_pre_norm_fn
 
 
 def _functional():
@@ -28,10 +28,10 @@ def mhc_pre(residual, fn, scale, base, *, norm_weight=None, norm_eps=1e-6, mhc_m
     if torch.is_grad_enabled():
         F = _functional()
         lead = residual.shape[:-2]
-        mixes = F._tokens(mhc_ops.mhc_pre_norm_fn(residual, fn, norm_weight, norm_eps, n_splits=n_splits), 1)
+        mixes = F._tokens(mhc_pre_norm_fn(residual, fn, norm_weight, norm_eps, n_splits=n_splits), 1)
         pre, post, comb = F._generated("mhc_split_mixes")(mixes, scale, base, mhc_mult, post_mult_value, pre_eps)
         comb = F._generated("sinkhorn")(comb, sinkhorn_repeat, sinkhorn_eps)
-        layer_input = mhc_ops.mhc_pre_apply_mix(residual, pre.reshape(*lead, mhc_mult, 1))
+        layer_input = mhc_pre_apply_mix(residual, pre.reshape(*lead, mhc_mult, 1))
         return layer_input, (post.reshape(*lead, mhc_mult, 1), comb.reshape(*lead, mhc_mult, mhc_mult))
     norm_weight = None
     return _functional().mhc_pre(residual, fn, scale, base, norm_weight=norm_weight, norm_eps=norm_eps,
@@ -43,10 +43,10 @@ def mhc_head(residual, fn, scale, base, *, norm_weight=None, norm_eps=1e-6, mhc_
     """layer_input (..., D) bf16."""
     if torch.is_grad_enabled():
         F = _functional()
-        mixes = F._tokens(mhc_ops.mhc_pre_norm_fn(residual, fn, norm_weight, norm_eps, n_splits=n_splits), 1)
+        mixes = F._tokens(mhc_pre_norm_fn(residual, fn, norm_weight, norm_eps, n_splits=n_splits), 1)
         scale = torch.as_tensor(scale, dtype=torch.float32, device=mixes.device).reshape(1)
         mix = F._generated("mhc_head_mix")(mixes[:, :mhc_mult].contiguous(), scale, base, pre_eps)
-        return mhc_ops.mhc_pre_apply_mix(residual, mix.reshape(*residual.shape[:-2], mhc_mult, 1))
+        return mhc_pre_apply_mix(residual, mix.reshape(*residual.shape[:-2], mhc_mult, 1))
     return _functional().mhc_head(residual, fn, scale, base, norm_weight=norm_weight, norm_eps=norm_eps,
                                   mhc_mult=mhc_mult, pre_eps=pre_eps, n_splits=n_splits)
 
