@@ -21,7 +21,7 @@ def cmd_bench(args):
     if device.type == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here", file=sys.stderr)
         return 2
-    from .cli import existing_path, known_op
+    from .console import existing_path, known_op
     ops = [known_op(o) for o in args.ops] or sorted(registry.op_modules())
     existing_path(args.adapters, "adapters file")
     against = [a for a in args.against.split(",") if a]
@@ -87,7 +87,7 @@ def cmd_tune(args):
     from ..runtime.compile import knobs as compile_knobs
     from ..runtime.ops import arch_for
 
-    from .cli import known_arch, known_op
+    from .console import known_arch, known_op
 
     device = torch.device(args.device)
     cat = load_catalog(args.specs)
