@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 from .. import registry
 from ..spec.loader import SpecError
 from ..spec.safety import AuditError
-from .console import UsageError, did_you_mean, existing_path, known_arch, known_op, progress_printer  # noqa: F401
+from .console import UsageError, did_you_mean, existing_path, known_op, progress_printer  # noqa: F401
 
 
 def _catalog(args):
