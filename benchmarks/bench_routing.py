@@ -2,7 +2,7 @@
 
     python benchmarks/bench_routing.py [--device cuda|cpu] [--out DIR]
 
-- `get_fused_mapping` (a chain of six generated kernels, tkgen/compat/_moe_mapping.py) for 4001 tokens,
+- `get_fused_mapping` (a chain of six generated kernels, tkgen/nn/moe_mapping.py) for 4001 tokens,
   k = 8, 256 experts, alignment 16, and at a training step's 8192 tokens x 64 ranks x k = 8 (4.2M pairs,
   eight kernels: the chunk prefix in two levels), against a plain-PyTorch mapping (`plain_mapping`: a stable argsort, a
   scatter-add histogram, cumulative sums), eager and under torch.compile. The outputs are checked equal

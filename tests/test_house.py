@@ -64,3 +64,30 @@ def test_the_generator_packages_are_layered():
         later = set(order[i:]) - {unit}
         assert not graph[unit] & later, (unit, graph[unit] & later)
     assert graph["tkgen.ir"] == set(), graph["tkgen.ir"]
+
+
+def test_no_cycle_between_packages():
+    """Collapsed to packages (and top-level modules), the imports form no cycle: nn and compat included
+    (compat builds on nn, nn never imports compat)."""
+    graph = _package_graph()
+    state = {}
+
+    def visit(unit, path):
+        state[unit] = "open"
+        for dep in sorted(graph.get(unit, ())):
+            assert state.get(dep) != "open", " -> ".join(path + [dep])
+            if dep not in state:
+                visit(dep, path + [dep])
+        state[unit] = "done"
+    for unit in sorted(graph):
+        if unit not in state:
+            visit(unit, [unit])
+
+
+def test_the_entry_points_import_no_generator():
+    """tkgen.ops, tkgen.nn and tkgen.compat run generated code through the runtime alone."""
+    generator = {"tkgen.ir", "tkgen.spec", "tkgen.lower", "tkgen.schedule", "tkgen.codegen", "tkgen.driver",
+                 "tkgen.tools"}
+    graph = _package_graph()
+    for unit in ("tkgen.ops", "tkgen.nn", "tkgen.compat", "tkgen.testing"):
+        assert not graph[unit] & generator, (unit, graph[unit] & generator)

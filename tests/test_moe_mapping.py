@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tkgen import registry
-from tkgen.compat import _moe_mapping as mapping
+from tkgen.nn import moe_mapping as mapping
 from tkgen.compat import tilekernels as tk
 from tkgen.compat import tilekernels_v1 as tk1
 

@@ -3,7 +3,7 @@ kernels, through torch.library ops with registered autograd formulas)."""
 import torch
 
 from . import functional
-from ..compat._moe_mapping import upper_bound
+from .moe_mapping import upper_bound
 
 
 class SwiGLU(torch.nn.Module):

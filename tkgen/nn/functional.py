@@ -10,10 +10,10 @@ import numbers
 import torch
 
 from .. import registry
-from ..compat import _engram
-from ..compat._common import tensor_arg
-from ..compat._moe_mapping import get_fused_mapping  # noqa: F401  (a composite of generated ops)
-from ..compat._moe_autograd import moe_expand, moe_gate, moe_reduce  # noqa: F401  (differentiable composites)
+from .engram import engram_gate as _engram_gate
+from ..runtime.arguments import tensor_arg
+from .moe_mapping import get_fused_mapping
+from .moe_autograd import moe_expand, moe_gate, moe_reduce
 
 
 def _functions():
@@ -65,7 +65,7 @@ def engram_gate(hidden_states, k, v, weight_hidden, weight_embed, clamp_value=1e
     passes give the same bits) and the weight-gradient kernel, which adds into `weight.main_grad` (float32)
     where a weight has one. The composite spans four generated ops, which one spec's `backward:` block
     cannot chain, so it is TileKernels' EngramGateFn of the compat layer (docs/spec-language.md, Engram)."""
-    return _engram.engram_gate(hidden_states, k, v, weight_hidden, weight_embed, clamp_value, eps)
+    return _engram_gate(hidden_states, k, v, weight_hidden, weight_embed, clamp_value, eps)
 
 
 # resolved when this module is imported, so that torch.compile only reads it (importing traces badly)

@@ -4,7 +4,7 @@ in place, the hash with the mask) and the four Sinkhorn kernels."""
 import torch
 
 from .._common import into, ops, require, tensor_arg, written_into
-from .. import _engram as _v1
+from ...nn import engram as _v1
 
 RELEASE = "2.1.0"
 

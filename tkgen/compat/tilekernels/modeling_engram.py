@@ -1,8 +1,8 @@
 """`tile_kernels.modeling.engram` of TileKernels 2.1.0: the gate composite over a packed kv, on tkgen's
-kernels (the first release's forward and backward, tkgen/compat/_engram.py)."""
+kernels (the first release's forward and backward, tkgen/nn/engram.py)."""
 import torch
 
-from .. import _engram as _v1
+from ...nn import engram as _v1
 from .._common import require, tensor_arg
 from .engram import split_kv
 

@@ -75,7 +75,7 @@ def get_mapping_from_psum(psum_num_tokens_per_expert, alignment: int, num_expand
     """int32 [num_expanded_tokens]: the expert of each row of the psum layout (expert e's valid rows are
     [align(psum[e-1], alignment), psum[e])), -1 on padding rows; `>= 0` is the mask of valid rows.
     (TileKernels' torch reference returns the mask; tkgen's op returns the experts, which the mask is.)"""
-    from .._moe_mapping import from_psum
+    from ...nn.moe_mapping import from_psum
     return from_psum(psum_num_tokens_per_expert, alignment, num_expanded_tokens)
 
 

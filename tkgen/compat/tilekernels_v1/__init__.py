@@ -5,7 +5,7 @@ built raises NotImplementedError naming it (see tkgen/compat/__init__.py)."""
 import sys
 
 from .._missing import module
-from .. import _engram
+from ...nn import engram as _engram
 from . import engram, mhc_modeling, mhc_ops, moe, quant, transpose
 
 RELEASE = "1.0"

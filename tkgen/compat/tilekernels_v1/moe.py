@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import _moe_mapping as mapping
+from ...nn import moe_mapping as mapping
 from .._common import checks_values, int_arg, value_bounds, within, need, ops, require, routing_ids, tensor_arg
-from .._moe_layout import expand_to_fused, expand_to_fused_with_sf, reduce_fused  # noqa: F401
+from ...nn.moe_layout import expand_to_fused, expand_to_fused_with_sf, reduce_fused
 from ..tilekernels.moe import topk_gate  # noqa: F401  (the same signature)
 
 _MAX_K = 64        # mask_indices_by_tp's indices per row in one kernel (more are taken one per row)

@@ -1,19 +1,20 @@
 """Engram as TileKernels has it (`engram`, `modeling.engram`; 2.1.0 kept some unchanged), on tkgen's kernels."""
 import torch
 
-from ._common import need, ops, tensor_arg
+from .. import ops
+from ..runtime.arguments import need, tensor_arg
 from ..runtime.ops import strided_as_is
 
 
 def engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets):
     """[L, T, (N - 1) * M] int32 embedding indices of the n-gram hashes (floor modulo: TileKernels' CUDA `%`
     truncates, which differs only for a negative hash, where it gives an index below the offset)."""
-    return ops().engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets)
+    return ops.engram_hash(ngram_token_ids, multipliers, vocab_sizes, offsets)
 
 
 def fused_weight(weight_hidden, weight_embed):
     """[hc, D] float32 product of the two bf16 weights, bit for bit."""
-    return ops().fused_weight(weight_hidden, weight_embed)
+    return ops.fused_weight(weight_hidden, weight_embed)
 
 
 def unit_last(t):
@@ -29,14 +30,14 @@ def image_mask(image_token_mask):
 
 def gate_fwd(hidden_states, k, v, weight_fused, eps, clamp_value, save_for_backward, mask=None):
     """The gate forward of either release: k and v go to the kernel as views (strided), mask an int32 mask."""
-    outs = ops().engram_gate_fwd(hidden_states, unit_last(k), unit_last(v), weight_fused, image_token_mask=mask,
+    outs = ops.engram_gate_fwd(hidden_states, unit_last(k), unit_last(v), weight_fused, image_token_mask=mask,
                                  eps=eps, clamp_value=clamp_value, save_for_backward=save_for_backward)
     return tuple(outs) if save_for_backward else (outs[0], None, None, None, None)
 
 
 def gate_bwd(grad_out, hidden_states, k, v, weight_fused, dot, gate_score, rstd_x, rstd_k, clamp_value, mask=None):
     """(grad_x, grad_k, grad_v, grad_w_partial [1, hc, D]) of either release."""
-    grad_x, grad_k, grad_v, grad_w = ops().engram_gate_bwd(grad_out, hidden_states, unit_last(k), unit_last(v),
+    grad_x, grad_k, grad_v, grad_w = ops.engram_gate_bwd(grad_out, hidden_states, unit_last(k), unit_last(v),
                                                            weight_fused, dot, gate_score, rstd_x, rstd_k,
                                                            image_token_mask=mask, clamp_value=clamp_value)
     return grad_x, grad_k, grad_v, grad_w.unsqueeze(0)
@@ -62,7 +63,7 @@ def grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidde
     buffers, in place; R the sum of the partials over their first dim); returns None."""
     need(grad_weight_hidden.dtype == torch.float32 and grad_weight_embed.dtype == torch.float32,
          "engram.grad_w_reduce", "into buffers that are not float32")
-    ops().grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden, grad_weight_embed)
+    ops.grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden, grad_weight_embed)
 
 
 def weight_grads(wh, we, partial):

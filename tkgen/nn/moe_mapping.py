@@ -33,7 +33,7 @@ from typing import List, Tuple
 import torch
 
 from .. import registry
-from ._common import int_arg, routing_ids
+from ..runtime.arguments import int_arg, routing_ids
 
 MAX_CHUNKS = 256           # chunks of one prefix (mapping_chunk_offsets' group): the chunk grows to it, then levels
 MIN_CHUNK = 64

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from ._common import need, ops, positions, require, tensor_arg
+from .. import ops
+from ..runtime.arguments import need, positions, require, tensor_arg
 
 
 def expand_to_fused(x: torch.Tensor, token_topk_to_pos: torch.Tensor, pos_to_expert: torch.Tensor):
     """(T_exp, H): row token_topk_to_pos[t, k] is x[t]; the padding rows are zero. The positions must be
     distinct and in [-1, T_exp) (ValueError otherwise: one read-back of their bounds)."""
     checked_mapping("moe.expand_to_fused", token_topk_to_pos, pos_to_expert)
-    return ops().expand_to_fused(x, token_topk_to_pos, pos_to_expert)
+    return ops.expand_to_fused(x, token_topk_to_pos, pos_to_expert)
 
 
 def expand_to_fused_with_sf(x, num_per_channels: int, token_topk_to_pos: torch.Tensor, pos_to_expert: torch.Tensor,
@@ -25,7 +26,7 @@ def expand_to_fused_with_sf(x, num_per_channels: int, token_topk_to_pos: torch.T
     need(not use_tma_aligned_col_major_sf, "moe.expand_to_fused_with_sf",
          "with use_tma_aligned_col_major_sf=True (a column-major layout of rows stored at positions)")
     tensor_arg(name, "x[1] (the scales)", sf, (torch.float32, torch.int32), 2, "[T, S]")
-    return ops().expand_to_fused_with_sf(q, sf.contiguous(), token_topk_to_pos, pos_to_expert)
+    return ops.expand_to_fused_with_sf(q, sf.contiguous(), token_topk_to_pos, pos_to_expert)
 
 
 def checked_mapping(name, token_topk_to_pos, pos_to_expert):
@@ -53,7 +54,7 @@ def reduce_fused(x, topk_weights, token_topk_to_pos: torch.Tensor, fp8_format: s
     # positions read (not stored): a row may be read twice, none past the rows of x
     positions(name, "token_topk_to_pos", token_topk_to_pos, x.shape[0], distinct=False)
     fmt = _OUT_FORMAT[fp8_format] or {torch.bfloat16: "bf16", torch.float32: "fp32"}[x.dtype]
-    result = ops().reduce_fused(x, token_topk_to_pos, topk_weights=topk_weights, x_sf=x_sf, sf=sf, out_format=fmt)
+    result = ops.reduce_fused(x, token_topk_to_pos, topk_weights=topk_weights, x_sf=x_sf, sf=sf, out_format=fmt)
     if out is not None:
         out.copy_(result)
         return out

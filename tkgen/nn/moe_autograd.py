@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 
 from .. import registry
-from ._moe_layout import checked_mapping
+from .moe_layout import checked_mapping
 
 # the generated ops called below, registered with torch.library on import
 for _name in ("moe_topk_gate_forward", "moe_topk_gate_backward", "expand_to_fused", "reduce_fused",
