@@ -362,7 +362,7 @@ def test_argument_errors_name_the_argument():
     with pytest.raises(TypeError, match="repeat must be an int"):
         MHC.mhc_sinkhorn_fwd(torch.zeros(2, 4, 4), torch.zeros(2, 4, 4), 1.5, 1e-6)
     with pytest.raises(ValueError, match="residual must have 4 dims"):
-        MHC.mhc_post_fwd(x, torch.zeros(4, 4, 128, dtype=torch.bfloat16), torch.zeros(4, 4, 1),
+        MHC.mhc_post_fwd(x.view(4, 1, 128), torch.zeros(4, 4, 128, dtype=torch.bfloat16), torch.zeros(4, 4, 1),
                          torch.zeros(4, 4, 4))
     with pytest.raises(TypeError, match="x_grad must be torch.bfloat16"):
         MHC.mhc_pre_apply_mix_bwd(x, torch.zeros(4, 4, 128, dtype=torch.bfloat16), torch.zeros(4, 4),

@@ -80,6 +80,8 @@ def expand_to_mhc_fwd(x, o):
     """o[t, s, :] = x[t, :] for every stream s: x (T, D) bf16, o (T, m, D) bf16 (written)."""
     fn = "expand_to_mhc_fwd"
     _tensor(fn, "x", x, _BF16)
+    if x.dim() < 2:
+        raise ValueError(f"{fn}: x must have 2 dims (T, D) or more, got shape {tuple(x.shape)}")
     _tensor(fn, "o", o, _BF16)
     if o.dim() != x.dim() + 1 or o.shape[:-2] != x.shape[:-1] or o.shape[-1] != x.shape[-1]:
         raise ValueError(f"{fn}: o must have shape {tuple(x.shape[:-1])} + (mhc_mult, {x.shape[-1]}), "
@@ -159,9 +161,9 @@ def mhc_head_compute_mix_bwd(output_mix_grad, input_mix, mhc_scale, mhc_base, in
 # --- post ------------------------------------------------------------------------------------------------------
 
 def _post_args(fn, x, residual, post_layer_mix, comb_res_mix):
+    _tensor(fn, "x", x, _BF16, 3)                 # in the order of the signature: the first wrong one is named
     _tensor(fn, "residual", residual, _BF16, 4)
     n0, n1, m, d = residual.shape
-    _tensor(fn, "x", x, _BF16)
     _shape(fn, "x", x, (n0, n1, d))
     _tensor(fn, "post_layer_mix", post_layer_mix, _F32)
     _shape(fn, "post_layer_mix", post_layer_mix, (n0, n1, m, 1))
@@ -331,7 +333,7 @@ def mhc_sinkhorn_fwd(comb_res_mix, comb_res_mix_out, repeat: int, eps: float):
 
 def mhc_sinkhorn_bwd(grad_output, x, grad_input, repeat: int, eps: float):
     """grad_input = the gradient of mhc_sinkhorn_fwd at x (T, m, m) for grad_output (written)."""
-    eps = _sinkhorn_args("mhc_sinkhorn_bwd", ("x", "grad_output", "grad_input"), (x, grad_output, grad_input),
+    eps = _sinkhorn_args("mhc_sinkhorn_bwd", ("grad_output", "x", "grad_input"), (grad_output, x, grad_input),
                          repeat, eps)
     _write(grad_input, ops().sinkhorn_normalize_backward(grad_output.contiguous(), x.contiguous(), repeat, eps))
 
@@ -432,6 +434,7 @@ def mhc_pre_big_fuse_fwd(gemm_out_mul, gemm_out_sqrsum, mhc_scale, mhc_base, res
     (mhc_sinkhorn_fwd with mhc_sinkhorn_eps and sinkhorn_repeat) and the residual (T, m, D) bf16 mixed by pre
     (mhc_pre_apply_mix_fwd); writes post_mix (T, m), comb_mix (T, m * m) and layer_input (T, D)."""
     fn = "mhc_pre_big_fuse_fwd"
+    _tensor(fn, "gemm_out_mul", gemm_out_mul, _F32, 3)      # the first argument first; the rest below
     _int(fn, "n_splits", n_splits, 1)
     _int(fn, "sinkhorn_repeat", sinkhorn_repeat, 1)
     rms_eps, pre_eps, sk_eps, pm = (_float(fn, n, v) for n, v in (
