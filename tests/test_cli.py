@@ -149,3 +149,24 @@ def test_validate_and_generate_call_the_progress(capsys, monkeypatch):
     assert cli.main(["generate", "--check"]) == 0
     assert seen and seen[-1][0] == "rendered" and seen[-1][1] == seen[-1][2] and len(seen) == seen[-1][2]
     capsys.readouterr()
+
+
+def test_lower_writes_the_cuda_source_of_a_case_without_a_gpu(capsys, tmp_path):
+    """`tkgen lower OP --arch sm90`: the simplest drawn case (or --case) lowered to CUDA source."""
+    out = tmp_path / "topk_gate.cu"
+    rc, stdout, _ = _main(capsys, "lower", "topk_gate", "--arch", "sm100", "--out", str(out))
+    assert rc == 0 and "lines of sm100 source" in stdout
+    text = out.read_text()
+    assert text.startswith("// tkgen lower topk_gate --arch sm100 --case '{") and "__global__" in text
+    case = text.splitlines()[0].split("--case '", 1)[1].rstrip("'")
+    rc, stdout, _ = _main(capsys, "lower", "topk_gate", "--case", case)      # sm90, printed
+    assert rc == 0 and "__global__" in stdout
+
+
+def test_lower_unknown_op_and_arch(capsys):
+    rc, _, err = _main(capsys, "lower", "topk_gat")
+    assert rc == 2
+    _one_line(err, "tkgen lower: unknown op 'topk_gat'", "did you mean topk_gate")
+    rc, _, err = _main(capsys, "lower", "topk_gate", "--arch", "sm91")
+    assert rc == 2
+    _one_line(err, "unknown CUDA arch 'sm91'", "did you mean sm90")

@@ -123,6 +123,36 @@ def cmd_generate(args):
     return 0
 
 
+def cmd_lower(args):
+    """The device source one CUDA profile's kernel lowers to, for one case, without a GPU: the case given
+    (`--case`, as a fuzz failure prints it), else the simplest case the op's strategy draws."""
+    import importlib
+
+    from hypothesis import HealthCheck, find, settings
+
+    from ..testing import check as C
+
+    known_op(args.op)
+    archs = C.cuda_archs()
+    if args.arch not in archs:
+        raise UsageError(f"unknown CUDA arch {args.arch!r}{did_you_mean(args.arch, archs)} "
+                         f"(CUDA archs: {', '.join(archs)})")
+    if args.case:
+        case = json.loads(args.case)
+    else:
+        strategies = importlib.import_module(registry.op_package(args.op).__name__ + ".strategies")
+        case = find(strategies.cases(), lambda c: True,
+                    settings=settings(database=None, suppress_health_check=list(HealthCheck)))
+    source = C.lower_cuda(args.op, case, archs=(args.arch,))[args.arch]
+    text = f"// tkgen lower {args.op} --arch {args.arch} --case '{json.dumps(case, sort_keys=True)}'\n{source}"
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out} ({len(source.splitlines())} lines of {args.arch} source)")
+    else:
+        print(text)
+    return 0
+
+
 def cmd_fuzz(args):
     from ..testing import check as C
 
@@ -270,6 +300,12 @@ def main(argv=None):
     p.add_argument("--replay", help="a case printed by an earlier failure (JSON)")
     p.add_argument("--generated", default=None, help="generated directory (default: the repository's)")
     p.set_defaults(fn=cmd_fuzz)
+    p = sub.add_parser("lower", help="print (or write) the CUDA source of an op's kernel, no GPU needed")
+    p.add_argument("op")
+    p.add_argument("--arch", default="sm90", help="a CUDA profile (default: sm90)")
+    p.add_argument("--case", default=None, help="the case (JSON, as fuzz prints it; default: the simplest one drawn)")
+    p.add_argument("--out", default=None, help="write the source to this file instead of printing it")
+    p.set_defaults(fn=cmd_lower)
     try:
         from . import bench_cli
         bench_cli.register(sub)
