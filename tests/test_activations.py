@@ -8,13 +8,10 @@ few ulp of torch's vectorised CPU kernels (whose erf and tanh are their own poly
 `1 + tanh` cancels, the bound is absolute, a few ulp of 1 times |x|). The CUDA kernels lower for sm_90a and
 sm_100a (and build with nvcc where it is installed) and call CUDA's `tanhf`, `erff`, `expf` and `log1pf`, as
 torch's CUDA kernels do."""
-import os
-import shutil
-import subprocess
-import sys
 
 import pytest
 
+from spec_trees import generated_tree, run
 from tkgen import registry
 
 SPEC = """\
@@ -116,23 +113,9 @@ for arch, sm in (("sm90", "sm_90a"), ("sm100", "sm_100a")):
 """
 
 
-def run(*args):
-    path = os.pathsep.join([str(registry.REPO), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=registry.REPO,
-                          env={**os.environ, "PYTHONPATH": path, "TILELANG_PRINT_ON_COMPILATION": "0"})
-
-
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    root = tmp_path_factory.mktemp("activations")
-    specs = root / "specs"
-    shutil.copytree(registry.specs_dir() / "formats", specs / "formats")
-    shutil.copytree(registry.specs_dir() / "archs", specs / "archs")
-    (specs / "demo").mkdir()
-    (specs / "demo" / "activations.yaml").write_text(SPEC)
-    out = root / "generated"
-    r = run("-m", "tkgen.tools.cli", "--specs", str(specs), "generate", "--out", str(out))
-    assert r.returncode == 0, r.stdout + r.stderr
+    specs, out = generated_tree(tmp_path_factory.mktemp("activations"), {"activations": SPEC})
     return specs, out
 
 

@@ -3,16 +3,11 @@ dtype (LayerNorm's weight and bias) gave variants whose kernels differ in a para
 variant merger (tkgen/codegen/merge_variants.py) had taken for a differing annotation, so the merged factory
 declared one of them and the call raised NameError. Each combination is called on the C target against
 its reference and a formula written here, and each variant's CUDA kernel lowers with its own parameters."""
-import itertools
-import os
 import re
-import shutil
-import subprocess
-import sys
 
 import pytest
 
-from tkgen import registry
+from spec_trees import generated_tree, run
 from tkgen.codegen.merge_variants import Printed, merge
 
 SPEC = """\
@@ -127,24 +122,9 @@ for arch, sm in (("sm90", "sm_90a"), ("sm100", "sm_100a")):
 """
 
 
-def run(*args):
-    path = os.pathsep.join([str(registry.REPO), os.environ.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=registry.REPO,
-                          env={**os.environ, "PYTHONPATH": path, "TILELANG_PRINT_ON_COMPILATION": "0"})
-
-
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    root = tmp_path_factory.mktemp("optional_inputs")
-    specs = root / "specs"
-    shutil.copytree(registry.specs_dir() / "formats", specs / "formats")
-    shutil.copytree(registry.specs_dir() / "archs", specs / "archs")
-    (specs / "demo").mkdir()
-    (specs / "demo" / "opt_affine.yaml").write_text(SPEC)
-    (specs / "demo" / "layer_norm.yaml").write_text(LAYERNORM)
-    out = root / "generated"
-    r = run("-m", "tkgen.tools.cli", "--specs", str(specs), "generate", "--out", str(out))
-    assert r.returncode == 0, r.stdout + r.stderr
+    specs, out = generated_tree(tmp_path_factory.mktemp("optional_inputs"), {"opt_affine": SPEC, "layer_norm": LAYERNORM})
     return out
 
 
