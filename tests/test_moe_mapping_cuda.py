@@ -53,7 +53,8 @@ def test_positions_rank_within_the_shared_memory_of_a_block():
     experts = spec.dims["E"].max
     for arch in ARCHS:
         module = _kernel("mapping_positions", arch)
-        for chunk in chunks:
+        # the shared memory grows with the chunk: every chunk on sm90, the largest on sm100 (lowering is slow)
+        for chunk in (chunks if arch == "sm90" else [max(chunks)]):
             used = shared_memory_bytes(module, module.build_base, (experts, chunk))
             # the [chunk] int64 copy of the experts and the [E] int32 segment bases
             assert used <= chunk * 8 + experts * 4 < H200_SHARED_BYTES, (arch, chunk, used)
