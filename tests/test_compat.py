@@ -244,7 +244,8 @@ def test_swiglu_backward(weighted):
     q, sf = ops.per_token_cast(x, "e4m3", 128)
     got = tk.quant.swiglu_backward_and_per_token_cast((q, sf), grad, "e4m3", 128, None, w, None, False, True,
                                                       do_recompute=True)
-    xg, fp8, fp8_sf, wg, act = ops.swiglu_backward_and_per_token_cast(q, sf, grad, 128, w, "pow2", recompute=True)
+    xg, fp8, fp8_sf, wg, act = ops.swiglu_backward_and_per_token_cast(q, sf, grad, 128, w, "pow2", recompute=True,
+                                                                     da_fma=True)
     same(got, (xg, (fp8, fp8_sf), wg, act) if weighted else (xg, (fp8, fp8_sf), act))
 
 

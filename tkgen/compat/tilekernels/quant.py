@@ -197,9 +197,11 @@ def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels
     q, sf = quant_tensor(name, x)
     need(fmt == "e4m3", name, f"into {fmt}")
     moe = _swiglu_moe(name, q, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None)
+    # 2.1.0 rounds da's factor 1 + a * (1 - s) once, as the first release does (da_fma): read off its bits on
+    # an H200 (benchmarks/swiglu_backward_v2_bits.py, docs/numerics.md)
     x_grad, fp8, fp8_sf, weight_grad, act_out = ops().swiglu_backward_and_per_token_cast(
         q, sf, act_x_grad, num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0),
-        sf_layout="col" if use_tma_aligned_col_major_sf else "row", recompute=do_recompute, **moe)
+        sf_layout="col" if use_tma_aligned_col_major_sf else "row", recompute=do_recompute, da_fma=True, **moe)
     return _backward_result(x_grad, (fp8, fp8_sf), weight_grad, act_out, topk_weights is not None, do_recompute)
 
 
