@@ -1,5 +1,5 @@
-"""The driver: specs in, checked catalog and generated files out, the one path `validate`, `generate` and
-the runtime's loaders share.
+"""The driver: specs in, a checked catalog out, the one path that `validate`, `generate`, `bench` and the
+tests take to read specs.
 
 `load_catalog` reads a specs directory (tkgen/spec) and checks that every operator's stages mean something
 and that each of its variants lowers (tkgen/lower); `validate_files` checks single files against a
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from .lower.lowering import lower_program
+from .lower.stages import typecheck
 from .lower.stages.base import STAGES
 from .spec import expr as E
 from .spec import formats as F
@@ -21,7 +22,6 @@ from .spec.autograd import plan
 from .spec.checks import check_profiles
 from .spec.loader import Document, SpecError, read
 from .spec.safety import short
-from .lower.stages import typecheck
 
 
 def check_lowers(spec, elements, scales, layouts):
