@@ -1,9 +1,7 @@
 """The stage library: one registry of stage classes, each with its type rule, expansion and lowering; the
 docs list every stage; no import cycles in tkgen; what validate accepts, generate lowers (and an error of a
 stage's lowering points at the stage)."""
-import ast
 import re
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +9,9 @@ from tkgen import registry
 from tkgen.lower.stages import FUNCTIONS, STAGES, Step
 from tkgen.lower.stages import base as stage_base
 
+from import_graph import cycle, graph
 from test_spec_errors import _check
 
-TKGEN = registry.REPO / "tkgen"
 DOCS = (registry.REPO / "docs" / "spec-language.md").read_text()
 
 
@@ -50,59 +48,12 @@ def test_a_name_is_registered_once():
         stage_base.function("exp")(type("Again", (stage_base.Function,), {}))
 
 
-def _imports(path: Path, module: str, toplevel: bool):
-    tree = ast.parse(path.read_text())
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    for node in (tree.body if toplevel else ast.walk(tree)):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[:len(parts) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            yield base
-            yield from (f"{base}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            yield from (a.name for a in node.names)
-
-
-def _graph(toplevel=True):
-    mods = {}
-    for p in TKGEN.rglob("*.py"):
-        name = ".".join(p.relative_to(TKGEN.parent).with_suffix("").parts)
-        mods[name[:-len(".__init__")] if name.endswith(".__init__") else name] = p
-    return {m: {t for t in _imports(p, m, toplevel) if t in mods and t != m} for m, p in mods.items()}
-
-
-def _cycle(graph):
-    """One import cycle of the graph, or None."""
-    state = {}
-
-    def visit(m, path):
-        state[m] = "open"
-        for t in sorted(graph[m]):
-            if state.get(t) == "open":
-                return path[path.index(t):] + [t]
-            if t not in state:
-                found = visit(t, path + [t])
-                if found:
-                    return found
-        state[m] = "done"
-        return None
-    for m in sorted(graph):
-        if m not in state:
-            found = visit(m, [m])
-            if found:
-                return found
-    return None
-
-
 def test_no_import_cycles_in_tkgen():
     """None among module-level imports anywhere in tkgen, and none counting the imports made inside
     functions too."""
-    assert _cycle(_graph()) is None
-    lazy = _graph(toplevel=False)
-    assert _cycle({m: deps & set(lazy) for m, deps in lazy.items()}) is None
+    assert cycle(graph()) is None
+    lazy = graph(toplevel=False)
+    assert cycle({m: deps & set(lazy) for m, deps in lazy.items()}) is None
 
 
 def test_the_stage_library_depends_on_no_later_stage():
@@ -110,7 +61,7 @@ def test_the_stage_library_depends_on_no_later_stage():
     (nor the Lowering class they are handed)."""
     later = {"tkgen.lower.lowering", "tkgen.schedule.pipeline", "tkgen.codegen.print_tilelang", "tkgen.codegen.print_torch", "tkgen.codegen.generate",
              "tkgen.spec.model", "tkgen.codegen.printers"}
-    for m, deps in _graph(toplevel=False).items():
+    for m, deps in graph(toplevel=False).items():
         if m.startswith("tkgen.lower.stages"):
             assert not deps & later, (m, deps & later)
 
