@@ -143,3 +143,94 @@ def test_errors_of_the_row_features(tmp_path):
     # `at` with a view addresses whole rows: the view names the dims after the first, not the positions' axes
     e = _check(tmp_path, SWIGLU.replace("at: pos_to_token_topk,", "at: pos_to_token_topk, view: [t],"))
     assert "the view names axes of the positions" in e.message
+
+
+# -- messages in the user's language (issue 26, item 4) ------------------------------------------------
+LAYERNORM = """\
+op: layer_norm
+family: demo
+doc: LayerNorm over the channels.
+params:
+  eps: {type: float, default: 1.0e-5, doc: added to the variance}
+  mode: {one_of: [plain, fancy], default: plain, doc: a string param}
+dims:
+  T: {dynamic: true, doc: rows}
+  H: {doc: channels, min: 1, max: 4096, test_values: [7, 64]}
+axes: {t: T, h: H}
+inputs:
+  x: {dtypes: [fp32, bf16], shape: [T, H], view: [t, h]}
+  weight: {like: x, shape: [H], view: [h], optional: true, absent: 1.0}
+outputs:
+  y: {dtype: fp32, shape: [T, H], view: [t, h]}
+compute:
+  - xf = load(x)
+  - mu = fold(sum, xf, h, 0.0) / H
+  - d = xf - mu
+  - d2 = d * d
+  - rstd = rsqrt(fold(sum, d2, h, 0.0) / H + eps)
+  - y = d * rstd * load(weight)
+"""
+
+
+def test_the_layer_norm_of_these_tests_is_valid(tmp_path):
+    p = tmp_path / "op.yaml"
+    p.write_text(LAYERNORM)
+    assert validate_files([p], registry.specs_dir()) == []
+
+
+def test_errors_never_name_the_builders_temporaries(tmp_path):
+    e = _check(tmp_path, LAYERNORM.replace("d * rstd * load", "d * rstdd * load"))
+    assert "_t" not in e.message and "rstdd" in e.message and "did you mean rstd?" in e.message, e
+    # a stage call inside an expression is a temporary of the builder: the message shows the call instead
+    text = LAYERNORM.replace("outputs:\n", "outputs:\n  s: {dtype: fp32, shape: [H], view: [h], "
+                                           "exact: {tol: {rtol: 1.0e-5, atol: 0.0}}}\n") + "  - s = sum(xf, t) * 2.0\n"
+    e = _check(tmp_path, text)
+    assert e.field_path == ("compute", 6) and "'sum(xf, t)' is reduced over the rows" in e.message, e
+    assert "_t" not in e.message
+
+
+def test_did_you_mean_for_dims_axes_params_and_inputs(tmp_path):
+    e = _check(tmp_path, LAYERNORM.replace("/ H + eps", "/ HH + eps"))          # a dim
+    assert e.field_path == ("compute", 4) and "did you mean H?" in e.message, e
+    e = _check(tmp_path, LAYERNORM.replace("d2, h, 0.0", "d2, hh, 0.0"))    # an axis
+    assert "found 'hh'; did you mean h?" in e.message, e
+    e = _check(tmp_path, LAYERNORM.replace("+ eps)", "+ epss)"))                  # a param
+    assert "unknown value 'epss'; did you mean eps?" in e.message, e
+    e = _check(tmp_path, LAYERNORM.replace("load(weight)", "load(weigth)"))       # an input
+    assert "found 'weigth'; did you mean weight?" in e.message, e
+    e = _check(tmp_path, LAYERNORM.replace("view: [t, h]}\n  weight", "view: [t, hx]}\n  weight"))   # a view's axis
+    assert e.field_path == ("inputs", "x", "view", 1) and "did you mean h?" in e.message, e
+    e = _check(tmp_path, LAYERNORM.replace("shape: [H], view: [h]", "shape: [HH], view: [h]"))        # a shape's dim
+    assert e.field_path == ("inputs", "weight", "shape", 0) and "did you mean H?" in e.message, e
+    e = _check(tmp_path, LAYERNORM.replace("- y = d * rstd * load(weight)", "- y = d * rstd * weight"))
+    assert "'weight' is an input tensor: read it with load(weight)" in e.message, e
+
+
+def test_a_shape_offers_only_names_that_may_appear_in_a_shape(tmp_path):
+    e = _check(tmp_path, LAYERNORM.replace("shape: [H], view: [h]", "shape: [mod], view: [h]"))
+    assert e.field_path == ("inputs", "weight", "shape", 0) and "(expected one of H, T)" in e.message, e
+    assert "mode" not in e.message and "eps" not in e.message
+
+
+def test_an_integer_output_given_a_float_is_reported_at_the_output(tmp_path):
+    e = _check(tmp_path, LAYERNORM.replace("y: {dtype: fp32,", "y: {dtype: int32,"))
+    line = next(i for i, l in enumerate(LAYERNORM.splitlines(), 1) if l.startswith("  y: {dtype"))
+    assert e.line == line and e.field_path == ("outputs", "y", "dtype"), e
+    assert "integer output holds integer values" in e.message and "y = d * rstd * load(weight)" in e.message
+
+
+def test_validate_file_reports_that_file_not_another_one(tmp_path):
+    """In a specs directory with two broken operators, validating one reports its own error."""
+    import shutil
+    specs = tmp_path / "specs"
+    shutil.copytree(registry.specs_dir() / "formats", specs / "formats")
+    shutil.copytree(registry.specs_dir() / "archs", specs / "archs")
+    (specs / "demo").mkdir()
+    (specs / "demo" / "a.yaml").write_text(LAYERNORM.replace("d2, h, 0.0", "d2, hh, 0.0"))
+    (specs / "demo" / "b.yaml").write_text(LAYERNORM.replace("op: layer_norm", "op: layer_norm_b")
+                                           .replace("+ eps)", "+ epss)"))
+    errors = validate_files([specs / "demo" / "b.yaml"], specs)
+    assert len(errors) == 1 and errors[0].path == specs / "demo" / "b.yaml" and "epss" in errors[0].message, errors
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "--specs", str(specs), "validate",
+                        str(specs / "demo" / "b.yaml")], capture_output=True, text=True)
+    assert r.returncode == 1 and "b.yaml" in r.stderr and "a.yaml" not in r.stderr, r.stderr

@@ -46,9 +46,10 @@ def check_unused_values(doc, spec):
         used |= E.names(st.value)
 
 
-def load_catalog(root) -> M.Catalog:
-    """Every spec file under `root`, read, checked and lowered once per variant as a check."""
-    return M.load_catalog(root, check_op=check_lowers)
+def load_catalog(root, lenient=False) -> M.Catalog:
+    """Every spec file under `root`, read, checked and lowered once per variant as a check (`lenient`:
+    operator files that fail are left out; tkgen/spec/model.py: load_catalog)."""
+    return M.load_catalog(root, check_op=check_lowers, lenient=lenient)
 
 
 def build_op(doc: Document, elements, scales, arch_names, layouts=None):
@@ -66,7 +67,9 @@ def validate_files(paths, root=None, progress=None):
     `progress`: called with (files checked, path) after each file."""
     errors = []
     root = Path(root) if root else None
-    base = load_catalog(root) if root else None
+    # the context each file is checked in: the other files of `root`, those that are valid (an error of
+    # another operator file is that file's, reported when it is validated itself)
+    base = load_catalog(root, lenient=True) if root else None
     for i, p in enumerate(paths, 1):
         try:
             validate_document(read(p), base)

@@ -16,7 +16,7 @@ from . import checks
 from . import expr as E
 from . import formats as F
 from . import safety
-from .loader import Document, read
+from .loader import Document, SpecError, read
 from .safety import listing, short
 
 BUILTIN_DTYPES = ("int32", "int64")
@@ -265,10 +265,14 @@ def _parse(doc: Document, path, text):
         raise doc.error(path, e.message + (f" in {short(e.text, 80)}" if e.text else ""), col_offset=e.col) from None
 
 
-def _check_names(doc, path, node, known, what):
+def _check_names(doc, path, node, known, what, offered=None):
+    """Every name of `node` in `known`; an unknown one is reported with the names of `offered` (default:
+    `known`), the closest first: a shape offers the dims and integer params, never a string param."""
     for n in E.names(node):
         if n not in known:
-            raise doc.error(path, f"unknown name {short(n)} in {what}; expected one of {listing(sorted(known))}")
+            offered = sorted(known if offered is None else offered)
+            raise doc.error(path, f"unknown name {short(n)} in {what}{safety.did_you_mean(n, offered)} "
+                                  f"(expected one of {listing(offered)})")
 
 
 def _row_dim(doc, dims, first, axes):
@@ -522,16 +526,18 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
         dims[name] = Dim(name, dd["doc"], dd.get("dynamic", False), dd.get("min", 0), dd.get("max"), tuple(req),
                          tuple(dd.get("test_values", ())))
     known_sizes = set(dims) | set(params)
+    # the names a size may use: dims and integer params (a string or float param is no size)
+    sizes = set(dims) | {n for n, p in params.items() if p.kind != "float" and not p.structural}
     for pname, p in params.items():
         # a one_of may name a dim (group: [32, H]); a range may use dims and params
         if p.range:
             for i, node in enumerate(p.range):
-                _check_names(doc, ("params", pname, "range", i), node, known_sizes, "a range")
+                _check_names(doc, ("params", pname, "range", i), node, known_sizes, "a range", sizes)
     axes = {}
     for name, text in d["axes"].items():
         claim(name, "axis", ("axes", name))
         node = _parse(doc, ("axes", name), text)
-        _check_names(doc, ("axes", name), node, known_sizes, "an axis extent")
+        _check_names(doc, ("axes", name), node, known_sizes, "an axis extent", sizes)
         axes[name] = Axis(name, node, str(text))
     first = next(iter(axes.values()))
     dyn = _row_dim(doc, dims, first, axes)
@@ -635,7 +641,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
         for i, s in enumerate(shape):
-            _check_names(doc, base + ("shape", i), s, known_sizes, "a shape")
+            _check_names(doc, base + ("shape", i), s, known_sizes, "a shape", sizes)
         if "at" in t and "view" not in t:
             return shape, (), None   # the view of its positions (set once every input is known)
         view, segments = [], None
@@ -662,7 +668,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
         for i, group in enumerate(view):
             for a in group:
                 if a not in axes:
-                    raise doc.error(base + ("view", i), f"unknown axis {short(a)}; axes are {listing(axes)}")
+                    raise doc.error(base + ("view", i), f"unknown axis {short(a)}{safety.did_you_mean(a, axes)} "
+                                                           f"(axes are {listing(axes)})")
         flat = [a for g in view for a in g]
         if len(set(flat)) != len(flat):
             raise doc.error(base + ("view",), "an axis may index only one place of a tensor")
@@ -719,12 +726,22 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
     return spec
 
 
-def load_catalog(root, check_op=None) -> Catalog:
+def load_catalog(root, check_op=None, lenient=False) -> Catalog:
     """Read and check every spec file under `root` (formats and archs first, then operators). `check_op`
     (spec, elements, scales, layouts), when given, runs on each operator once it is built (the driver
-    passes the check that its stages mean something and every variant lowers)."""
+    passes the check that its stages mean something and every variant lowers).
+
+    `lenient`: operator files that fail to read or build are left out, so that checking one file against
+    the others never reports another file's error (the formats and archs, which every operator needs, must
+    still be valid)."""
     root = Path(root)
-    docs = {p: read(p) for p in sorted(root.rglob("*.yaml"))}
+    docs = {}
+    for p in sorted(root.rglob("*.yaml")):
+        try:
+            docs[p] = read(p)
+        except SpecError:
+            if not lenient:
+                raise
     elements, scales, archs, layouts = {}, {}, {}, {}
     for path, doc in docs.items():
         if doc.kind == "format":
@@ -743,13 +760,23 @@ def load_catalog(root, check_op=None) -> Catalog:
     ops = {}
     for path, doc in docs.items():
         if doc.kind == "op":
-            spec = build_op(doc, elements, scales, set(archs), layouts, check_op)
+            try:
+                spec = build_op(doc, elements, scales, set(archs), layouts, check_op)
+            except SpecError:
+                if not lenient:
+                    raise
+                continue
             if spec.name in ops:
                 raise doc.error(("op",), f"operator {spec.name!r} is defined twice")
             ops[spec.name] = spec
     catalog = Catalog(root, ops, elements, scales, archs, docs, layouts)
     checks.check_profiles(catalog)
     from .autograd import plan
-    for spec in ops.values():
-        plan(catalog, spec)
+    for spec in list(ops.values()):
+        try:
+            plan(catalog, spec)
+        except SpecError:
+            if not lenient:
+                raise
+            del ops[spec.name]
     return catalog

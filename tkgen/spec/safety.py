@@ -183,6 +183,13 @@ def listing(names, limit: int = MAX_LISTED) -> str:
     return ", ".join(names[:limit]) + f", ... ({len(names)} in all)"
 
 
+def did_you_mean(name, candidates) -> str:
+    """"; did you mean X?" naming the closest of `candidates` (at most three), or "" when none is close."""
+    import difflib
+    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
 # -- the audit ----------------------------------------------------------------------------------------
 class AuditError(ValueError):
     """A generated module that steps outside what the templates emit; nothing was written."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from . import elementwise, iterations, memory, products, reductions, rows, scales, selection
 from .base import FUNCTIONS, RAW, STAGES, Program, StageError, Step, Value
-from .builder import Builder, build_program
+from .builder import Builder, build_program, in_user_terms
 from .elementwise import Map
 from .memory import Copy, Gather, Load
 from .reductions import Reduce, neutral
@@ -40,4 +40,7 @@ def typecheck(spec, elements, scales, lower=None):
             if lower is not None:
                 lower(variant, program)
         except StageError as e:
-            raise spec.doc_ref.error(("compute", e.stage_index), e.message, col_offset=e.col) from None
+            message = in_user_terms(spec, e.message)
+            if e.field_path is not None:
+                raise spec.doc_ref.error(e.field_path, message) from None
+            raise spec.doc_ref.error(("compute", e.stage_index), message, col_offset=e.col) from None

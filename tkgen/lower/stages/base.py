@@ -32,8 +32,9 @@ class StageError(ValueError):
     """A compute statement that cannot be built or lowered: its index in `compute:`, the message, and the
     column inside the statement's text where that is known."""
 
-    def __init__(self, stage_index, message, col=0):
+    def __init__(self, stage_index, message, col=0, field_path=None):
         self.stage_index, self.message, self.col = stage_index, message, col
+        self.field_path = field_path        # where the error is reported, when not at the statement
         super().__init__(message)
 
 

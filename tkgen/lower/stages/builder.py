@@ -9,10 +9,12 @@ the constants (values over no axis), the params and dims used as values, and the
 from __future__ import annotations
 
 import difflib
+import re
 
 from typing import Dict, List
 
 from ...spec import expr as E
+from ...spec.safety import did_you_mean
 from ...ir import prim as ir
 from .base import FUNCTIONS, INTS, RAW, STAGES, Call, Program, StageError, Step, Value, order
 from .elementwise import assign, binary, unary
@@ -40,15 +42,45 @@ def _hoist(node, out, counter, top=False):
     return node
 
 
-def _flatten(spec):
-    """The compute block as (stage index, targets, expression) with nested structural calls hoisted."""
+def _flatten(spec, temporaries=None):
+    """The compute block as (stage index, targets, expression) with nested structural calls hoisted;
+    `temporaries`, when given, takes each hoisted name's expression as the spec writes it."""
     counter = [0]
     for st in spec.stages:
         pre = []
         top = _hoist(st.value, pre, counter, top=True)
         for targets, node in pre:
+            if temporaries is not None:
+                temporaries[targets[0]] = E.to_source(_unhoisted(node, temporaries))
             yield st.index, targets, node
         yield st.index, st.targets, top
+
+
+def _unhoisted(node, temporaries):
+    """`node` with the temporaries it reads replaced by their expressions (as the user wrote them)."""
+    if isinstance(node, E.Name) and node.id in temporaries:
+        return E.Name(temporaries[node.id], node.col)
+    if isinstance(node, E.Call):
+        return E.Call(node.fn, tuple(_unhoisted(a, temporaries) for a in node.args), node.col)
+    if isinstance(node, E.Binary):
+        return E.Binary(node.op, _unhoisted(node.lhs, temporaries), _unhoisted(node.rhs, temporaries), node.col)
+    if isinstance(node, E.Unary):
+        return E.Unary(node.op, _unhoisted(node.arg, temporaries), node.col)
+    return node
+
+
+_TEMPORARY = re.compile(r"\b_t\d+\b")
+
+
+def in_user_terms(spec, message: str) -> str:
+    """`message` with the builder's temporaries (`_t0`, hoisted stage calls) shown as the expressions the
+    spec writes: errors speak of what the user wrote."""
+    if not _TEMPORARY.search(message):
+        return message
+    temporaries = {}
+    for _ in _flatten(spec, temporaries):
+        pass
+    return _TEMPORARY.sub(lambda m: temporaries.get(m.group(0), m.group(0)), message)
 
 
 def int_literal(node):
@@ -102,7 +134,8 @@ class Builder:
 
     def axis_arg(self, idx, node):
         if not isinstance(node, E.Name) or node.id not in self.spec.axes:
-            self.fail(idx, f"expected an axis ({', '.join(self.spec.axes)}), found {E.to_source(node)!r}", node)
+            hint = did_you_mean(node.id, self.spec.axes) if isinstance(node, E.Name) else ""
+            self.fail(idx, f"expected an axis ({', '.join(self.spec.axes)}), found {E.to_source(node)!r}{hint}", node)
         return node.id
 
     def value_arg(self, idx, node):
@@ -126,7 +159,9 @@ class Builder:
 
     def input_arg(self, idx, node, fn):
         if not isinstance(node, E.Name) or node.id not in self.spec.inputs:
-            self.fail(idx, f"{fn} takes an input tensor ({', '.join(self.spec.inputs)})", node)
+            hint = did_you_mean(node.id, self.spec.inputs) if isinstance(node, E.Name) else ""
+            self.fail(idx, f"{fn} takes an input tensor ({', '.join(self.spec.inputs)}), found "
+                           f"{E.to_source(node)!r}{hint}", node)
         return self.spec.inputs[node.id]
 
     # -- values ---------------------------------------------------------------------------------------
@@ -270,7 +305,13 @@ class Builder:
             self.fail(idx, f"{node.id!r} cannot be a value: only numeric and boolean params and static dims can", node)
         if node.id == "inf":
             return ir.c(float("inf"), ir.F32)
-        self.fail(idx, f"unknown value {node.id!r}; values so far: {sorted(self.values)}", node)
+        if node.id in self.spec.inputs:
+            self.fail(idx, f"{node.id!r} is an input tensor: read it with load({node.id})", node)
+        values = sorted(n for n in set(self.values) | set(self.consts) if not n.startswith("_"))
+        usable = values + sorted(n for n, p in self.spec.params.items() if not p.structural or p.boolean) + \
+            sorted(n for n, d in self.spec.dims.items() if not d.dynamic)
+        self.fail(idx, f"unknown value {node.id!r}{did_you_mean(node.id, usable)} "
+                       f"(values so far: {', '.join(values) or 'none'})", node)
 
     def operands(self, idx, nodes, axes):
         """The IR of an operation's operands. Literals are f32, except next to an integer operand: an
@@ -348,8 +389,11 @@ class Builder:
             if set(v.axes) != set(t.axes):
                 raise StageError(at, f"output {name!r} varies over {list(v.axes)} but its view has axes {list(t.axes)}")
             problem = _store_problem(t, v)
-            if problem:
-                raise StageError(at, f"output {name!r}: {problem}")
+            if problem:       # reported at the output's declaration, which names its type
+                declared = self.spec.doc_ref.data.get("outputs", {}).get(name, {})
+                key = next((k for k in ("dtype", "dtypes", "format", "scale_format", "like") if k in declared), None)
+                raise StageError(at, f"output {name!r}: {problem} (`{_statement_text(self.spec, at)}`)",
+                                 field_path=("outputs", name) + ((key,) if key else ()))
             if t.at:
                 self.at[name] = self.positions(last, t).name
             outputs[name] = v
@@ -357,6 +401,11 @@ class Builder:
         filled = {n for n in outputs if self.spec.tensors[n].fill is not None}
         return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds, self.keep, self.at,
                        self.counts & set(self.values), self.sizes, filled)
+
+
+def _statement_text(spec, idx, limit=60):
+    text = next((st.text for st in spec.stages if st.index == idx), "")
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _store_problem(t, v):
