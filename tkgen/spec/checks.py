@@ -247,6 +247,17 @@ def check_tensors(doc, spec):
             for key in ("rtol", "atol"):
                 if key in exact.get("tol", {}):
                     fail(doc, base + ("exact", "tol", key), S.float_problem(exact["tol"][key], lo=0.0))
+            tol = exact.get("tol", {})
+            if (tol.get("atol_of") == "terms") != ("terms" in tol):
+                raise doc.error(base + ("exact", "tol"), "`atol_of: terms` and `terms: [inputs]` go together: "
+                                                         "terms names the inputs each term of the sum is a product of")
+            for i, n in enumerate(tol.get("terms", ())):
+                if n not in spec.inputs:
+                    raise doc.error(base + ("exact", "tol", "terms", i), f"unknown input {n!r} in `terms`"
+                                    f"{S.did_you_mean(n, spec.inputs)} (inputs are {S.listing(spec.inputs)})")
+                if spec.inputs[n].format_ref or spec.inputs[n].scale_ref:
+                    raise doc.error(base + ("exact", "tol", "terms", i), f"`terms` names inputs of a dtype whose "
+                                    f"values torch reads; {n!r} holds coded elements")
             if "ulp" in exact:
                 fail(doc, base + ("exact", "ulp"), S.int_problem(exact["ulp"], 0, 2 ** 31 - 1, "a number of ulps"))
             rng = t.values.get("range")

@@ -100,13 +100,32 @@ def compare_outputs(op, pkg, tensors, params, outs, refs, before, replay=None):
         exact = "bit" if isinstance(o.exact, dict) and "given" in o.exact else o.exact
         want = replay[i] if exact != o.exact else want
         got = accumulated_from(o, got)
+        terms = largest_term(tensors, exact)
         if rows is None or o.row_dim is None or not got.numel():
-            compare(o.name, got, want, exact)
+            compare(o.name, got, want, exact, terms)
             continue
         kept, left = rows.nonzero().flatten(), (~rows).nonzero().flatten()
         pick = lambda t, idx: t.index_select(o.row_dim, idx.to(t.device))  # noqa: E731
         compare(o.name + " (rows not kept)", pick(got, left), pick(before[i], left), "bytes")
-        compare(o.name, pick(got, kept), pick(want, kept), exact)
+        compare(o.name, pick(got, kept), pick(want, kept), exact, terms)
+
+
+def largest_term(tensors, exact):
+    """For `atol_of: terms`: a bound on the magnitude of the sum's terms, the product of the largest finite
+    |value| of each input that `terms` names (an absent optional input counts as 1); else None."""
+    tol = exact.get("tol", {}) if isinstance(exact, dict) else {}
+    if tol.get("atol_of") != "terms":
+        return None
+    bound = 1.0
+    for name in tol["terms"]:
+        t = tensors.get(name)
+        if t is None:
+            continue
+        if t.numel():
+            bound *= float(t.detach().float().abs().nan_to_num(0.0, 0.0, 0.0).max())
+        else:
+            bound = 0.0
+    return bound
 
 
 def reference_outputs(op, pkg, tensors, params, given=None):
@@ -121,7 +140,10 @@ def reference_outputs(op, pkg, tensors, params, given=None):
     return fn(*[tensors[i.name] for i in op.inputs], *statics, _given=given)
 
 
-def compare(name, got, want, exact):
+def compare(name, got, want, exact, terms=None):
+    """Raise AssertionError naming the first elements of `got` that differ from `want` beyond what `exact`
+    allows. `terms`: for `tol` with `atol_of: terms`, the magnitude of the largest term of the sum
+    (`largest_term`), which `atol` is relative to."""
     if got.shape != want.shape or got.dtype != want.dtype:
         raise AssertionError(f"output {name}: got {got.dtype}{tuple(got.shape)}, reference {want.dtype}{tuple(want.shape)}")
     if got.numel() == 0:
@@ -147,7 +169,11 @@ def compare(name, got, want, exact):
     if "tol" in exact:
         atol = exact["tol"]["atol"]
         if exact["tol"].get("atol_of") == "max" and w.numel():
-            atol *= float(w.float().abs().nan_to_num(0.0, 0.0, 0.0).max())    # normwise: sums that cancel
+            atol *= float(w.float().abs().nan_to_num(0.0, 0.0, 0.0).max())    # normwise
+        elif exact["tol"].get("atol_of") == "terms":      # relative to the terms: sums that cancel
+            if terms is None:
+                raise ValueError(f"output {name}: atol_of: terms needs the largest term (largest_term)")
+            atol *= terms
         # NaN where the reference has NaN (inf - inf in an overflowing sum) agrees
         torch.testing.assert_close(g.float(), w.float(), rtol=exact["tol"]["rtol"], atol=atol, equal_nan=True,
                                    msg=lambda m: f"output {name}: {m}")
