@@ -44,6 +44,7 @@ from .padding_rows import zero_padding_rows
 from .persistent import BLOCKS, go_persistent
 from ..spec.signature import is_native, storage
 from .stream import stream_body, stream_tiles
+from .tile_bytes import check_tile_bytes
 
 KNOB_BLOCK = "block_{}"
 GEMM_K_STEP = 8           # elements of K in a TF32 tensor-core step: streamed chunks are multiples of it
@@ -529,7 +530,7 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
             body = coalesce_widening_loads(body, module, catalog, arch, vector)
             body = unroll_fetching_loops(body)
         kernels.append(dataclasses.replace(k, body=tuple(body)))
-    return module.replace(kernels=tuple(kernels))
+    return check_tile_bytes(module.replace(kernels=tuple(kernels)), spec, catalog, arch)
 
 
 def bank_pad_elems(catalog, arch, elem) -> int:

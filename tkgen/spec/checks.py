@@ -270,17 +270,18 @@ def check_tensors(doc, spec):
 MAX_SAMPLES = 256          # assignments of dims and params the evaluated checks try
 
 
-def _samples(spec):
+def _samples(spec, at_max=True):
     """Assignments of every dim and integer param that the spec admits (its requirements hold): each dim at
     its min, max and test values, each param at its choices or the ends of its range, every combination
-    when there are few, else the corners and a fixed sample of the rest."""
+    when there are few, else the corners and a fixed sample of the rest. `at_max=False`: the sizes the
+    spec names, without the dims' max (an unbounded dim is still tried at min + 7 and 4096)."""
     import itertools
     import random
     dims = {}
     for d in spec.dims.values():
         lo, hi = max(d.min, 1), d.max if d.max is not None else None
         vals = {lo, *(v for v in d.test_values if v >= lo and (hi is None or v <= hi))}
-        vals |= {hi} if hi is not None else {lo + 7, 4096}
+        vals |= ({hi} if at_max else set()) if hi is not None else {lo + 7, 4096}
         dims[d.name] = sorted(vals)
     params = {}
     for p in spec.params.values():

@@ -1,0 +1,150 @@
+"""The memory a kernel's tiles take, bounded by the profile's `max_tile_bytes` (issue 26, item 3).
+
+On the C target every tile is a thread-private array on the stack: a tile of 4096 tokens x 8 x 256 experts
+held whole (about 75 MB) overflowed it and the process died (exit 139). A profile that sets
+`max_tile_bytes` bounds the bytes of all tiles a block holds at once (buffers in registers, local or shared
+memory; one-element scalars are left out):
+
+- `validate` (and `generate`) evaluate the tiles' bytes at the sizes the spec names (tkgen/spec/checks.py:
+  `_samples` without the dims' max: each dim at its min and test values, an unbounded dim also at min + 7
+  and 4096) and reject a schedule whose tiles pass the bound there, naming the bytes, the sizes and the
+  bound;
+- where larger sizes the spec admits (a dim's max, or a dim with none) may pass it, the kernel factory checks
+  the bound when it specializes, before anything is compiled or launched: a `ValueError`, not a crash.
+
+The sum of the buffers is an upper bound on the stack a C kernel takes (the compiler may keep fewer of them).
+"""
+from __future__ import annotations
+
+import functools
+
+from ..ir import kernel as kir
+from ..ir import prim as ir
+from ..runtime import schedule as R
+from ..spec import expr as E
+from ..spec.checks import _samples
+from ..spec.formats import ITEMSIZE
+from ..spec.signature import storage
+
+_BYTES = {ir.F32: 4, ir.I32: 4, ir.U32: 4, ir.F64: 8, ir.I64: 8, ir.BOOL: 1}
+
+_FUNCS = {
+    "min": min, "max": max,
+    "ceildiv": lambda a, b: -(-a // b),
+    "align": lambda a, b: -(-a // b) * b,
+    "pick_block": functools.lru_cache(maxsize=4096)(R.pick_block),
+    "pad_pow2": R.pad_pow2, "fit_rows": R.fit_rows, "fit_threads": R.fit_threads,
+}
+_BINARY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a // b,
+           "//": lambda a, b: a // b, "%": lambda a, b: a % b}
+
+
+def buffer_bytes(catalog, arch, b: kir.Buffer) -> int:
+    if b.dtype == ir.RAW:
+        return ITEMSIZE.get(storage(catalog, arch, b.elem), 4)
+    return _BYTES.get(b.dtype, 4)
+
+
+def tiles_bytes(module: kir.Module, kernel: kir.Kernel, catalog, arch) -> E.Node:
+    """The bytes of every tile `kernel` holds, as a size expression over the factory's names (`B_<axis>`
+    for an axis held in blocks, `N_<axis>` for one held whole)."""
+    tiles = dict(kernel.tiles)
+    total = None
+    for b in sorted(kir.buffers(kernel.body).values(), key=lambda b: b.name):
+        if b.scope == "var" or not b.axes:
+            continue
+        size = E.Num(buffer_bytes(catalog, arch, b))
+        for a in b.axes:
+            held = tiles.get(a)
+            size = E.Binary("*", size, E.Name(f"B_{a}" if held is not None and held.block is not None else f"N_{a}"))
+        total = size if total is None else E.Binary("+", total, size)
+    return total if total is not None else E.Num(0)
+
+
+def evaluate(node, env):
+    """A size expression's value, with the schedule's functions (tkgen/runtime/schedule.py) as the factory
+    runs them."""
+    if isinstance(node, E.Num):
+        return node.value
+    if isinstance(node, E.Name):
+        if node.id not in env:
+            raise KeyError(node.id)
+        v = env[node.id]
+        return evaluate(v, env) if isinstance(v, E.Node) else v
+    if isinstance(node, E.Unary) and node.op == "-":
+        return -evaluate(node.arg, env)
+    if isinstance(node, E.Binary) and node.op in _BINARY:
+        return _BINARY[node.op](evaluate(node.lhs, env), evaluate(node.rhs, env))
+    if isinstance(node, E.Call) and node.fn in _FUNCS:
+        return _FUNCS[node.fn](*(evaluate(a, env) for a in node.args))
+    raise KeyError(f"{node!r}")
+
+
+def _env(module, kernel, sizes):
+    """Names of the factory (`N_<axis>`, `B_<axis>`, knobs) over `sizes` (dims and params by name)."""
+    env = dict(sizes)
+    env.update({n: v for n, v in module.knobs})
+    env.update({f"B_{a}": t.block for a, t in kernel.tiles if t.block is not None})
+    env.update({f"N_{a}": ax.extent for a, ax in module.axes.items()})
+    return env
+
+
+def _names(node, env, seen=None):
+    """The dims and params a size expression depends on, through the factory's names."""
+    seen = set() if seen is None else seen
+    for n in E.names(node):
+        v = env.get(n)
+        if isinstance(v, E.Node) and n not in seen:
+            seen.add(n)
+            yield from _names(v, env, seen)
+        elif not n.startswith(("N_", "B_")):
+            yield n
+
+
+def check_tile_bytes(module: kir.Module, spec, catalog, arch) -> kir.Module:
+    """`module` with the factory's check of the bound where sizes the spec admits may pass it; a ValueError
+    naming the tiles' size where the sizes the spec names pass it (see the module docstring)."""
+    bound = getattr(arch, "max_tile_bytes", None)
+    if not bound:
+        return module
+    checks = []
+    for kernel in module.kernels:
+        total = tiles_bytes(module, kernel, catalog, arch)
+        depends = set(_names(total, _env(module, kernel, {})))
+        past = _past(module, kernel, total, spec, bound, at_max=False)
+        if past is not None:
+            size, sizes = past
+            shown = ", ".join(f"{n} = {sizes[n]}" for n in sorted(depends & set(sizes)))
+            raise ValueError(f"the tiles of a block take {size} bytes{' at ' + shown if shown else ''}, more than "
+                             f"the {arch.name} profile's max_tile_bytes ({bound}); hold fewer elements per block "
+                             f"(smaller blocks, `stream:`) or lower the sizes")
+        if any(d.dynamic for d in spec.dims.values() if d.name in depends):
+            continue        # the factory knows the static sizes only (tiles over the rows are blocks of them)
+        unbounded = any(d.max is None for d in spec.dims.values() if d.name in depends)
+        if unbounded or _past(module, kernel, total, spec, bound, at_max=True) is not None:
+            checks.append((E.Binary("<=", total, E.Num(bound)),
+                           f"{spec.name}: at these sizes the tiles of a block would take more than {bound} bytes, "
+                           f"the {arch.name} profile's max_tile_bytes"))
+    return module.replace(checks=module.checks + tuple(checks)) if checks else module
+
+
+def _past(module, kernel, total, spec, bound, at_max):
+    """(bytes, sizes) of the first sample at which the tiles take more than `bound`, else None."""
+    for sizes in _cached_samples(spec, at_max):
+        try:
+            size = evaluate(total, _env(module, kernel, sizes))
+        except (KeyError, ValueError, ArithmeticError, TypeError):
+            continue          # a size the samples do not give
+        if size > bound:
+            return size, sizes
+    return None
+
+
+_SAMPLES = {}
+
+
+def _cached_samples(spec, at_max=True):
+    key = (spec.name, spec.sha256, at_max)
+    if key not in _SAMPLES:
+        _SAMPLES[key] = list(_samples(spec, at_max))
+    return _SAMPLES[key]
