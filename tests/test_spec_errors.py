@@ -234,3 +234,15 @@ def test_validate_file_reports_that_file_not_another_one(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "--specs", str(specs), "validate",
                         str(specs / "demo" / "b.yaml")], capture_output=True, text=True)
     assert r.returncode == 1 and "b.yaml" in r.stderr and "a.yaml" not in r.stderr, r.stderr
+
+
+def test_did_you_mean_in_workloads_and_schedules(tmp_path):
+    e = _check(tmp_path, GOOD.replace("{T: 4001, H: 2560}", "{T: 4001, HH: 2560}"))
+    assert e.field_path == ("workloads", 1, "dims", "HH") and "unknown dim 'HH'; did you mean H?" in e.message, e
+    e = _check(tmp_path, GOOD.replace("H: 2560}, params: {group: 128}", "H: 2560}, params: {grop: 128}"))
+    assert "unknown param 'grop'; did you mean group?" in e.message, e
+    e = _check(tmp_path, GOOD.replace("H: 2560}, params: {group: 128}, dtypes: {x: bf16}",
+                                      "H: 2560}, params: {group: 128}, dtypes: {xx: bf16}"))
+    assert "unknown input 'xx'; did you mean x?" in e.message, e
+    e = _check(tmp_path, GOOD.replace("cpu: {block: {t: 1, g: all}}", "cpu: {block: {t: 1, gg: all}}"))
+    assert e.field_path == ("schedule", "cpu", "block", "gg") and "did you mean g?" in e.message, e

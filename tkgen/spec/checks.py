@@ -432,8 +432,8 @@ def check_schedule(doc, spec, path, block_layer):
     for key in ("block", "stream"):
         for axis in block_layer.get(key, {}):
             if axis not in spec.axes:
-                raise doc.key_error(path + (key, axis), f"unknown axis {axis!r} in `{key}`; axes are "
-                                                        f"{listing(spec.axes)}")
+                raise doc.key_error(path + (key, axis), f"unknown axis {axis!r} in `{key}`"
+                                                        f"{S.did_you_mean(axis, spec.axes)} (axes are {listing(spec.axes)})")
 
 
 def check_workloads(doc, spec):
@@ -443,7 +443,8 @@ def check_workloads(doc, spec):
         base = ("workloads", i)
         for name, value in w["dims"].items():
             if name not in spec.dims:
-                raise doc.key_error(base + ("dims", name), f"unknown dim {name!r}; dims are {listing(spec.dims)}")
+                raise doc.key_error(base + ("dims", name), f"unknown dim {name!r}{S.did_you_mean(name, spec.dims)} "
+                                                                 f"(dims are {listing(spec.dims)})")
             dim = spec.dims[name]
             fail(doc, base + ("dims", name), S.int_problem(value, dim.min, dim.max if dim.max is not None else S.MAX_SIZE,
                                                            f"a size of {name} within its min and max"))
@@ -452,11 +453,13 @@ def check_workloads(doc, spec):
             raise doc.error(base + ("dims",), f"missing the size of {listing(missing)}")
         for name, value in w.get("params", {}).items():
             if name not in spec.params:
-                raise doc.key_error(base + ("params", name), f"unknown param {name!r}; params are {listing(spec.params)}")
+                raise doc.key_error(base + ("params", name), f"unknown param {name!r}"
+                                    f"{S.did_you_mean(name, spec.params)} (params are {listing(spec.params)})")
             check_param_value(doc, base + ("params", name), spec, spec.params[name], value)
         for name, value in w.get("dtypes", {}).items():
             if name not in spec.inputs:
-                raise doc.key_error(base + ("dtypes", name), f"unknown input {name!r}; inputs are {listing(spec.inputs)}")
+                raise doc.key_error(base + ("dtypes", name), f"unknown input {name!r}"
+                                    f"{S.did_you_mean(name, spec.inputs)} (inputs are {listing(spec.inputs)})")
             if value not in spec.inputs[name].dtypes:
                 raise doc.error(base + ("dtypes", name), f"expected one of {listing(spec.inputs[name].dtypes)}, found "
                                                          f"{short(value)}")
