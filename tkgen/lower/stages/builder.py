@@ -390,7 +390,8 @@ class Builder:
                 raise StageError(at, f"output {name!r} varies over {list(v.axes)} but its view has axes {list(t.axes)}")
             problem = _store_problem(t, v)
             if problem:       # reported at the output's declaration, which names its type
-                declared = self.spec.doc_ref.data.get("outputs", {}).get(name, {})
+                doc = self.spec.doc_ref
+                declared = doc.data.get("outputs", {}).get(name, {}) if doc is not None else {}
                 key = next((k for k in ("dtype", "dtypes", "format", "scale_format", "like") if k in declared), None)
                 raise StageError(at, f"output {name!r}: {problem} (`{_statement_text(self.spec, at)}`)",
                                  field_path=("outputs", name) + ((key,) if key else ()))
