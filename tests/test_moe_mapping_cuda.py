@@ -6,8 +6,9 @@ import re
 import pytest
 
 from tkgen import registry
-from tkgen.driver import load_catalog
 from tkgen.runtime.compile import lower_source, shared_memory_bytes
+
+from conftest import shipped_catalog
 
 ARCHS = ("sm90", "sm100")
 H200_SHARED_BYTES = 227 * 1024          # the most shared memory one block may have on sm90
@@ -48,7 +49,7 @@ def test_positions_rank_within_the_shared_memory_of_a_block():
     """mapping_positions ranks each pair among the earlier pairs of its chunk: a fold over the chunk that
     reads the other pairs' experts from a [chunk] copy, not a staged [chunk, chunk] tile (1 MB for a chunk
     of 512, which the H200 refused to launch). For every chunk the spec allows, with the most experts."""
-    spec = load_catalog(registry.specs_dir()).op("mapping_positions")
+    spec = shipped_catalog().op("mapping_positions")
     chunks = spec.params["chunk"].choices
     experts = spec.dims["E"].max
     for arch in ARCHS:
@@ -76,7 +77,7 @@ def test_a_fragment_written_one_slice_at_a_time_is_refused_on_cuda():
     the C target's thread-local arrays take it."""
     from tkgen.ir import prim as ir, kernel as kir
     from tkgen.codegen.print_tilelang import KernelPrinter
-    catalog = load_catalog(registry.specs_dir())
+    catalog = shipped_catalog()
     step = ir.Var("r_c", "i32")
     module = kir.Module("demo", "base", {}, (), (), ())
     for scope in ("tile", "shared"):

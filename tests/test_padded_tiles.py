@@ -15,11 +15,10 @@ from hypothesis import given, settings
 
 from tkgen.codegen import generate
 from tkgen import registry
-from tkgen.driver import load_catalog
 from tkgen.lower.stages import build_program
 from tkgen.testing import check as C
 
-from conftest import op_names
+from conftest import op_names, shipped_catalog
 
 ARCH = "cpu_padded"
 
@@ -30,7 +29,7 @@ def _padded_module(name, tmp_path_factory):
     module_name = f"{pkg.__name__}.kernel_{ARCH}"
     if module_name in sys.modules:
         return
-    catalog = load_catalog(registry.specs_dir())
+    catalog = shipped_catalog()
     arch = dataclasses.replace(catalog.archs["cpu"], pad_reduced=True)
     source, _ = generate.kernel_module(catalog, catalog.op(name), arch, "# padded tiles: a test of tests/")
     path = tmp_path_factory.mktemp(name) / f"kernel_{ARCH}.py"
@@ -43,7 +42,7 @@ def _padded_module(name, tmp_path_factory):
 
 
 def _padded_ops():
-    catalog = load_catalog(registry.specs_dir())
+    catalog = shipped_catalog()
     out = []
     for name in op_names():
         spec = catalog.op(name)
@@ -75,7 +74,7 @@ def test_stores_over_padded_axes_are_guarded(name):
     each store over a padded tile axis has a guard that names it."""
     from tkgen.ir import kernel as kir
     from tkgen.schedule import pipeline as S
-    catalog = load_catalog(registry.specs_dir())
+    catalog = shipped_catalog()
     spec = catalog.op(name)
     for arch_name in C.cuda_archs():
         arch = catalog.archs[arch_name]
