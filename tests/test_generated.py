@@ -174,3 +174,18 @@ def test_retuning_one_op_rewrites_only_its_knob_table(tmp_path):
     changed = {p for p in before if after[p] != before[p]}
     assert changed == {Path("moe/topk_gate/knobs_sm90.py")}, sorted(map(str, changed))
     assert "{'threads': 64, 'block_t': 2}" in after[Path("moe/topk_gate/knobs_sm90.py")]
+
+
+@pytest.mark.parametrize("op", ["per_token_cast", "rmsnorm_backward", "mhc_pre_norm_fn", "mapping_positions"])
+def test_scheduling_leaves_the_naive_modules_as_they_were(catalog, op):
+    """generate lowers an op's variants once and schedules them for every profile and prints the reference
+    from the same modules: no schedule (tiles, persistence, streams, matmuls) may change what it is given."""
+    import copy
+    from tkgen.codegen.generate import kernel_module, naive_modules, reference_module
+    spec = catalog.op(op)
+    naive = naive_modules(catalog, spec)
+    before = copy.deepcopy(naive)
+    for arch in catalog.archs.values():
+        kernel_module(catalog, spec, arch, naive)
+    reference_module(catalog, spec, "# a test", naive)
+    assert naive == before          # dataclasses: compared field by field (the kernel IR, the stage programs)
