@@ -451,8 +451,8 @@ def _structure(arch) -> dict:
 
 
 def kernel_groups(catalog, spec, naive) -> List[tuple]:
-    """(module name, [(profile, its KernelSource)], whether it is its backend's main module) of an op: profiles of a backend whose kernels print the same
-    share one module. A backend's largest group (ties: the one with the first profile by name) is
+    """(module name, [(profile, its KernelSource)], whether it is its backend's main module) of an op:
+    profiles of a backend whose kernels print the same share one module. A backend's largest group (ties: the one with the first profile by name) is
     `kernel_<backend>`; a profile whose kernels differ in structure (a tuned schedule can change it) gets
     `kernel_<profile>`, shared with the profiles that print as it does."""
     groups: Dict[tuple, list] = {}
@@ -467,6 +467,30 @@ def kernel_groups(catalog, spec, naive) -> List[tuple]:
         for members in mine:
             module = f"kernel_{backend}" if members is main else f"kernel_{members[0][0].name}"
             out.append((module, members, members is main))
+    return out
+
+
+def kernel_files(catalog, spec, naive, formats) -> Dict[str, str]:
+    """An op's kernel modules and knob tables, by file name. A shared module hashes the spec, the formats
+    and the structural fields of its profiles; a profile's own module, and a knob table, that profile with
+    only this op's tuned schedule (a table: and the spec alone)."""
+    path = _rel(catalog, spec.path)
+    spec_file = (path, spec.sha256)
+    out = {}
+    for module, members, main in kernel_groups(catalog, spec, naive):
+        archs = [a for a, _ in members]
+        if main:
+            profiles = [(f"{archs[0].backend} profile structure", _digest(s)) for s in
+                        sorted({json.dumps(_structure(a), sort_keys=True) for a in archs})]
+            also = f"with the formats and how the {archs[0].backend} profiles print kernels"
+        else:
+            profiles = [(_rel(catalog, a.path), _profile_hash(catalog, a, spec.name)) for a in archs]
+            also = f"with the formats and the {', '.join(a.name for a in archs)} profile{'s' * (len(archs) > 1)}"
+        out[f"{module}.py"] = _header(path, [spec_file] + formats + profiles, also) + "\n" + members[0][1].text
+        for arch, source in members:
+            own = [spec_file, (_rel(catalog, arch.path), _profile_hash(catalog, arch, spec.name))]
+            out[f"knobs_{arch.name}.py"] = knob_table(spec.name, arch, module, source.knobs,
+                                                     _header(path, own, f"with the {arch.name} profile"))
     return out
 
 
@@ -491,7 +515,7 @@ def render_modules(catalog, ops, formatted: bool = True, progress=None) -> Dict[
     formats_header = _header("the formats under specs/", formats)
     marker = _header("tkgen's layout (a package marker)", [])       # generated from nothing: a constant hash
     out[Path("archs/__init__.py")] = marker + '\n"""The architecture profiles: one module each ' \
-        '(tkgen/runtime/ops.py lists them)."""\n'
+        '(tkgen/runtime/kernels.py lists them)."""\n'
     for name, arch in sorted(catalog.archs.items()):
         served = dict(backend=arch.backend, capability=arch.capability)
         out[Path("archs") / f"{name}.py"] = render(
@@ -505,27 +529,12 @@ def render_modules(catalog, ops, formatted: bool = True, progress=None) -> Dict[
     families = set()
     for done, name in enumerate(ops, 1):
         spec = catalog.ops[name]
-        spec_file = (_rel(catalog, spec.path), spec.sha256)
-        own = [spec_file] + formats
+        own = [(_rel(catalog, spec.path), spec.sha256)] + formats
         header = _header(_rel(catalog, spec.path), own, "with the formats")
         base = Path(spec.family) / spec.name
         families.add(spec.family)
         naive = naive_modules(catalog, spec)        # lowered once: the schedules rewrite copies
-        for module, members, main in kernel_groups(catalog, spec, naive):
-            archs = [a for a, _ in members]
-            if main:
-                profiles = [(f"{arch.backend} profile structure", _digest(s)) for s in
-                            sorted({json.dumps(_structure(a), sort_keys=True) for a in archs})]
-                also = f"with the formats and how the {archs[0].backend} profiles print kernels"
-            else:
-                profiles = [(_rel(catalog, a.path), _profile_hash(catalog, a, spec.name)) for a in archs]
-                also = f"with the formats and the {', '.join(a.name for a in archs)} profile"
-            out[base / f"{module}.py"] = _header(_rel(catalog, spec.path), own + profiles, also) + "\n" + \
-                members[0][1].text
-            for arch, source in members:
-                table_header = _header(_rel(catalog, spec.path), [spec_file, (
-                    _rel(catalog, arch.path), _profile_hash(catalog, arch, spec.name))], f"with the {arch.name} profile")
-                out[base / f"knobs_{arch.name}.py"] = knob_table(spec.name, arch, module, source.knobs, table_header)
+        out.update({base / name: text for name, text in kernel_files(catalog, spec, naive, formats).items()})
         out[base / "reference.py"], _ = reference_module(catalog, spec, header, naive)
         out[base / "op.py"] = op_module(catalog, spec, header)
         out[base / "strategies.py"] = strategies_module(catalog, spec, header)
