@@ -54,7 +54,7 @@ def precompile_cases(by_op):
         pkg = registry.op_package(op)
         for case in cases:
             variant, statics, dtypes = C.specialization(pkg.OP, case)
-            jobs.append((f"{pkg.__name__}.kernel_{ARCH}", variant, statics + dtypes, None))
+            jobs.append((pkg.__name__, ARCH, variant, statics + dtypes, None))
     t = time.time()
     errs = precompile(jobs, workers=WORKERS)
     log(f"  precompiled {len(set(jobs))} specializations of {len(by_op)} ops in {time.time() - t:.0f} s; errors: {errs[:3]}")

@@ -1,6 +1,6 @@
 """Timed variants of generated kernels against each other and TileKernels, on one GPU.
 
-A variant is the generated sm90 module with textual edits (grid order, unrolled top-k rounds, pass
+A variant is the generated kernel module of the sm90 profile (its knob table's knobs) with textual edits (grid order, unrolled top-k rounds, pass
 configs) and a schedule; each is checked bit for bit against the generated kernel's output and timed
 alternately with the others. This is how the lowering choices in docs/performance.md were measured:
     . .gpu/env.sh && python3 benchmarks/kernel_variants.py
@@ -19,6 +19,7 @@ registry.use_generated()
 import tilelang
 from tkgen.tools.bench import time_fn, copy_bandwidth, workload_inputs
 from tkgen.runtime.fastpath import prepare
+from tkgen.runtime.kernels import kernel_module
 
 dev = torch.device("cuda")
 rows = []
@@ -40,7 +41,8 @@ def variant_module(base, edits, name):
 GRID_2D = (r"with T\.Kernel\(T\.ceildiv\(N_t, B_t\) \* T\.ceildiv\(N_g, B_g\), threads=threads\) as \(pid,\):\n"
            r"\s+b_t = pid // \(T\.ceildiv\(N_g, B_g\)\)\n\s+b_g = pid % T\.ceildiv\(N_g, B_g\)",
            "with T.Kernel(T.ceildiv(N_t, B_t), T.ceildiv(N_g, B_g), threads=threads) as (b_t, b_g):")
-PRED = (r"PASS_CONFIGS = \{", "PASS_CONFIGS = {'tl.enable_lower_ldgstg_predicated': True, ")
+# pass configs of a variant: a module's own PASS_CONFIGS are added to its knob table's (compile_variant)
+PRED = (r"\Z", "\nPASS_CONFIGS = {'tl.enable_lower_ldgstg_predicated': True}\n")
 # Earlier top-k lowerings, where a copy of their generated module is at hand (for example
 # `git show 59bb84e:generated/moe/topk_gate/kernel_sm90.py > .gpu/topk_two_reductions_sm90.py`).
 EARLIER_TOPK = [("max+argmin unroll t1 th32", ".gpu/topk_two_reductions_sm90.py", [(r"T\.serial\(N_j\)", "T.unroll(N_j)")]),
@@ -48,13 +50,15 @@ EARLIER_TOPK = [("max+argmin unroll t1 th32", ".gpu/topk_two_reductions_sm90.py"
 SERIAL = (r"\(T\.unroll if N_j <= 16 else T\.serial\)\(N_j\)", "T.serial(N_j)")
 
 
-def compile_variant(m, factory, args, sched):
-    prim = getattr(m, factory)(*args, **sched)
-    return tilelang.compile(prim, target=m.TARGET, pass_configs=dict(m.PASS_CONFIGS))
+def compile_variant(m, table, factory, args, sched):
+    """Variant module `m`'s factory under the knob table's knobs (overridden by `sched`) and target."""
+    prim = getattr(m, factory)(*args, **{**table.KNOBS[factory], **sched})
+    configs = {**table.PASS_CONFIGS, **getattr(m, "PASS_CONFIGS", {})}
+    return tilelang.compile(prim, target=table.TARGET, pass_configs=configs)
 
 def bench(opname, factory, args, wl_index, variants, tk_fn, nbytes_fn):
     pkg = registry.op_package(opname)
-    base = importlib.import_module(f"{pkg.__name__}.kernel_sm90")
+    base, table = kernel_module(pkg, "sm90")
     from tkgen.driver import load_catalog
     wl = dict(load_catalog(registry.specs_dir()).op(opname).workloads[wl_index])
     sets, params = workload_inputs(pkg, wl, dev, 4)
@@ -67,7 +71,7 @@ def bench(opname, factory, args, wl_index, variants, tk_fn, nbytes_fn):
         try:
             m = variant_module(edits[0], edits[1:], vname) if edits and isinstance(edits[0], str) else (
                 variant_module(base, edits, vname) if edits else base)
-            k = compile_variant(m, factory, args, sched)
+            k = compile_variant(m, table, factory, args, sched)
         except Exception as e:
             rows.append((opname, wl["name"], vname, f"build failed {str(e)[:80]}", "", "")); continue
         launches = []

@@ -8,7 +8,6 @@ local memory per thread and how outputs are stored (vector types, or `scalar`). 
 to look at first when the GPU says a kernel is far from the copy bandwidth.
 """
 import argparse
-import importlib
 import json
 import re
 import sys
@@ -17,7 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tkgen import registry  # noqa: E402
 from tkgen.tools.bench import sized_for, workload_inputs
-from tkgen.runtime.compile import factory, lower_source, nvcc_cubin  # noqa: E402
+from tkgen.runtime.compile import lower_source, nvcc_cubin  # noqa: E402
+from tkgen.runtime.kernels import kernel_module  # noqa: E402
 from tkgen.runtime.ops import check, specialization  # noqa: E402
 
 SM = {"sm90": "sm_90a", "sm100": "sm_100a"}
@@ -60,7 +60,7 @@ def main():
     cat, cpu = load_catalog(registry.specs_dir()), torch.device("cpu")
     for name in args.ops:
         pkg = registry.op_package(name)
-        module = importlib.import_module(f"{pkg.__name__}.kernel_{args.arch}")
+        kernels = kernel_module(pkg, args.arch)
         for wl in cat.op(name).workloads:
             wl = sized_for(cpu, cat.op(name), wl)      # the row count is a runtime size: lowering ignores it
             sets, params = workload_inputs(pkg, wl, cpu, 1)
@@ -68,8 +68,8 @@ def main():
             statics += dtypes
             for sched in [json.loads(s) for s in args.schedule] or [{}]:
                 try:
-                    src = lower_source(module, factory(module, variant), statics, sched)
-                    rep = build_report(src, SM[args.arch], getattr(module, "COMPILE_FLAGS", ()))
+                    src = lower_source(kernels, variant, statics, sched)
+                    rep = build_report(src, SM[args.arch], kernels.table.COMPILE_FLAGS)
                     rep["stores"] = global_stores(src)
                 except Exception as e:  # noqa: BLE001
                     rep = {"error": f"{type(e).__name__}: {str(e)[:200]}"}

@@ -96,18 +96,19 @@ print("ok")
 """
 
 LOWER = """
-import importlib, shutil, sys
+import shutil, sys
 from tkgen import registry
 from tkgen.runtime.compile import lower_source, nvcc_cubin
+from tkgen.runtime.kernels import kernel_module
 registry.use_generated(sys.argv[1])
 for arch, sm in (("sm90", "sm_90a"), ("sm100", "sm_100a")):
-    mod = importlib.import_module(f"tkgen_generated.demo.activations.kernel_{arch}")
-    src = lower_source(mod, mod.build_base, (64, "bf16"))
+    kernels = kernel_module("tkgen_generated.demo.activations", arch)
+    src = lower_source(kernels, "base", (64, "bf16"))
     for fn in ("tanhf(", "erff(", "expf(", "log1pf("):
         assert fn in src, (arch, fn)
     assert "__tanhf" not in src and "__expf" not in src, arch
     if shutil.which("nvcc"):          # built as the runtime builds it (the profile's -fmad=false)
-        r = nvcc_cubin(src, sm, mod.COMPILE_FLAGS)
+        r = nvcc_cubin(src, sm, kernels.table.COMPILE_FLAGS)
         assert r.returncode == 0, (arch, r.stderr[-2000:])
     print(arch)
 """

@@ -11,7 +11,7 @@ def test_list_and_show():
     r = run("list")
     assert r.returncode == 0 and "per_token_cast" in r.stdout and "topk_gate" in r.stdout
     r = run("show", "per_token_cast")
-    assert r.returncode == 0 and "compute:" in r.stdout and "kernel_sm90.py" in r.stdout
+    assert r.returncode == 0 and "compute:" in r.stdout and "kernel_cuda.py" in r.stdout and "knobs_sm90.py" in r.stdout
     r = run("show", "swiglu_backward_and_per_token_cast")     # float params, one of them optional
     assert r.returncode == 0 and "clamp: float or None, default None" in r.stdout, r.stderr
 

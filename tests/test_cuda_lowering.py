@@ -1,23 +1,26 @@
 """The packed formats' CUDA paths (software encoder, word packing across threads, unpacking loads) lower
 for sm_90a and sm_100a, whatever the property tests happen to draw. No GPU or nvcc needed."""
-import importlib
 import re
 
 import pytest
 
 from tkgen import registry
 from tkgen.runtime.compile import lower_source
+from tkgen.runtime.kernels import kernel_module
 
-CASES = [("per_token_cast", "build_e5m6_ue8m0_col", (256, 64, "bf16")),
-         ("cast_back", "build_e5m6_ue8m0_bf16", (256, 32, 1)),
-         ("cast_back", "build_e2m1_ue8m0_byte_fp32", (640, 32, 1))]
+CASES = [("per_token_cast", "e5m6_ue8m0_col", (256, 64, "bf16")),
+         ("cast_back", "e5m6_ue8m0_bf16", (256, 32, 1)),
+         ("cast_back", "e2m1_ue8m0_byte_fp32", (640, 32, 1))]
 
 
-@pytest.mark.parametrize("op, factory, args", CASES)
-def test_packed_formats_lower_for_both_cuda_archs(op, factory, args):
+def _kernels(op, arch):
+    return kernel_module(registry.op_package(op), arch)
+
+
+@pytest.mark.parametrize("op, variant, args", CASES)
+def test_packed_formats_lower_for_both_cuda_archs(op, variant, args):
     for arch in ("sm90", "sm100"):
-        module = importlib.import_module(f"{registry.op_package(op).__name__}.kernel_{arch}")
-        src = lower_source(module, getattr(module, factory), args)
+        src = lower_source(_kernels(op, arch), variant, args)
         assert "__global__" in src, arch
 
 
@@ -26,8 +29,7 @@ def test_counts_take_one_atomic_per_counter_per_block():
     by as many threads as there are counters (not one atomic per element or per thread)."""
     import re
     for arch in ("sm90", "sm100"):
-        module = importlib.import_module(f"{registry.op_package('swiglu_forward').__name__}.kernel_{arch}")
-        src = lower_source(module, module.build_fp32_with_clamp, (256, 1.0, 0.5, "fp32"))
+        src = lower_source(_kernels("swiglu_forward", arch), "fp32_with_clamp", (256, 1.0, 0.5, "fp32"))
         sites = [m.start() for m in re.finditer(r"AtomicAdd\(", src)]
         assert len(sites) == 1, arch
         # the statement around it: `if (threadIdx.x / 3 == 0 ...) { AtomicAdd(&clamped_count[threadIdx.x % 3], ...) }`
@@ -41,12 +43,11 @@ def test_fp8_codes_are_stored_16_bytes_at_a_time_through_the_saturating_conversi
     clamp; a clamp with its NaN test had made TileLang store codes byte by byte (18% slower on the H200)."""
     import re
     for arch in ("sm90", "sm100"):
-        module = importlib.import_module(f"{registry.op_package('per_token_cast').__name__}.kernel_{arch}")
-        for factory in ("build_e4m3_fp32_row", "build_e5m2_fp32_row"):
-            src = lower_source(module, getattr(module, factory), (7168, 128, "bf16"))
-            assert "__NV_SATFINITE" in src, (arch, factory)
-            assert re.search(r"\*\(fp8_e[45]_16_t\*\)\(q \+", src), (arch, factory)    # 16-byte stores
-            assert not re.search(r"\bq\[[^;]*\] =", src), (arch, factory)               # no byte stores
+        for variant in ("e4m3_fp32_row", "e5m2_fp32_row"):
+            src = lower_source(_kernels("per_token_cast", arch), variant, (7168, 128, "bf16"))
+            assert "__NV_SATFINITE" in src, (arch, variant)
+            assert re.search(r"\*\(fp8_e[45]_16_t\*\)\(q \+", src), (arch, variant)    # 16-byte stores
+            assert not re.search(r"\bq\[[^;]*\] =", src), (arch, variant)               # no byte stores
 
 
 def test_a_profile_whose_casts_may_not_saturate_clamps_first(tmp_path):
@@ -63,12 +64,19 @@ def test_a_profile_whose_casts_may_not_saturate_clamps_first(tmp_path):
     doc["native_casts_saturate"] = False
     sm90.write_text(yaml.safe_dump(doc))
     files = render_modules(load_catalog(specs), ["per_token_cast"])
-    text = next(v for k, v in files.items() if k.as_posix().endswith("per_token_cast/kernel_sm90.py"))
+    text = _kernel_text(files, "sm90")
     e4m3, e5m2 = (_factory_source(text, v) for v in ("e4m3_fp32_row", "e5m2_fp32_row"))
     assert all("T.clamp(" in k and "T.isnan(" in k for k in (e4m3, e5m2))
-    default = next(v for k, v in render_modules(load_catalog(registry.specs_dir()), ["per_token_cast"]).items()
-                   if k.as_posix().endswith("per_token_cast/kernel_sm90.py"))
+    default = _kernel_text(render_modules(load_catalog(registry.specs_dir()), ["per_token_cast"]), "sm90")
     assert "T.clamp(" not in _factory_source(default, "e4m3_fp32_row")
+
+
+def _kernel_text(files, arch):
+    """The text of the kernel module that per_token_cast's knob table for `arch` names."""
+    from pathlib import Path
+    base = Path("quant/per_token_cast")
+    module = re.search(r'^MODULE = "(\w+)"', files[base / f"knobs_{arch}.py"], re.M).group(1)
+    return files[base / f"{module}.py"]
 
 
 def _factory_source(text, variant):
@@ -86,8 +94,7 @@ def test_dequantized_stores_are_16_bytes_at_consecutive_thread_addresses():
     each warp store write every other 16 bytes (1.9x TileKernels on the H200). (sm100's profile has
     32-byte vectors: 16 codes per thread there.)"""
     import re
-    module = importlib.import_module(f"{registry.op_package('cast_back').__name__}.kernel_sm90")
-    src = lower_source(module, module.build_e4m3_fp32_bf16, (7168, 128, 1))
+    src = lower_source(_kernels("cast_back", "sm90"), "e4m3_fp32_bf16", (7168, 128, 1))
     assert re.search(r"\*\(fp8_e4_8_t\*\)\(q \+", src)                                      # 8 codes per thread
     store = re.search(r"\*\(uint4\*\)\(y \+ (.*)\) = ", src)
     assert store and store.group(1).endswith("(((int64_t)((int)threadIdx.x)) * (int64_t)8))")
@@ -98,10 +105,10 @@ def test_gate_top_k_runs_once_per_row_tile():
     the experts: split across blocks, each block of slots redid the row's top-k (5.6x TileKernels on the
     H200). Unpadded, 33 slots left TileLang the mask on 33 of 64 threads, and the scores of the rest zero."""
     for arch in ("sm90",):
-        module = importlib.import_module(f"{registry.op_package('moe_topk_gate_forward').__name__}.kernel_{arch}")
+        kernels = _kernels("moe_topk_gate_forward", arch)
         for args in ((256, 32, 33, 1.0),):
             # the spec's default schedule, where the bug showed (the H200's tuned one has 32 threads)
-            src = lower_source(module, lambda *a: module.build_with_mask(*a, threads=64, block_t=2), args)
+            src = lower_source(kernels, "with_mask", args, dict(threads=64, block_t=2))
             assert "blockIdx.x) / " not in src and "blockIdx.x) % " not in src, (arch, args)   # one grid axis
             guards = [g for g in _enclosing(src, src.index("mask[")) if re.search(r"threadIdx\.x\) < \d", g)]
             assert not guards, (arch, args, guards)                   # the mask is loaded on every thread
@@ -113,7 +120,7 @@ def test_folds_read_small_state_from_a_copy_not_a_staged_product():
     index: staged whole, the [t, e, j] and [chunk, chunk] tiles took 8 KB per row (3.7x TileKernels on the
     H200) and 1 MB per block (over the H200's 227 KB)."""
     for op, tile in (("moe_topk_gate_backward", "(B_t, B_e, B_j)"), ("mapping_positions", "(B_b, B_r, B_j)")):
-        src = (registry.generated_dir() / "moe" / op / "kernel_sm90.py").read_text()
+        src = open(_kernels(op, "sm90").module.__file__).read()
         assert f"T.alloc_shared({tile}" not in src and f"T.alloc_fragment({tile}" not in src, op
 
 

@@ -1,7 +1,6 @@
 """The Engram family beyond the property tests: the hash against Python's big integers over the whole int64
 range, the gate's z == 0 sign and clamp edges, the inference form's bits, the gradients of the composite
 against float64 autograd, deterministic backward passes, and the TileKernels-compatible API."""
-import importlib
 import math
 
 import pytest
@@ -446,8 +445,8 @@ def test_strided_k_and_v_load_16_bytes_at_a_time_and_misaligned_views_are_refuse
     import re
     from tkgen import registry
     from tkgen.runtime.compile import lower_source
-    module = importlib.import_module(f"{registry.op_package('engram_gate_fwd').__name__}.kernel_sm90")
-    src = lower_source(module, module.build_true, (4, 2560, 1e-20, 1e-6))
+    from tkgen.runtime.kernels import kernel_module
+    src = lower_source(kernel_module(registry.op_package("engram_gate_fwd"), "sm90"), "true", (4, 2560, 1e-20, 1e-6))
     for name in ("hidden_states", "k", "v"):
         assert re.search(rf"\*\(uint4\*\)\({name} \+", src), name
     x, _, w = gate_v2_inputs(T=3, hc=2, D=16)

@@ -33,8 +33,9 @@ def _module(tmp_path, name, head, functions, aliases=()):
 
 
 def _printed(catalog, kind):
+    """(spec, each variant's printed function, the knobs of each kernel factory on the CPU profile)."""
     spec = catalog.ops[OP]
-    out = []
+    out, knobs = [], {}
     for variant, program, module in naive_modules(catalog, spec):
         name = spec.variant_name(variant)
         if kind == "kernel":
@@ -42,27 +43,29 @@ def _printed(catalog, kind):
             scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, S.resolve(spec, arch))
             lines, _ = print_factory(catalog, arch, scheduled, f"build_{name}")
             out.append(Printed(variant, f"build_{name}", lines))
+            knobs[f"build_{name}"] = dict(scheduled.knobs)
         else:
             lines, _ = print_reference(catalog, spec.resolved(variant), module, f"reference_{name}")
             out.append(Printed(variant, f"reference_{name}", lines))
-    return spec, out
+    return spec, out, knobs
 
 
 def test_merged_factories_build_each_variant_s_prim_func(catalog, tmp_path):
     registry.op_package(OP)
-    spec, printed = _printed(catalog, "kernel")
+    spec, printed, knobs = _printed(catalog, "kernel")
     functions, aliases = merge(printed, spec.variant_name)
     assert len(functions) < len(printed) / 3 and len(aliases) > len(printed) / 2
     own = _module(tmp_path, "own", KERNEL_HEAD, ["\n".join(p.lines) for p in printed])
     merged = _module(tmp_path, "merged", KERNEL_HEAD, functions, aliases)
     for p in printed[::3]:          # every third variant: each build parses a prim_func
         for args in ((256, 128, "bf16"), (96, 32, "fp32")):
-            assert getattr(merged, p.name)(*args).script() == getattr(own, p.name)(*args).script(), p.name
+            got = getattr(merged, p.name)(*args, **knobs[p.name]).script()
+            assert got == getattr(own, p.name)(*args, **knobs[p.name]).script(), p.name
 
 
 def test_merged_references_compute_each_variant_s_bits(catalog, tmp_path):
     registry.op_package(OP)
-    spec, printed = _printed(catalog, "reference")
+    spec, printed, _ = _printed(catalog, "reference")
     functions, aliases = merge(printed, spec.variant_name, "make_reference_")
     assert len(functions) < len(printed) / 2
     own = _module(tmp_path, "own_ref", REFERENCE_HEAD, ["\n".join(p.lines) for p in printed])

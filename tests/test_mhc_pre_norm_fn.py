@@ -2,7 +2,6 @@
 ordered loop bit for bit (streamed in chunks, with and without a norm weight), the mixes against a float64
 formula and against the torch formula of tkgen.nn.functional.mhc_norm_fn, the compat layer's TileKernels
 signature, and the T.gemm form lowering to tensor-core code for sm_90a and sm_100a (no GPU needed)."""
-import importlib
 import shutil
 
 import pytest
@@ -13,6 +12,7 @@ import tkgen.ops as ops
 from tkgen import registry
 from tkgen.compat import tilekernels_v1 as tk1
 from tkgen.runtime.compile import lower_source, nvcc_cubin
+from tkgen.runtime.kernels import kernel_module
 from tkgen.testing import check as C
 
 GEN = torch.Generator().manual_seed(11)
@@ -149,8 +149,7 @@ def test_the_cuda_form_is_a_tensor_core_tile_matmul(arch, sm):
     K streamed in chunks of 64, pipelined; the backward: its three matmuls over n and over the tokens);
     where nvcc is installed they build."""
     for op, matmuls in (("mhc_pre_norm_fn", 1), ("mhc_pre_norm_fn_backward", 3)):
-        module = importlib.import_module(f"{registry.op_package(op).__name__}.kernel_{arch}")
-        src = lower_source(module, module.build_with_norm_weight, (28672, 24, 1e-6))
+        src = lower_source(kernel_module(registry.op_package(op), arch), "with_norm_weight", (28672, 24, 1e-6))
         tf32 = "mma_sync<tl::DataType::kTensorFloat32, tl::DataType::kTensorFloat32, tl::DataType::kFloat32"
         assert src.count(tf32) >= matmuls, op
         if shutil.which("nvcc"):

@@ -1,12 +1,12 @@
 """The mapping kernels' CUDA lowerings (sm_90a and sm_100a) for the params that failed on the H200, and
 the structure that makes them right there. No GPU needed: the checks read the lowered source and IR."""
-import importlib
 import re
 
 import pytest
 
 from tkgen import registry
 from tkgen.runtime.compile import lower_source, shared_memory_bytes
+from tkgen.runtime.kernels import kernel_module
 
 from conftest import shipped_catalog
 
@@ -15,7 +15,7 @@ H200_SHARED_BYTES = 227 * 1024          # the most shared memory one block may h
 
 
 def _kernel(op, arch):
-    return importlib.import_module(f"{registry.op_package(op).__name__}.kernel_{arch}")
+    return kernel_module(registry.op_package(op), arch)
 
 
 # (op, factory args): the first two gave wrong results on the H200 (mapping_chunk_offsets with E = 1 and
@@ -33,7 +33,7 @@ def test_prefix_slices_are_written_to_shared_memory_by_their_owner(op, args):
     loops that read them wait for the scan (`__syncthreads`)."""
     for arch in ARCHS:
         module = _kernel(op, arch)
-        src = lower_source(module, module.build_base, args)
+        src = lower_source(module, "base", args)
         scan = re.search(r"for \(int (r_\w+) = 0;", src)
         assert scan, arch
         step = scan.group(1)
@@ -56,7 +56,7 @@ def test_positions_rank_within_the_shared_memory_of_a_block():
         module = _kernel("mapping_positions", arch)
         # the shared memory grows with the chunk: every chunk on sm90, the largest on sm100 (lowering is slow)
         for chunk in (chunks if arch == "sm90" else [max(chunks)]):
-            used = shared_memory_bytes(module, module.build_base, (experts, chunk))
+            used = shared_memory_bytes(module, "base", (experts, chunk))
             # the [chunk] int64 copy of the experts and the [E] int32 segment bases
             assert used <= chunk * 8 + experts * 4 < H200_SHARED_BYTES, (arch, chunk, used)
 
@@ -68,7 +68,7 @@ def test_chunk_counts_lower_for_expert_counts_past_the_threads(experts, chunk):
     a power of two, and the padding is not stored."""
     for arch in ARCHS:
         module = _kernel("mapping_chunk_counts", arch)
-        src = lower_source(module, module.build_base, (experts, chunk))
+        src = lower_source(module, "base", (experts, chunk))
         assert re.search(rf"< {experts}\)", src), arch          # the stores past the last expert are guarded
 
 

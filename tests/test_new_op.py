@@ -43,7 +43,8 @@ def test_a_new_spec_end_to_end(tmp_path):
     assert run("--specs", str(specs), "validate", str(specs)).returncode == 0
     r = run("--specs", str(specs), "generate", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert (out / "demo" / "row_extremes" / "kernel_sm90.py").exists()
+    assert (out / "demo" / "row_extremes" / "kernel_cuda.py").exists()
+    assert (out / "demo" / "row_extremes" / "knobs_sm90.py").exists()
     # outputs computed by reductions are written (their tiles must not shadow the output tensors)
     r = run("--specs", str(specs), "fuzz", "row_extremes", "--examples", "12", "--seed", "3", "--generated", str(out))
     assert r.returncode == 0, r.stdout + r.stderr

@@ -104,17 +104,18 @@ for dtype in (torch.float32, torch.bfloat16):
 """
 
 LOWER = """
-import importlib, re, shutil, sys
+import re, shutil, sys
 from tkgen import registry
 from tkgen.runtime.compile import lower_source, nvcc_cubin
+from tkgen.runtime.kernels import kernel_module
 registry.use_generated(sys.argv[1])
 for arch, sm in (("sm90", "sm_90a"), ("sm100", "sm_100a")):
-    mod = importlib.import_module(f"tkgen_generated.demo.opt_affine.kernel_{arch}")
+    kernels = kernel_module("tkgen_generated.demo.opt_affine", arch)
     for name in ("base", "with_a", "with_b", "with_c", "with_a_with_b", "with_a_with_c", "with_b_with_c",
                  "with_a_with_b_with_c"):
-        src = lower_source(mod, getattr(mod, f"build_{name}"), (32, "bf16"))
+        src = lower_source(kernels, name, (32, "bf16"))
         if name in ("with_a", "with_b_with_c") and shutil.which("nvcc"):    # two of them built
-            r = nvcc_cubin(src, sm, mod.COMPILE_FLAGS)
+            r = nvcc_cubin(src, sm, kernels.table.COMPILE_FLAGS)
             assert r.returncode == 0, (arch, name, r.stderr[-2000:])
         head = src[src.index("__global__"):].splitlines()[0]      # the kernel's declaration
         params = re.findall(r"__restrict__ (\\w+)", head)

@@ -24,20 +24,25 @@ ARCH = "cpu_padded"
 
 
 def _padded_module(name, tmp_path_factory):
-    """The op's CPU kernel module regenerated with padded reduced axes, importable as kernel_cpu_padded."""
+    """The op's CPU kernel module regenerated with padded reduced axes, importable as kernel_cpu_padded,
+    and its knob table, knobs_cpu_padded."""
     pkg = registry.op_package(name)
-    module_name = f"{pkg.__name__}.kernel_{ARCH}"
-    if module_name in sys.modules:
+    if f"{pkg.__name__}.knobs_{ARCH}" in sys.modules:
         return
     catalog = shipped_catalog()
-    arch = dataclasses.replace(catalog.archs["cpu"], pad_reduced=True)
-    source, _ = generate.kernel_module(catalog, catalog.op(name), arch, "# padded tiles: a test of tests/")
-    path = tmp_path_factory.mktemp(name) / f"kernel_{ARCH}.py"
-    path.write_text(source)
-    module = types.ModuleType(module_name)
-    module.__file__, module.__package__ = str(path), pkg.__name__
-    exec(compile(source, str(path), "exec"), module.__dict__)
-    sys.modules[module_name] = module
+    arch = dataclasses.replace(catalog.archs["cpu"], name=ARCH, pad_reduced=True)
+    spec = catalog.op(name)
+    kernels = generate.kernel_module(catalog, spec, arch, generate.naive_modules(catalog, spec))
+    header = "# padded tiles: a test of tests/"
+    table = generate.knob_table(spec.name, arch, f"kernel_{ARCH}", kernels.knobs, header)
+    folder = tmp_path_factory.mktemp(name)
+    for module_name, source in ((f"kernel_{ARCH}", f"{header}\n{kernels.text}"), (f"knobs_{ARCH}", table)):
+        path = folder / f"{module_name}.py"
+        path.write_text(source)
+        module = types.ModuleType(f"{pkg.__name__}.{module_name}")
+        module.__file__, module.__package__ = str(path), pkg.__name__
+        exec(compile(source, str(path), "exec"), module.__dict__)
+        sys.modules[module.__name__] = module
     importlib.invalidate_caches()
 
 

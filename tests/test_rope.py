@@ -167,9 +167,9 @@ def test_arguments_are_checked():
 def test_strided_kernels_lower_for_both_cuda_archs():
     """The CUDA kernels take the strides as runtime sizes and use one-rounding fmas. No GPU needed."""
     from tkgen.runtime.compile import lower_source
+    from tkgen.runtime.kernels import kernel_module
     for arch in ("sm90", "sm100"):
-        module = importlib.import_module(f"{registry.op_package('apply_rotary').__name__}.kernel_{arch}")
-        src = lower_source(module, module.build_true_true, (4, 64, "bf16", "int64"))
+        src = lower_source(kernel_module(registry.op_package("apply_rotary"), arch), "true_true", (4, 64, "bf16", "int64"))
         assert "__global__" in src and "S_query_0" in src and "__fmaf_rn" in src, arch
 
 

@@ -92,7 +92,7 @@ def test_reference_and_op_emitters_container(catalog, tmp_path):
 def test_kernel_emitter_native(catalog, tmp_path):
     e4m3 = catalog.elements["e4m3"]
     catalog.elements["e4m3"] = dataclasses.replace(e4m3, native={"cuda": f'float8_e4m3fn"), {_payload(tmp_path)}, ("'})
-    _assert_nothing_written(catalog, tmp_path, "kernel_sm")
+    _assert_nothing_written(catalog, tmp_path, "kernel_cuda")
 
 
 def test_kernel_emitter_pass_configs(catalog, tmp_path):

@@ -40,7 +40,8 @@ def _run(site, cwd, *args):
 def test_the_wheel_carries_specs_and_generated_code(installed):
     bundled = installed / "tkgen" / "_bundled"
     for path in ("specs/archs/sm90.yaml", "specs/formats/element/e4m3.yaml", "specs/quant/per_token_cast.yaml",
-                 "generated/archs.py", "generated/quant/per_token_cast/kernel_sm90.py",
+                 "generated/archs/sm90.py", "generated/quant/per_token_cast/kernel_cuda.py",
+                 "generated/quant/per_token_cast/knobs_sm90.py",
                  "generated/quant/per_token_cast/op.py"):
         assert (bundled / path).is_file(), path
     assert (installed / "tkgen" / "codegen" / "templates" / "op.py.j2").is_file()
@@ -59,7 +60,7 @@ def test_ops_and_commands_run_from_the_installed_wheel(installed, tmp_path):
     assert r.returncode == 0 and "per_token_cast" in r.stdout and "formats: " in r.stdout and "sm90" in r.stdout
     assert f"specs:     {installed / 'tkgen' / '_bundled' / 'specs'}" in r.stdout, r.stdout
     r = _run(installed, tmp_path, "-m", "tkgen.tools.cli", "show", "topk_gate")
-    assert r.returncode == 0 and "kernel_sm90.py" in r.stdout, r.stderr
+    assert r.returncode == 0 and "kernel_cuda.py" in r.stdout, r.stderr
     r = _run(installed, tmp_path, "-m", "tkgen.tools.cli", "fuzz", "topk_gate", "--examples", "3", "--seed", "1")
     assert r.returncode == 0 and "kernel and reference agree" in r.stdout, r.stdout + r.stderr
 

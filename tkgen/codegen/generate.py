@@ -1,10 +1,12 @@
 """Stage 4: render every generated file from the model, deterministically, and write only what changed.
 
 Layout of `generated/` (the importable package `tkgen_generated`):
-    archs.py                          the profiles and the CUDA capabilities they serve
+    archs/<arch>.py                   one per profile: its backend and the CUDA capability it serves
     common/tilelang_helpers.py        format codecs and stage keys, for TileLang
     common/torch_helpers.py           the same, for PyTorch
-    <family>/<op>/kernel_<arch>.py    one kernel factory per variant, per architecture profile
+    <family>/<op>/kernel_cuda.py      one kernel factory per variant, knobs as parameters: the CUDA profiles'
+    <family>/<op>/kernel_cpu.py       the CPU profile's (a profile whose kernels print otherwise: kernel_<arch>.py)
+    <family>/<op>/knobs_<arch>.py     per profile: its kernel module, compile target and options, knob values
     <family>/<op>/reference.py        the PyTorch reference, per variant
     <family>/<op>/op.py               the checked entry point and the torch.library custom op
     <family>/<op>/strategies.py       Hypothesis strategies for valid calls
@@ -15,7 +17,7 @@ import hashlib
 import json
 import textwrap
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, NamedTuple
 
 import jinja2
 
@@ -75,32 +77,53 @@ def naive_modules(catalog, spec):
     return out
 
 
-def kernel_module(catalog, spec, arch, header, naive=None):
-    printed, helpers = [], set()
+class KernelSource(NamedTuple):
+    """An op's kernels on one profile: the module's text after its header, each factory's knobs
+    ({build_<variant>: {knob: value}}), the generated helpers it calls."""
+    text: str
+    knobs: Dict[str, dict]
+    helpers: set
+
+
+def kernel_module(catalog, spec, arch, naive) -> KernelSource:
+    """An op's kernel module on a profile, knobs as parameters without values: its text is the same on
+    every profile whose kernels differ only in knob values (`naive`: naive_modules of the op, which the
+    schedules do not change)."""
+    printed, helpers, knobs = [], set(), {}
     sched = S.resolve(spec, arch)
-    for variant, program, module in naive or naive_modules(catalog, spec):
+    for variant, program, module in naive:
         try:
             scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, sched)
         except ValueError as e:      # a schedule the kernels cannot take: reported at the spec's schedule
             where = ("schedule", arch.name) if arch.name in spec.schedule else \
                 ("schedule",) if spec.schedule else ("axes",)
             raise spec.doc_ref.error(where, f"the {arch.name} schedule: {e}") from None
-        lines, used = print_factory(catalog, arch, scheduled, f"build_{spec.variant_name(variant)}")
-        printed.append(Printed(variant, f"build_{spec.variant_name(variant)}", lines))
+        name = f"build_{spec.variant_name(variant)}"
+        lines, used = print_factory(catalog, arch, scheduled, name)
+        printed.append(Printed(variant, name, lines))
+        knobs[name] = dict(scheduled.knobs)
         helpers |= used
     bits = "f32_bits" in helpers            # from the runtime, not a generated helper
     helpers.discard("f32_bits")
     # variants that differ only in a few statements share one factory (tkgen/codegen/merge_variants.py)
     factories, aliases = merge(printed, spec.variant_name)
-    return render("kernel.py.j2", header=header, op=spec.name, arch=arch, factories=factories, aliases=aliases,
-                  helpers=sorted(helpers), f32_bits=bits, target=repr(arch.target),
-                  pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
-                  compile_flags=repr(list(arch.compile_flags))), helpers
+    text = render("kernel.py.j2", header="", op=spec.name, factories=factories, aliases=aliases,
+                  helpers=sorted(helpers), f32_bits=bits)
+    return KernelSource(text.lstrip("\n"), knobs, helpers)
 
 
-def reference_module(catalog, spec, header, naive=None):
+def knob_table(op: str, arch, module: str, knobs: Dict[str, dict], header: str) -> str:
+    """A profile's knob table for an op: the kernel module its kernels are built from, the compile target
+    and options, and the knobs of each factory."""
+    return render("knobs.py.j2", header=header, arch=arch.name, op=op, module=module,
+                  target=repr(arch.target), pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
+                  compile_flags=repr(list(arch.compile_flags)),
+                  factories=[(name, repr(values)) for name, values in knobs.items()])
+
+
+def reference_module(catalog, spec, header, naive):
     references, written, variants, rows, helpers = [], [], [], [], set()
-    for variant, program, module in naive or naive_modules(catalog, spec):
+    for variant, program, module in naive:
         name = spec.variant_name(variant)
         lines, used = print_reference(catalog, spec.resolved(variant), module, f"reference_{name}")
         references.append(Printed(variant, f"reference_{name}", lines))
@@ -404,11 +427,71 @@ def _helpers_module(template, fns, printer, header):
 
 
 def _profile_hash(catalog, arch, op: str) -> str:
-    """What an op's kernel module is generated from in a profile: all of it but the schedules tuned for
-    other ops (retuning one op rewrites only that op's kernel files)."""
+    """What an op's knob table (or its own kernel module) is generated from in a profile: all of it but the
+    schedules tuned for other ops (retuning one op rewrites only that op's files)."""
     data = dict(catalog.documents[arch.path].data)
     data["tuned"] = (data.get("tuned") or {}).get(op)
+    return _digest(data)
+
+
+def _digest(data) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# The profile fields that decide how kernels print, beside the knob values (threads, block sizes, tile
+# budget, vector width, blocks) that the knob tables hold. A shared kernel module hashes only these, so a
+# profile that differs from another in name, target, compile options, knob values or tuned data rewrites
+# no kernel module.
+STRUCTURAL_FIELDS = ("backend", "tile_memory", "loops", "native_formats", "pad_reduced", "max_skips_nan",
+                     "native_casts_saturate")
+
+
+def _structure(arch) -> dict:
+    return {f: getattr(arch, f) for f in STRUCTURAL_FIELDS}
+
+
+def kernel_groups(catalog, spec, naive) -> List[tuple]:
+    """(module name, [(profile, its KernelSource)], whether it is its backend's main module) of an op:
+    profiles of a backend whose kernels print the same share one module. A backend's largest group (ties: the one with the first profile by name) is
+    `kernel_<backend>`; a profile whose kernels differ in structure (a tuned schedule can change it) gets
+    `kernel_<profile>`, shared with the profiles that print as it does."""
+    groups: Dict[tuple, list] = {}
+    for name in sorted(catalog.archs):
+        arch = catalog.archs[name]
+        source = kernel_module(catalog, spec, arch, naive)
+        groups.setdefault((arch.backend, source.text), []).append((arch, source))
+    out = []
+    for backend in sorted({b for b, _ in groups}):
+        mine = [members for (b, _), members in groups.items() if b == backend]
+        main = max(mine, key=len)
+        for members in mine:
+            module = f"kernel_{backend}" if members is main else f"kernel_{members[0][0].name}"
+            out.append((module, members, members is main))
+    return out
+
+
+def kernel_files(catalog, spec, naive, formats) -> Dict[str, str]:
+    """An op's kernel modules and knob tables, by file name. A shared module hashes the spec, the formats
+    and the structural fields of its profiles; a profile's own module, and a knob table, that profile with
+    only this op's tuned schedule (a table: and the spec alone)."""
+    path = _rel(catalog, spec.path)
+    spec_file = (path, spec.sha256)
+    out = {}
+    for module, members, main in kernel_groups(catalog, spec, naive):
+        archs = [a for a, _ in members]
+        if main:
+            profiles = [(f"{archs[0].backend} profile structure", _digest(s)) for s in
+                        sorted({json.dumps(_structure(a), sort_keys=True) for a in archs})]
+            also = f"with the formats and how the {archs[0].backend} profiles print kernels"
+        else:
+            profiles = [(_rel(catalog, a.path), _profile_hash(catalog, a, spec.name)) for a in archs]
+            also = f"with the formats and the {', '.join(a.name for a in archs)} profile{'s' * (len(archs) > 1)}"
+        out[f"{module}.py"] = _header(path, [spec_file] + formats + profiles, also) + "\n" + members[0][1].text
+        for arch, source in members:
+            own = [spec_file, (_rel(catalog, arch.path), _profile_hash(catalog, arch, spec.name))]
+            out[f"knobs_{arch.name}.py"] = knob_table(spec.name, arch, module, source.knobs,
+                                                     _header(path, own, f"with the {arch.name} profile"))
+    return out
 
 
 def render_all(catalog, formatted: bool = True, progress=None) -> Dict[Path, str]:
@@ -417,22 +500,32 @@ def render_all(catalog, formatted: bool = True, progress=None) -> Dict[Path, str
 
 
 def render_modules(catalog, ops, formatted: bool = True, progress=None) -> Dict[Path, str]:
-    """The shared files (archs, helpers, family packages) and every file of the operators `ops`; with
-    `formatted`, long lines broken (tkgen/codegen/format_source.py), else as the printers write them. `progress`:
-    called with (ops rendered, op name) after each op."""
+    """The shared files (arch profiles, helpers, family packages) and every file of the operators `ops`;
+    with `formatted`, long lines broken (tkgen/codegen/format_source.py), else as the printers write them.
+    `progress`: called with (ops rendered, op name) after each op.
+
+    Every file hashes only what it is generated from: a package marker nothing, the helpers the formats,
+    an arch module its backend and capability, an op's files its spec and the formats, a shared kernel
+    module also the structural fields of its profiles, and a knob table the spec and its own profile with
+    only this op's tuned schedule. Adding a profile writes its files and rewrites no existing one (unless
+    its kernels make another group the largest); retuning one op rewrites that op's knob table."""
     out: Dict[Path, str] = {}
-    shared = [(_rel(catalog, p), d.sha256) for p, d in sorted(catalog.documents.items()) if d.kind != "op"]
-    common_header = _header("the formats and archs under specs/", shared)
-    # an op's files hash only what they are generated from: the spec, the formats, and for a kernel module
-    # its own profile (a new or retuned profile rewrites only its own kernel files)
     formats = [(_rel(catalog, p), d.sha256) for p, d in sorted(catalog.documents.items())
                if d.kind not in ("op", "arch")]
-    out[Path("archs.py")] = render("archs.py.j2", header=common_header,
-                                   archs=[catalog.archs[a] for a in sorted(catalog.archs)])
+    formats_header = _header("the formats under specs/", formats)
+    marker = _header("tkgen's layout (a package marker)", [])       # generated from nothing: a constant hash
+    out[Path("archs/__init__.py")] = marker + '\n"""The architecture profiles: one module each ' \
+        '(tkgen/runtime/kernels.py lists them)."""\n'
+    for name, arch in sorted(catalog.archs.items()):
+        served = dict(backend=arch.backend, capability=arch.capability)
+        out[Path("archs") / f"{name}.py"] = render(
+            "arch.py.j2", header=_header(_rel(catalog, arch.path), [(_rel(catalog, arch.path), _digest(served))],
+                                         "its backend and capability"), arch=arch)
     fns = helper_functions(catalog)
-    out[Path("common/__init__.py")] = common_header + "\n"
-    out[Path("common/tilelang_helpers.py")] = _helpers_module("tilelang_helpers.py.j2", fns, TileLangPrinter(), common_header)
-    out[Path("common/torch_helpers.py")] = _helpers_module("torch_helpers.py.j2", fns, TorchPrinter(), common_header)
+    out[Path("common/__init__.py")] = marker + "\n"
+    out[Path("common/tilelang_helpers.py")] = _helpers_module("tilelang_helpers.py.j2", fns, TileLangPrinter(),
+                                                              formats_header)
+    out[Path("common/torch_helpers.py")] = _helpers_module("torch_helpers.py.j2", fns, TorchPrinter(), formats_header)
     families = set()
     for done, name in enumerate(ops, 1):
         spec = catalog.ops[name]
@@ -440,21 +533,16 @@ def render_modules(catalog, ops, formatted: bool = True, progress=None) -> Dict[
         header = _header(_rel(catalog, spec.path), own, "with the formats")
         base = Path(spec.family) / spec.name
         families.add(spec.family)
-        for arch_name in sorted(catalog.archs):
-            arch = catalog.archs[arch_name]
-            kernel_header = _header(_rel(catalog, spec.path), own + [(_rel(catalog, arch.path),
-                                                                      _profile_hash(catalog, arch, spec.name))],
-                                    f"with the formats and the {arch_name} profile")
-            src, _ = kernel_module(catalog, spec, arch, kernel_header)
-            out[base / f"kernel_{arch_name}.py"] = src
-        out[base / "reference.py"], _ = reference_module(catalog, spec, header)
+        naive = naive_modules(catalog, spec)        # lowered once: the schedules rewrite copies
+        out.update({base / name: text for name, text in kernel_files(catalog, spec, naive, formats).items()})
+        out[base / "reference.py"], _ = reference_module(catalog, spec, header, naive)
         out[base / "op.py"] = op_module(catalog, spec, header)
         out[base / "strategies.py"] = strategies_module(catalog, spec, header)
         out[base / "__init__.py"] = f"{header}\nfrom .op import OP, invoke, {spec.name}  # noqa: F401\n"
         if progress is not None:
             progress(done, name)
     for fam in sorted(families):
-        out[Path(fam) / "__init__.py"] = common_header + "\n"
+        out[Path(fam) / "__init__.py"] = marker + "\n"
     # the printers write a statement on one line: broken here within the width, the same code (its AST)
     return {path: format_source(text) for path, text in out.items()} if formatted else out
 

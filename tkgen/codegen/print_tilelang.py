@@ -181,8 +181,9 @@ class KernelPrinter:
         if vector:
             # only for a tile within its budget: a larger one spills, and laying its load out for the store
             # made that worse (a dequantization with 128 x 128 scale blocks: 105 -> 128 µs on the H200)
-            budget = "tile_elems" if "tile_elems" in dict(self.m.knobs) else str(int(self.arch.tile_elems))
-            blocks.append(f"coalesced_width=(T.int32({int(vector)}) if {' * '.join(blocks)} <= {budget} else None)")
+            # (`vector`: the stored element's bytes; the width and the budget are knobs of the profile)
+            blocks.append(f"coalesced_width=(T.int32(vector_bytes // {int(vector)}) if {' * '.join(blocks)} <= "
+                          f"tile_elems else None)")
         return f"for {', '.join(f'i_{a}' for a in axes)} in {self.P}({', '.join(blocks)}):"
 
     def target(self, st: kir.Compute) -> str:
@@ -331,14 +332,16 @@ class KernelPrinter:
             problem = int_problem(v)
             if problem:
                 raise ValueError(f"{m.op}: schedule knob {n}: {problem}")
-        knobs = ", ".join(f"{n}={v!r}" for n, v in m.knobs)
+        # no defaults: the values are the profile's, in its knob table (knobs_<arch>.py), so that profiles
+        # whose kernels differ only in knob values share this module
+        knobs = ", ".join(n for n, _ in m.knobs)
         head = [f"def {name}({', '.join(args)}{', *, ' + knobs if knobs else ''}):"]
         pre = [f'{d} = T.dynamic("{d.rstrip("_")}")' if not d.startswith("n_") else f'{d} = T.dynamic("{d}")'
                for d in m.dynamic]
         pre += [f"N_{a} = {P.py_expr(ax.extent)}" for a, ax in m.axes.items()]
         for k in m.kernels:
             pre += [f"B_{a} = {P.py_expr(t.block)}" for a, t in k.tiles if t.block is not None]
-        if "tile_elems" in dict(m.knobs) and self.arch.loops == "parallel":
+        if self.budget_sizes_tiles() and self.arch.loops == "parallel":
             # a tile the budget could not bound (a whole row wider than it) gets more threads, not spills
             sizes = sorted({" * ".join(f"B_{a}" for a in b.axes) for b in kir.buffers(m.kernels[0].body).values()
                             if b.scope == "tile" and b.axes})
@@ -366,6 +369,11 @@ class KernelPrinter:
                   f"{self.storage_src(t.elem)})," for t in m.tensors]
         return head + ["    " + line for line in pre] + ["", "    @T.prim_func", "    def kernel(", *params, "    ):"] + \
             body + ["", "    return kernel"]
+
+    def budget_sizes_tiles(self) -> bool:
+        """Whether the tile budget `tile_elems` sizes some block (an `auto` axis), not only a vector layout."""
+        return any("tile_elems" in E.names(t.block) for k in self.m.kernels for _, t in k.tiles
+                   if t.block is not None)
 
     @staticmethod
     def shape(t: kir.TensorArg) -> str:

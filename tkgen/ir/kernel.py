@@ -167,7 +167,9 @@ class Nest:
 
     axes: Tuple[str, ...]
     body: Tuple[Union[Compute, Store], ...]
-    vector: int = 0                        # elements per thread and access the loop is laid out for (0: free)
+    # where the loop is laid out for a store: the stored element's bytes (the knob `vector_bytes` divided by
+    # it is the elements per thread and access; 0: free)
+    vector: int = 0
 
 
 Stmt = Union[Compute, Store, Reduce, Fill, Loop, Scan, Gemm, Nest]

@@ -37,7 +37,10 @@ def scratch_of(prim_func):
 
 
 # The calling convention of generated kernel factories, in one place (the kernel IR may change it):
-# `build_<variant>(static dims, static params, input dtypes, *, knobs)` returns a TileLang PrimFunc.
+# `build_<variant>(static dims, static params, input dtypes, *, knobs)` returns a TileLang PrimFunc. The
+# knobs have no defaults: their values are a profile's knob table's (tkgen/runtime/kernels.py), overridden by
+# an explicit schedule; the table also gives the compile's TARGET, PASS_CONFIGS and COMPILE_FLAGS.
+# `kernels` below is a kernels.Kernels: (kernel module, knob table).
 
 def factory(module, variant: str):
     """A variant's kernel factory in a generated kernel module."""
@@ -51,29 +54,31 @@ def knobs(module, variant: str):
     return [p.name for p in params if p.kind == p.KEYWORD_ONLY]
 
 
-def build(module, variant: str, args: tuple, schedule=None):
-    """The PrimFunc of a variant for its factory args (static dims, static params, input dtypes) and knobs."""
-    return factory(module, variant)(*args, **dict(schedule or {}))
+def build(kernels, variant: str, args: tuple, schedule=None):
+    """The PrimFunc of a variant for its factory args (static dims, static params, input dtypes) and the
+    knob table's knobs, overridden by `schedule`."""
+    return factory(kernels.module, variant)(*args, **kernels.knobs(variant, schedule))
 
 
-def compile_kernel(module, variant: str, args: tuple, schedule=None):
-    """(compiled kernel, storage dtypes) of a variant of a generated kernel module (see `build`).
+def compile_kernel(kernels, variant: str, args: tuple, schedule=None):
+    """(compiled kernel, storage dtypes) of a variant of an op's kernels on a profile (see `build`).
 
     The in-process cache makes later calls free; TileLang's disk cache makes a new process cheap. The
     dynamic dim is a runtime symbol, so the row count is never part of the key.
     """
     schedule = dict(schedule or {})
-    key = (module.__name__, variant, args, tuple(sorted(schedule.items())))
+    key = (kernels.table.__name__, variant, args, tuple(sorted(schedule.items())))
     with _LOCK:
         hit = _CACHE.get(key)
     if hit is not None:
         return hit
     tilelang = _tilelang()
-    with announced(module, variant, args, schedule):
-        prim = build(module, variant, args, schedule)
-        with compile_lock(module, variant, args, schedule):
-            kernel = tilelang.compile(prim, target=module.TARGET, pass_configs=dict(module.PASS_CONFIGS),
-                                      compile_flags=list(module.COMPILE_FLAGS) or None)
+    table = kernels.table
+    with announced(kernels, variant, args, schedule):
+        prim = build(kernels, variant, args, schedule)
+        with compile_lock(kernels, variant, args, schedule):
+            kernel = tilelang.compile(prim, target=table.TARGET, pass_configs=dict(table.PASS_CONFIGS),
+                                      compile_flags=list(table.COMPILE_FLAGS) or None)
     result = (kernel, storages_of(prim))
     with _LOCK:
         _CACHE[key] = result
@@ -88,10 +93,10 @@ class announced:
     ANNOUNCE_AFTER seconds (the op, its variant and factory args, the target), and one with the seconds when
     it ends; nothing for a build served from the disk cache, nor with TKGEN_QUIET=1."""
 
-    def __init__(self, module, variant, args, schedule):
-        parts = module.__name__.split(".")           # tkgen_generated.<family>.<op>.kernel_<arch>
-        self.what = (f"{parts[-2]} ({variant}, {', '.join(map(str, args))}"
-                     f"{', ' + str(dict(schedule)) if schedule else ''}) for {parts[-1][len('kernel_'):]}")
+    def __init__(self, kernels, variant, args, schedule):
+        op = kernels.table.__name__.split(".")[-2]       # tkgen_generated.<family>.<op>.knobs_<arch>
+        self.what = (f"{op} ({variant}, {', '.join(map(str, args))}"
+                     f"{', ' + str(dict(schedule)) if schedule else ''}) for {kernels.arch}")
         self.timer = None
         self.told = self.done = False
         self.lock = threading.Lock()      # the timer's line is printed before the end's, or not at all
@@ -122,17 +127,18 @@ class announced:
         return False
 
 
-def compile_lock(module, variant: str, args: tuple, schedule=None):
+def compile_lock(kernels, variant: str, args: tuple, schedule=None):
     """A file lock per specialization, so that parallel processes (test workers, precompile workers)
     compile each kernel once and the others then read TileLang's disk cache (whose writes are atomic
-    renames). The lock's name hashes the generated module's source (which names its spec's hash), the
-    variant, factory args, knobs, target and the TileLang and torch versions."""
+    renames). The lock's name hashes the generated kernel module's source (which names its spec's hash),
+    the variant, factory args, knob values, target and the TileLang and torch versions."""
     import hashlib
     import torch
     from filelock import FileLock
     from .cache import cache_dir
-    text = "|".join(map(str, (_source_hash(module.__file__), variant, args, sorted((schedule or {}).items()),
-                              module.TARGET, _tilelang().__version__, torch.__version__)))
+    text = "|".join(map(str, (_source_hash(kernels.module.__file__), variant, args,
+                              sorted(kernels.knobs(variant, schedule).items()), kernels.table.TARGET,
+                              _tilelang().__version__, torch.__version__)))
     locks = cache_dir() / "locks"
     locks.mkdir(exist_ok=True)
     return FileLock(str(locks / (hashlib.sha256(text.encode()).hexdigest()[:24] + ".lock")))
@@ -144,25 +150,26 @@ def _source_hash(path: str) -> str:
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
-def _lower(module, factory_fn, args: tuple, schedule=None):
+def _lower(kernels, variant: str, args: tuple, schedule=None):
     tilelang = _tilelang()
     from tilelang import tvm
-    prim = factory_fn(*args, **dict(schedule or {}))
-    with tvm.transform.PassContext(config=dict(module.PASS_CONFIGS)), tvm.target.Target(module.TARGET):
-        return tilelang.lower(prim, target=tvm.target.Target(module.TARGET))
+    prim = build(kernels, variant, args, schedule)
+    table = kernels.table
+    with tvm.transform.PassContext(config=dict(table.PASS_CONFIGS)), tvm.target.Target(table.TARGET):
+        return tilelang.lower(prim, target=tvm.target.Target(table.TARGET))
 
 
-def lower_source(module, factory_fn, args: tuple, schedule=None) -> str:
-    """Lower `factory_fn(*args, **schedule)` (a kernel factory of `module`, see `factory`) for its module's
-    target and return the device source (no GPU needed)."""
-    return _lower(module, factory_fn, args, schedule).kernel_source
+def lower_source(kernels, variant: str, args: tuple, schedule=None) -> str:
+    """Lower a variant's kernel (see `build`) for its profile's target and return the device source (no
+    GPU needed)."""
+    return _lower(kernels, variant, args, schedule).kernel_source
 
 
-def shared_memory_bytes(module, factory_fn, args: tuple, schedule=None) -> int:
+def shared_memory_bytes(kernels, variant: str, args: tuple, schedule=None) -> int:
     """The shared memory one block of the lowered kernel allocates (the largest over its kernels): every
     buffer of a shared scope in the device IR, the merged dynamic buffer included. No GPU needed."""
     from tilelang import tvm
-    artifact = _lower(module, factory_fn, args, schedule)
+    artifact = _lower(kernels, variant, args, schedule)
     most = 0
     for func in artifact.device_mod.functions.values():
         sizes = []
@@ -194,28 +201,27 @@ def nvcc_cubin(src: str, sm: str, flags=()):
 
 
 def _precompile_one(job):
-    module_name, variant, args, schedule = job
-    import importlib
+    package, arch, variant, args, schedule = job
     from .. import registry
+    from .kernels import kernel_module
     registry.use_generated()
-    module = importlib.import_module(module_name)
     try:
-        compile_kernel(module, variant, tuple(args), schedule)
+        compile_kernel(kernel_module(package, arch), variant, tuple(args), schedule)
         return None
     except Exception as e:  # noqa: BLE001  (reported to the caller, who decides)
-        return f"{module_name} {variant}{tuple(args)} {schedule}: {type(e).__name__}: {e}"
+        return f"{package} ({arch}) {variant}{tuple(args)} {schedule}: {type(e).__name__}: {e}"
 
 
 def precompile(jobs, workers=8):
     """Fill TileLang's disk cache for many specializations at once, in worker processes.
 
-    jobs: (kernel module name, variant, factory args, schedule dict). The calling process then compiles the
-    same specializations from the disk cache in milliseconds. Returns the errors, if any.
+    jobs: (op package name, arch, variant, factory args, schedule dict). The calling process then compiles
+    the same specializations from the disk cache in milliseconds. Returns the errors, if any.
     """
     import concurrent.futures as cf
     import multiprocessing as mp
-    jobs = list(dict.fromkeys((m, f, tuple(a), tuple(sorted((s or {}).items()))) for m, f, a, s in jobs))
-    jobs = [(m, f, a, dict(s)) for m, f, a, s in jobs]
+    jobs = list(dict.fromkeys((p, r, f, tuple(a), tuple(sorted((s or {}).items()))) for p, r, f, a, s in jobs))
+    jobs = [(p, r, f, a, dict(s)) for p, r, f, a, s in jobs]
     if not jobs:
         return []
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:

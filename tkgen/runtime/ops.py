@@ -6,7 +6,6 @@ rank, shape, device, layout, param), naming the argument and the rule it broke.
 """
 from __future__ import annotations
 
-import importlib
 import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
@@ -14,6 +13,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from .compile import compile_kernel
+from .kernels import arch_for_capability, kernel_module
 from .schedule import vector_granule
 
 TORCH_DTYPES = {
@@ -312,17 +312,13 @@ def arch_for(device: torch.device) -> str:
         return "cpu"
     with _ARCH_LOCK:
         if device not in _ARCH_OF_DEVICE:
-            from .. import registry
-            registry.use_generated()
-            from tkgen_generated.archs import arch_for_capability
             _ARCH_OF_DEVICE[device] = arch_for_capability(*torch.cuda.get_device_capability(device))
         return _ARCH_OF_DEVICE[device]
 
 
 def kernel_for(op: OpInfo, arch: str, variant: str, static_args: tuple, dtypes: tuple, schedule=None):
     """(compiled kernel, storage dtypes) of one specialization on an architecture profile."""
-    module = importlib.import_module(f"{op.package}.kernel_{arch}")
-    return compile_kernel(module, variant, static_args + dtypes, schedule)
+    return compile_kernel(kernel_module(op.package, arch), variant, static_args + dtypes, schedule)
 
 
 def specialization(op: OpInfo, tensors, params, dims):

@@ -445,9 +445,10 @@ def _software_codec(catalog, arch, elem) -> bool:
 
 
 # -- 8. widening loads ------------------------------------------------------------------------------------
-def coalesce_widening_loads(body, module: kir.Module, catalog, arch, vector_bytes: int):
+def coalesce_widening_loads(body, module: kir.Module, catalog, arch):
     """A load of elements narrower than what the kernel stores over the same axes (FP8 codes dequantized to
-    bf16) is laid out for the store: `vector_bytes` of the stored type per thread. Left to itself the load
+    bf16) is laid out for the store: the knob `vector_bytes` of the stored type per thread (the Nest holds
+    the stored element's size, so the printed kernel is the same for every vector width). Left to itself the load
     gives each thread 16 bytes of the narrow input, so each thread's share of the store spans 32 bytes or
     more and every store instruction of a warp writes every other 16 bytes."""
     from ..spec.formats import ITEMSIZE
@@ -466,9 +467,9 @@ def coalesce_widening_loads(body, module: kir.Module, catalog, arch, vector_byte
         if isinstance(st, kir.Nest) and st.axes in widest:
             loads = [size(t) for c in st.body if isinstance(c, kir.Compute) for t in ir.fetches(c.value)]
             if loads and all(n and n < widest[st.axes] for n in loads):
-                st = dataclasses.replace(st, vector=vector_bytes // widest[st.axes])
+                st = dataclasses.replace(st, vector=widest[st.axes])
         elif isinstance(st, kir.Loop):
-            inner = coalesce_widening_loads(st.body, module, catalog, arch, vector_bytes)
+            inner = coalesce_widening_loads(st.body, module, catalog, arch)
             st = dataclasses.replace(st, body=tuple(inner))
         out.append(st)
     return out
@@ -526,11 +527,18 @@ def apply(module: kir.Module, spec, program, catalog, arch, sched) -> kir.Module
     for k in module.kernels:
         body = fuse(k.body, lambda elem: _software_codec(catalog, arch, elem))
         if arch.loops == "parallel":        # CUDA: thread layouts; the C target's loops are serial
-            vector = sched.get("vector_bytes", arch.vector_bytes)
-            body = coalesce_widening_loads(body, module, catalog, arch, vector)
+            body = coalesce_widening_loads(body, module, catalog, arch)
             body = unroll_fetching_loops(body)
         kernels.append(dataclasses.replace(k, body=tuple(body)))
-    return check_tile_bytes(module.replace(kernels=tuple(kernels)), spec, catalog, arch)
+    module = module.replace(kernels=tuple(kernels))
+    if any(isinstance(st, kir.Nest) and st.vector for k in kernels for st in kir.statements(k.body)):
+        # the profile's vector width and tile budget are knobs, not constants: the printed kernel is then
+        # the same on profiles that differ only in them (one kernel module, a knob table per profile)
+        more = [("vector_bytes", sched.get("vector_bytes", arch.vector_bytes))]
+        if "tile_elems" not in dict(module.knobs):
+            more.append(("tile_elems", arch.tile_elems))
+        module = module.replace(knobs=module.knobs + tuple(more))
+    return check_tile_bytes(module, spec, catalog, arch)
 
 
 def bank_pad_elems(catalog, arch, elem) -> int:

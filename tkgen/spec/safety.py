@@ -58,7 +58,8 @@ GENERATED_NAMES = frozenset({
     "with_codec", "cases",
     "draw", "max_rows", "recipe", "inputs", "shapes", "variant", "outs", "res", "grads", "ctx",
     "TARGET", "PASS_CONFIGS", "COMPILE_FLAGS", "VARIANTS", "WRITTEN_ROWS", "REQUIRES", "EXAMPLES", "ARCHS",
-    "FUNCTIONAL", "pid", "threads", "tile_elems", "order_key", "arch_for_capability",
+    "FUNCTIONAL", "pid", "threads", "tile_elems", "vector_bytes", "order_key", "arch_for_capability", "ARCH",
+    "MODULE", "KNOBS",
     "blocks", "bid", "tile", "part", "specialize", "by_variant",
 })
 # dims may be called T: the kernel lowering renames it T_ (tkgen/spec/pyexpr.py: sym)

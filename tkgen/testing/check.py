@@ -297,15 +297,15 @@ def specialization(op, case):
 
 def cuda_archs():
     """The CUDA profiles that kernels were generated for."""
-    registry.use_generated()
-    from tkgen_generated.archs import ARCHS
-    return tuple(sorted(n for n, a in ARCHS.items() if a["backend"] == "cuda"))
+    from ..runtime.kernels import cuda_archs as generated_cuda_archs
+    return generated_cuda_archs()
 
 
 def lower_cuda(op_name: str, case: dict, archs=None):
     """Lower the case's specialization for each CUDA profile (default: all of them) to device source
     (cached per specialization)."""
-    from ..runtime.compile import factory, lower_source
+    from ..runtime.compile import lower_source
+    from ..runtime.kernels import kernel_module
 
     archs = cuda_archs() if archs is None else archs
     pkg = registry.op_package(op_name)
@@ -315,8 +315,7 @@ def lower_cuda(op_name: str, case: dict, archs=None):
         key = (op_name, arch, variant, statics, dtypes)
         if key in _LOWERED:
             continue
-        module = importlib.import_module(f"{pkg.__name__}.kernel_{arch}")
-        sources[arch] = lower_source(module, factory(module, variant), statics + dtypes)
+        sources[arch] = lower_source(kernel_module(pkg, arch), variant, statics + dtypes)
         _LOWERED.add(key)
     return sources
 

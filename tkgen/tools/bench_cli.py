@@ -53,16 +53,16 @@ def tune_space(arch_doc: dict, knobs):
 
 def _tune_case(pkg, spec, wl, device, arch):
     """One workload's rotated inputs, params, reference outputs and kernel factory, for `tune`."""
-    import importlib
     from .bench import sized_for, workload_inputs
+    from ..runtime.kernels import kernel_module
     from ..runtime.ops import check, specialization
 
     wl = sized_for(device, spec, wl)
     sets, params = workload_inputs(pkg, wl, device, 4 if device.type == "cuda" else 1)
     dims = check(pkg.OP, sets[0], params)
-    module = importlib.import_module(f"{pkg.__name__}.kernel_{arch}")
     variant, statics, dtypes = specialization(pkg.OP, sets[0], params, dims)
-    return dict(name=wl["name"], sets=sets, params=params, module=module, statics=statics + dtypes, variant=variant)
+    return dict(name=wl["name"], sets=sets, params=params, kernels=kernel_module(pkg, arch),
+                statics=statics + dtypes, variant=variant)
 
 
 def _try_candidate(pkg, case, arch, cand, device, reps):
@@ -103,12 +103,12 @@ def cmd_tune(args):
     if not cases:
         print(f"{args.op} lists no workloads to tune on", file=sys.stderr)
         return 1
-    knobs = compile_knobs(cases[0]["module"], cases[0]["variant"])
+    knobs = compile_knobs(cases[0]["kernels"].module, cases[0]["variant"])
     space = {"tune_space": json.loads(args.space)} if args.space else arch_doc
     cands = [{}] + list(tune_space(space, knobs))
     if device.type == "cuda":   # build every candidate in parallel worker processes first
         from ..runtime.compile import precompile
-        jobs = [(c["module"].__name__, c["variant"], c["statics"], k) for c in cases for k in cands]
+        jobs = [(pkg.__name__, arch, c["variant"], c["statics"], k) for c in cases for k in cands]
         errors = precompile(jobs, workers=max(2, (os.cpu_count() or 4) - 2))
         print(f"precompiled {len(jobs)} kernels ({len(errors)} failed to build)", flush=True)
     best = None
