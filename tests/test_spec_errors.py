@@ -73,8 +73,9 @@ def test_cli_validate_exit_code(tmp_path):
     p.write_text(GOOD.replace("view: [t, g]", "view: [t, q]"))
     r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "validate", str(p)], capture_output=True, text=True)
     assert r.returncode == 1 and f"{p}:" in r.stderr and "unknown axis" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "validate", str(registry.specs_dir())],
-                       capture_output=True, text=True)
+    # a valid file: exit 0 (test_the_shipped_specs_are_valid validates the whole tree)
+    r = subprocess.run([sys.executable, "-m", "tkgen.tools.cli", "validate",
+                        str(registry.specs_dir() / "moe" / "topk_gate.yaml")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
 
