@@ -89,6 +89,7 @@ def validate_document(doc: Document, base: Optional[M.Catalog]):
         return
     if doc.kind == "arch":
         arch = M.build_arch(doc)
+        _check_passes(doc, arch)
         if base is not None:
             catalog = dataclasses.replace(base, archs={**base.archs, arch.name: arch},
                                           documents={**base.documents, arch.path: doc})
@@ -104,6 +105,15 @@ def validate_document(doc: Document, base: Optional[M.Catalog]):
                                   documents={**base.documents, doc.path: doc})
     plan(catalog, spec)
     _render_checked(doc, catalog, ops=(spec.name,))
+
+
+def _check_passes(doc, arch):
+    """A profile's `passes:` names registered passes with parameters they take."""
+    from .schedule.passes import pipeline_for
+    try:
+        pipeline_for(arch)
+    except ValueError as e:
+        raise doc.error(("passes",), str(e)) from None
 
 
 def _with_format(base, fmt, doc):
