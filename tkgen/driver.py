@@ -129,9 +129,11 @@ def _render_checked(doc, catalog, ops):
     """Render the shared modules and those of `ops` in memory and audit them, as `generate` would. A failure
     that no check above caught is reported against the file rather than as a traceback."""
     from .codegen.generate import render_modules
+    from .schedule.pipeline import verifying
     from .spec.safety import AuditError, audit_all
     try:
-        audit_all(render_modules(catalog, ops))
+        with verifying():       # the kernel IR checked after every schedule pass (tkgen/ir/verify.py)
+            audit_all(render_modules(catalog, ops))
     except SpecError:
         raise
     except AuditError as e:
