@@ -138,3 +138,19 @@ def test_a_profile_with_an_unknown_pass_is_reported_at_passes(tmp_path):
 def test_the_text_form_shows_loops_and_guards():
     text = show.module(_module([LOAD, kir.Loop("r", ir.i32(2), (STORE,))]))
     assert "for r in serial range(2):" in text and "  store out[i.t, i.h]" in text
+
+
+def test_a_pass_parameter_sets_the_tile_budget():
+    catalog = shipped_catalog()
+    arch = catalog.archs["sm90"]
+    pipeline = [{"plan_tiles": {"tile_elems": 1024}} if p == "plan_tiles" else p for p in PS.PIPELINES["cuda"]]
+    knobs = dict(_schedule("swiglu_forward", arch, pipeline)[0].knobs)
+    assert knobs["tile_elems"] == 1024 != dict(_schedule("swiglu_forward", arch)[0].knobs)["tile_elems"]
+
+
+def test_the_docs_list_every_pass_of_every_pipeline():
+    from tkgen import registry
+    docs = (registry.REPO / "docs" / "architecture.md").read_text()
+    for backend, entries in PS.PIPELINES.items():
+        for name, _ in PS.parse(entries):
+            assert f"| `{name}`" in docs, (backend, name)

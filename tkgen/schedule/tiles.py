@@ -7,7 +7,7 @@ once the rewrites before it have dropped tiles (only block sizes change, not how
 from __future__ import annotations
 
 import dataclasses
-from typing import Set
+from typing import Optional, Set
 
 from ..ir import kernel as kir
 from ..spec import expr as E
@@ -164,25 +164,27 @@ def target_tiles(module, spec, program, arch, sched, groups=None):
 
 
 
-def _set_tiles(module, ctx, groups=None):
-    tiles, knobs, checks = target_tiles(ctx.naive, ctx.spec, ctx.program, ctx.arch, ctx.sched, groups)
+def _set_tiles(module, ctx, groups=None, tile_elems=None):
+    sched = ctx.sched if tile_elems is None else {**ctx.sched, "tile_elems": tile_elems}
+    tiles, knobs, checks = target_tiles(ctx.naive, ctx.spec, ctx.program, ctx.arch, sched, groups)
     kernel = dataclasses.replace(module.kernels[0], tiles=tuple(tiles))
     return module.replace(kernels=(kernel,) + module.kernels[1:], knobs=tuple(knobs),
                           checks=ctx.naive.checks + tuple(checks))
 
 
 @register("plan_tiles")
-def plan_pass(module: kir.Module, ctx) -> kir.Module:
+def plan_pass(module: kir.Module, ctx, tile_elems: Optional[int] = None) -> kir.Module:
     """How each axis is held (whole, padded, split, streamed) and the factory's knobs, for the naive
-    module's tiles: Kernel.tiles, the module's knobs and checks."""
-    return _set_tiles(module, ctx)
+    module's tiles: Kernel.tiles, the module's knobs and checks. `tile_elems`: the tile budget's default
+    (else the schedule's, else the profile's)."""
+    return _set_tiles(module, ctx, tile_elems=tile_elems)
 
 
 @register("replan_tiles")
-def replan_pass(module: kir.Module, ctx) -> kir.Module:
+def replan_pass(module: kir.Module, ctx, tile_elems: Optional[int] = None) -> kir.Module:
     """Where the rewrites before dropped tiles (a fold that reads its elements in the loop), the blocks
-    sized again for the tiles that are left."""
+    sized again for the tiles that are left (`tile_elems` as for plan_tiles)."""
     groups = held_groups(module.kernels[0].body)
     if groups == held_groups(ctx.naive.kernels[0].body):
         return module
-    return _set_tiles(module, ctx, groups)
+    return _set_tiles(module, ctx, groups, tile_elems)
