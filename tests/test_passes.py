@@ -35,8 +35,10 @@ def _schedule(name, arch, pipeline=None, trace=None):
 
 @pytest.mark.parametrize("name", op_names())
 def test_every_variant_verifies_after_every_pass_on_every_profile(name):
+    """Every profile, and the CPU profile padding reduced axes as CUDA does (tests/test_padded_tiles.py)."""
     catalog = shipped_catalog()
-    for arch in catalog.archs.values():
+    padded = dataclasses.replace(catalog.archs["cpu"], name="cpu_padded", pad_reduced=True)
+    for arch in list(catalog.archs.values()) + [padded]:
         _schedule(name, arch)
 
 
