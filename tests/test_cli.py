@@ -178,3 +178,15 @@ def test_lower_unknown_op_and_arch(capsys):
     rc, _, err = _main(capsys, "lower", "topk_gate", "--arch", "sm91")
     assert rc == 2
     _one_line(err, "unknown CUDA arch 'sm91'", "did you mean sm90")
+
+
+def test_show_passes_prints_the_ir_after_each_pass():
+    r = run("show", "swiglu_forward", "--passes", "--arch", "cpu", "--variant", "fp32")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "swiglu_forward, variant fp32, profile cpu" in out
+    heads = [line for line in out.splitlines() if line.startswith("== ")]
+    assert heads[0] == "== naive" and heads[1] == "== plan_tiles" and "== stream kind='serial'" in heads[7:9] + heads
+    assert "== fuse" in heads and "parallel (t, h):" in out and "store out[" in out
+    r = run("show", "swiglu_forward", "--passes", "--arch", "nope")
+    assert r.returncode != 0 and "unknown arch 'nope'" in r.stderr

@@ -88,6 +88,7 @@ def validate_document(doc: Document, base: Optional[M.Catalog]):
         return
     if doc.kind == "arch":
         arch = M.build_arch(doc)
+        _check_passes(doc, arch)
         if base is not None:
             catalog = dataclasses.replace(base, archs={**base.archs, arch.name: arch},
                                           documents={**base.documents, arch.path: doc})
@@ -105,6 +106,15 @@ def validate_document(doc: Document, base: Optional[M.Catalog]):
     _render_checked(doc, catalog, ops=(spec.name,))
 
 
+def _check_passes(doc, arch):
+    """A profile's `passes:` names registered passes with parameters they take."""
+    from .schedule.passes import pipeline_for
+    try:
+        pipeline_for(arch)
+    except ValueError as e:
+        raise doc.error(("passes",), str(e)) from None
+
+
 def _with_format(base, fmt, doc):
     kind = "elements" if isinstance(fmt, F.ElementFormat) else "layouts" if isinstance(fmt, F.Layout) else "scales"
     documents = {**base.documents, doc.path: doc}
@@ -118,9 +128,11 @@ def _render_checked(doc, catalog, ops):
     """Render the shared modules and those of `ops` in memory and audit them, as `generate` would. A failure
     that no check above caught is reported against the file rather than as a traceback."""
     from .codegen.generate import render_modules
+    from .schedule.pipeline import verifying
     from .spec.safety import AuditError, audit_all
     try:
-        audit_all(render_modules(catalog, ops))
+        with verifying():       # the kernel IR checked after every schedule pass (tkgen/ir/verify.py)
+            audit_all(render_modules(catalog, ops))
     except SpecError:
         raise
     except AuditError as e:

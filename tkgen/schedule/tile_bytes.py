@@ -25,6 +25,7 @@ from ..spec import expr as E
 from ..spec.checks import _samples
 from ..spec.formats import ITEMSIZE
 from ..spec.signature import storage
+from .passes import register
 
 _BYTES = {ir.F32: 4, ir.I32: 4, ir.U32: 4, ir.F64: 8, ir.I64: 8, ir.BOOL: 1}
 
@@ -148,3 +149,10 @@ def _cached_samples(spec, at_max=True):
     if key not in _SAMPLES:
         _SAMPLES[key] = list(_samples(spec, at_max))
     return _SAMPLES[key]
+
+
+@register("check_tile_bytes")
+def tile_bytes_pass(module: kir.Module, ctx) -> kir.Module:
+    """Where the profile bounds a block's tile bytes (`max_tile_bytes`): an error where the sizes the spec
+    names pass it, a factory check where larger sizes it admits may."""
+    return check_tile_bytes(module, ctx.spec, ctx.catalog, ctx.arch)
