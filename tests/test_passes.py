@@ -85,6 +85,19 @@ def test_a_broken_module_is_rejected_naming_the_statement(body, tiles, invariant
     assert e.value.statement is not None and e.value.statement in str(e.value)
 
 
+def test_the_packets_of_a_padded_axis_are_padded():
+    """A packet past the last real one holds only padding: with its axis padded, its tile must be too."""
+    module = _module([LOAD, STORE])
+    module = module.replace(axes={**module.axes, "p": kir.Axis("p", ir.Size("N_p"), ("h", 2))})
+    padded, plain = kir.Tile(ir.Size("B_h"), False, True), kir.Tile(ir.Size("B_p"), False, False)
+    guarded = dataclasses.replace(STORE, guard=ir.op("lt", ir.Index("h"), ir.Size("N_h")))
+    module = module.replace(kernels=(kir.Kernel("main", (LOAD, guarded), tiles=(("h", padded), ("p", plain))),))
+    with pytest.raises(VerifyError, match="'p' packs the padded axis 'h'"):
+        verify(module, ("guarded",))
+    verify(module.replace(kernels=(dataclasses.replace(module.kernels[0], tiles=(("h", padded), ("p", padded))),)),
+           ("guarded",))
+
+
 def test_a_broken_pass_is_named_with_its_statement():
     """A pass that drops the guards of stores over padded axes is caught right after it runs."""
     @PS.register("drop_store_guards")

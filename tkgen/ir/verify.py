@@ -11,7 +11,8 @@ module), the kernel and the statement. It checks, cheaply and without the spec:
 - **dtypes**: all declarations of a buffer agree (axes, dtype, scope); what a Compute, Fill or Reduce
   writes has the buffer's dtype; a read has the buffer's dtype; guards are boolean; loop extents integer;
 - **guarded** (an invariant, checked from the pass that establishes it on, `guard_out_of_range`): a store
-  over an axis whose tile is padded has a guard that names the axis;
+  over an axis whose tile is padded has a guard that names the axis, and the packets of a padded axis
+  are padded too;
 - **one writer per element** (where it is decidable): a store that is not accumulated, whose value
   varies along an axis it runs over or an axis split across blocks, names that axis in its indices
   (directly, through a buffer read over it, or through the block index) or its guard; else blocks or
@@ -46,6 +47,14 @@ class _Check:
         self.tiles = dict(kernel.tiles)
         self.split = set(kernel.split)
         self.st = None
+
+    def packets_padded(self):
+        """The packets of a padded axis are padded too: a packet past the last real one holds only
+        padding, and the stores' guards name the packet axis."""
+        for name, ax in self.m.axes.items():
+            base = ax.packets[0] if ax.packets else None
+            if base in self.tiles and self.tiles[base].padded and name in self.tiles and not self.tiles[name].padded:
+                self.fail(f"axis {name!r} packs the padded axis {base!r} but its tile is not padded")
 
     def fail(self, problem):
         raise VerifyError(self.where, self.k.name, None if self.st is None else show.stmt(self.st), problem)
@@ -234,5 +243,7 @@ def verify(module: kir.Module, invariants: Iterable[str] = (), where: str = "a p
         c = _Check(module, kernel, invariants, where)
         for a, _ in kernel.tiles:
             c.axis(a)
+        if "guarded" in c.inv:
+            c.packets_padded()
         vars_ = {"bid"} if kernel.persistent else set()
         c.body(kernel.body, set(), vars_)
