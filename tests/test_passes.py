@@ -169,3 +169,16 @@ def test_the_docs_list_every_pass_of_every_pipeline():
     for backend, entries in PS.PIPELINES.items():
         for name, _ in PS.parse(entries):
             assert f"| `{name}`" in docs, (backend, name)
+
+
+def test_the_architecture_doc_shows_the_ir_that_show_passes_prints(capsys):
+    """docs/architecture.md follows swiglu_forward through every pass with the IR `tkgen show --passes`
+    prints: the block must be what it prints today."""
+    from pathlib import Path
+    from tkgen.tools import cli
+    assert cli.main(["show", "swiglu_forward", "--passes", "--arch", "sm90"]) == 0
+    printed = capsys.readouterr().out.rstrip("\n")
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text()
+    section = doc.split("### The IR after each pass: `swiglu_forward` on `sm90`", 1)[1]
+    block = section.split("```\n", 1)[1].split("\n```", 1)[0]
+    assert block == printed

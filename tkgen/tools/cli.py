@@ -89,15 +89,13 @@ def _show_passes(cat, spec, args):
     trace = PS.Trace()
     S.apply(module, spec.resolved(variant), program, cat, arch, S.resolve(spec, arch), verify=True, trace=trace)
     print(f"# {spec.name}, variant {want}, profile {arch.name}: {len(trace.steps)} passes")
-    print("\n== naive\n" + show.module(module))
-    last = module
+    last = show.module(module)
+    print("\n== naive\n" + last)
     for name, params, m in trace.steps:
         args_ = "".join(f" {k}={v!r}" for k, v in params.items())
-        same = " (unchanged)" if m is last else ""
-        print(f"\n== {name}{args_}{same}")
-        if m is not last:
-            print(show.module(m))
-        last = m
+        text = show.module(m)           # a pass that rewrote nothing the text form shows is left out
+        print(f"\n== {name}{args_}" + (" (unchanged)" if text == last else "\n" + text))
+        last = text
     return 0
 
 
