@@ -229,6 +229,12 @@ class Module:
     def replace(self, **kw) -> "Module":
         return dataclasses.replace(self, **kw)
 
+    def rewrite_main(self, fn) -> "Module":
+        """The module with its first kernel's body replaced by `fn(kernel)`: the passes that rewrite the
+        main kernel leave the kernels appended after it (a block sum, a zeroing of padding rows) alone."""
+        kernel = self.kernels[0]
+        return self.replace(kernels=(dataclasses.replace(kernel, body=tuple(fn(kernel))),) + self.kernels[1:])
+
 
 def statements(body):
     """Every statement, the bodies of loops and nests included, in order."""

@@ -185,16 +185,11 @@ def drop_unread(body, candidates: set):
         body = kept
 
 
-def _first_body(module, fn):
-    kernel = module.kernels[0]
-    return module.replace(kernels=(dataclasses.replace(kernel, body=tuple(fn(kernel))),) + module.kernels[1:])
-
-
 @register("read_fold_sources")
 def read_fold_sources_pass(module: kir.Module, ctx) -> kir.Module:
     """An ordered fold of a value that is a function of loads computes each element where it is added,
     instead of reading a staged copy of the whole tile."""
-    return _first_body(module, lambda kernel: read_fold_sources(kernel.body, kernel))
+    return module.rewrite_main(lambda kernel: read_fold_sources(kernel.body, kernel))
 
 
 @register("unroll_fetching_loops")

@@ -157,13 +157,6 @@ def mask_nan_reductions(body):
     return out
 
 
-
-def _body(module, fn):
-    kernel = module.kernels[0]
-    kernel = dataclasses.replace(kernel, body=tuple(fn(kernel.body)))
-    return module.replace(kernels=(kernel,) + module.kernels[1:])
-
-
 @register("guard_out_of_range", establishes=("guarded",))
 def guard_pass(module: kir.Module, ctx) -> kir.Module:
     """Tensor reads and writes guarded past the extent of padded axes and of the split rows; what a
@@ -173,7 +166,7 @@ def guard_pass(module: kir.Module, ctx) -> kir.Module:
     if ctx.dyn in dict(tiles):
         ranged.add(ctx.dyn)
     covered = {ctx.dyn: ctx.spec.row_inner} if ctx.spec.row_inner else {}
-    return _body(module, lambda body: guard_out_of_range(body, module, ranged, covered))
+    return module.rewrite_main(lambda kernel: guard_out_of_range(kernel.body, module, ranged, covered))
 
 
 @register("mask_nan_reductions")
@@ -182,4 +175,4 @@ def mask_nan_pass(module: kir.Module, ctx) -> kir.Module:
     with NaN replaced by the neutral value."""
     if ctx.arch.max_skips_nan:
         return module
-    return _body(module, mask_nan_reductions)
+    return module.rewrite_main(lambda kernel: mask_nan_reductions(kernel.body))

@@ -76,21 +76,14 @@ def inline_stored(body, keep=None):
     return out
 
 
-
-def _body(module, fn):
-    kernel = module.kernels[0]
-    kernel = dataclasses.replace(kernel, body=tuple(fn(kernel.body)))
-    return module.replace(kernels=(kernel,) + module.kernels[1:])
-
-
 @register("stage_transposed_stores")
 def stage_pass(module: kir.Module, ctx) -> kir.Module:
     """A store whose innermost storage dim is not the tile's innermost axis is staged in shared memory,
     so that consecutive threads write consecutive addresses."""
-    return _body(module, lambda body: stage_transposed_stores(body, module))
+    return module.rewrite_main(lambda kernel: stage_transposed_stores(kernel.body, module))
 
 
 @register("inline_stored")
 def inline_pass(module: kir.Module, ctx) -> kir.Module:
     """A computed value that is only stored (over the same axes) is computed in its stores."""
-    return _body(module, lambda body: inline_stored(body, module.keep))
+    return module.rewrite_main(lambda kernel: inline_stored(kernel.body, module.keep))
