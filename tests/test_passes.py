@@ -182,3 +182,24 @@ def test_the_architecture_doc_shows_the_ir_that_show_passes_prints(capsys):
     section = doc.split("### The IR after each pass: `swiglu_forward` on `sm90`", 1)[1]
     block = section.split("```\n", 1)[1].split("\n```", 1)[0]
     assert block == printed
+
+
+def test_def_use_names_every_read_and_write_once_for_every_pass():
+    """One definition of what a statement reads and writes (kir.def_use), which the passes and the verifier
+    share: expression reads with their nodes, a reduction's source, a matmul's operands and a partial write's
+    own destination as whole-buffer reads; loop bodies included."""
+    x = kir.Buffer("x", ("t", "h"), ir.F32)
+    m = kir.Buffer("m", ("t",), ir.F32)
+    y = kir.Buffer("y", ("t", "h"), ir.F32)
+    load = kir.Compute(x, ir.Fetch("x", (ir.Index("t"), ir.Index("h"))))
+    red = kir.Reduce(m, x, "h", "max")
+    part = kir.Compute(y, ir.Read("m", ir.F32), at=(("h", ir.i32(0)),))
+    loop = kir.Loop("r", ir.i32(2), (part,))
+    store = kir.Store("y", (ir.Index("t"), ir.Index("h")), ir.Read("y", ir.F32), ("t", "h"))
+    du = kir.def_use([load, red, loop, store])
+    assert du.writers == {"x": [load], "m": [red], "y": [part]}
+    assert du.readers["x"] == [(red, None)]
+    assert du.readers["m"] == [(part, ir.Read("m", ir.F32))]
+    assert [(st, n) for st, n in du.readers["y"]] == [(part, None), (store, ir.Read("y", ir.F32))]
+    assert kir.reads(loop) == {"m", "y"} and kir.writes(loop) == {"y"}
+    assert kir.own_reads(loop) == set() and kir.own_writes(red) == {"m"}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 from . import prim as ir
 
@@ -282,3 +282,66 @@ def map_exprs(body, fn):
             st = dataclasses.replace(st, body=tuple(map_exprs(st.body, fn)))
         out.append(st)
     return out
+
+
+# -- def-use: which statements read and write which buffers (one definition, every pass and the verifier) ---
+def _read_nodes(st):
+    return [n for e in exprs(st) for n in ir.walk(e) if isinstance(n, ir.Read)]
+
+
+def own_reads(st) -> Set[str]:
+    """The buffers one statement reads itself (a loop's or nest's body not included): those its expressions
+    read, a reduction's or scan's source, a matmul's operands, and its own destination where it writes only
+    part of it (`Compute.at`: the rest is kept)."""
+    out = {n.buffer for n in _read_nodes(st)}
+    if isinstance(st, (Reduce, Scan)):
+        out.add(st.src.name)
+    elif isinstance(st, Gemm):
+        out |= {st.a.name, st.b.name}
+    elif isinstance(st, Compute) and st.at:
+        out.add(st.dst.name)
+    return out
+
+
+def own_writes(st) -> Set[str]:
+    """The buffer one statement writes (a loop's or nest's body not included)."""
+    if isinstance(st, (Compute, Fill, Reduce, Scan)):
+        return {st.dst.name}
+    if isinstance(st, Gemm):
+        return {st.c.name}
+    return set()
+
+
+def reads(st) -> Set[str]:
+    """The buffers a statement reads, the body of a loop or nest included."""
+    return set().union(*(own_reads(s) for s in statements([st])))
+
+
+def writes(st) -> Set[str]:
+    """The buffers a statement writes, the body of a loop or nest included."""
+    return set().union(*(own_writes(s) for s in statements([st])))
+
+
+@dataclass
+class DefUse:
+    """Per buffer, the statements that write it and the reads of it, each as (statement, the `ir.Read` node,
+    or None where the statement reads the whole buffer itself: a reduction's source, a matmul's operand, a
+    partial write's own destination)."""
+
+    writers: Dict[str, List["Stmt"]]
+    readers: Dict[str, List[Tuple["Stmt", Optional[ir.Read]]]]
+
+
+def def_use(body) -> DefUse:
+    """The writers and readers of every buffer in `body` (loop and nest bodies included), in order."""
+    writers: Dict[str, list] = {}
+    readers: Dict[str, list] = {}
+    for st in statements(body):
+        for name in own_writes(st):
+            writers.setdefault(name, []).append(st)
+        nodes = _read_nodes(st)
+        for n in nodes:
+            readers.setdefault(n.buffer, []).append((st, n))
+        for name in own_reads(st) - {n.buffer for n in nodes}:
+            readers.setdefault(name, []).append((st, None))
+    return DefUse(writers, readers)

@@ -168,10 +168,10 @@ class _Check:
                 self.expr(e, defined, inner)
                 inner = inner | {name}
             # state carried from one iteration to the next: what the body writes is defined in it
-            carried = defined | _written(st.body)
+            carried = defined | set().union(*map(kir.writes, st.body))
             self.body(st.body, carried, inner)
             self.st = st
-            defined |= _written(st.body)
+            defined |= set().union(*map(kir.writes, st.body))
         elif isinstance(st, kir.Nest):
             for a in st.axes:
                 self.axis(a)
@@ -220,16 +220,6 @@ def _buffers(st):
     if isinstance(st, kir.Gemm):
         return (st.a, st.b, st.c)
     return ()
-
-
-def _written(body) -> Set[str]:
-    out = set()
-    for st in kir.statements(body):
-        if isinstance(st, (kir.Compute, kir.Fill, kir.Reduce, kir.Scan)):
-            out.add(st.dst.name)
-        elif isinstance(st, kir.Gemm):
-            out.add(st.c.name)
-    return out
 
 
 def _index_axes(e) -> Set[str]:

@@ -161,23 +161,11 @@ def _fetches_at(body, var) -> bool:
                for st in kir.statements(body) for e in kir.exprs(st) for n in ir.walk(e))
 
 
-def _reads(body) -> set:
-    names = set()
-    for st in kir.statements(body):
-        for e in kir.exprs(st):
-            names |= {n.buffer for n in ir.walk(e) if isinstance(n, ir.Read)}
-        for f in ("src", "a", "b"):
-            v = getattr(st, f, None)
-            if isinstance(v, kir.Buffer):
-                names.add(v.name)
-    return names
-
-
 def drop_unread(body, candidates: set):
     """The top-level Computes of `candidates` that nothing reads any more, until none is left."""
     body = list(body)
     while True:
-        read = _reads(body)
+        read = set().union(*map(kir.reads, body))
         kept = [st for st in body if not (isinstance(st, kir.Compute) and not st.at and st.dst.name in candidates
                                           and st.dst.name not in read)]
         if len(kept) == len(body):

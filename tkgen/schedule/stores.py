@@ -4,7 +4,7 @@ and `inline_stored` (a value that is only stored is computed where it is stored)
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List
+from typing import List
 
 from ..ir import kernel as kir
 from ..ir import prim as ir
@@ -36,30 +36,24 @@ def stage_transposed_stores(body, module: kir.Module):
     return out
 
 
+def _plain(read) -> bool:
+    """A read of a buffer's element at the statement's own indices, unguarded."""
+    return read is not None and read.indices is None and read.guard is None
+
+
 # -- 5. inlining ------------------------------------------------------------------------------------------
 def inline_stored(body, keep=None):
     """A Compute whose buffer only Stores over the same axes read (and that reads no tensor) is computed
     in those stores."""
-    readers: Dict[str, list] = {}
-    writers: Dict[str, int] = {}
-    for st in kir.statements(body):
-        for e in kir.exprs(st):
-            for n in ir.walk(e):
-                if isinstance(n, ir.Read):
-                    readers.setdefault(n.buffer, []).append((st, n.indices is None and n.guard is None))
-        for f in ("dst",):
-            b = getattr(st, f, None)
-            if isinstance(b, kir.Buffer):
-                writers[b.name] = writers.get(b.name, 0) + 1
-        if isinstance(st, kir.Reduce):
-            readers.setdefault(st.src.name, []).append((st, False))
+    du = kir.def_use(body)
     inlined = {}
     for st in body:
         if not isinstance(st, kir.Compute) or st.at or ir.fetches(st.value) or st.dst.name == keep or \
-                writers.get(st.dst.name) != 1:
+                len(du.writers.get(st.dst.name, ())) != 1:
             continue
-        rs = readers.get(st.dst.name, [])
-        if rs and all(isinstance(r, kir.Store) and plain and tuple(r.axes) == st.dst.axes and r in body for r, plain in rs):
+        rs = du.readers.get(st.dst.name, [])
+        if rs and all(isinstance(r, kir.Store) and _plain(n) and tuple(r.axes) == st.dst.axes and r in body
+                      for r, n in rs):
             inlined[st.dst.name] = st.value
     if not inlined:
         return list(body)

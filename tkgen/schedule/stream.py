@@ -13,7 +13,7 @@ the axis (the C matmul's loop) adds its elements in the same order as without st
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Tuple
 
 from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
@@ -49,30 +49,6 @@ def _involves(st, axis) -> bool:
     return any(_involves(s, axis) for s in st.body)
 
 
-def reads(st) -> Set[str]:
-    """The buffers a statement (and the body of a loop or nest) reads."""
-    out = set()
-    for s in kir.statements([st]):
-        out |= {n.buffer for e in kir.exprs(s) for n in ir.walk(e) if isinstance(n, ir.Read)}
-        if isinstance(s, (kir.Reduce, kir.Scan)):
-            out.add(s.src.name)
-        elif isinstance(s, kir.Gemm):
-            out |= {s.a.name, s.b.name}
-        elif isinstance(s, kir.Compute) and s.at:
-            out.add(s.dst.name)
-    return out
-
-
-def writes(st) -> Set[str]:
-    out = set()
-    for s in kir.statements([st]):
-        for f in ("dst", "c"):
-            b = getattr(s, f, None)
-            if isinstance(b, kir.Buffer):
-                out.add(b.name)
-    return out
-
-
 def _carried(st, axis):
     """A reduction or matmul over the streamed axis, accumulating chunk by chunk, and the Fill that
     starts its result; None for other statements."""
@@ -102,26 +78,26 @@ def stream_body(body, axis, kind="serial", stages=0) -> List[kir.Stmt]:
         if acc is not None:
             st, fill = acc
             fills.append(fill)
-            carried |= writes(st)
+            carried |= kir.writes(st)
         inside.append(st)
-        written |= writes(st)
+        written |= kir.writes(st)
     if not inside:
         return list(body)
     before, after, late = [], [], set()
     for st in body:              # after the loop: what reads its results, or what reads that, and so on
         if _involves(st, axis):
             continue
-        if reads(st) & (written | late):
+        if kir.reads(st) & (written | late):
             after.append(st)
-            late |= writes(st)
+            late |= kir.writes(st)
         else:
             before.append(st)
     for st in inside:
-        if reads(st) & late:
+        if kir.reads(st) & late:
             raise ValueError(f"axis {axis!r} cannot be streamed: a statement over it reads "
-                             f"{', '.join(sorted(reads(st) & late))}, which needs a whole reduction over it first")
+                             f"{', '.join(sorted(kir.reads(st) & late))}, which needs a whole reduction over it first")
     for st in after:
-        partial = reads(st) & (written - carried)
+        partial = kir.reads(st) & (written - carried)
         if partial:
             raise ValueError(f"axis {axis!r} cannot be streamed: {', '.join(sorted(partial))} varies over it and is "
                              "read after its reductions")
