@@ -36,7 +36,7 @@ class _Kernel:
         if not local and self.kernel.tile(axis).streamed:     # the chunk's loop variable is b_<axis>
             return f"(b_{axis} * B_{axis} + i_{axis})"
         if local or not self.split(axis):
-            return f"i_{axis}"
+            return ir.lane_var(axis)
         a = self.axes[axis]
         block_of = a.packets[0] if a.packets else axis
         return f"(b_{block_of} * B_{axis} + i_{axis})"
@@ -151,7 +151,7 @@ class KernelPrinter:
             return f"T.{tl_dtype(e.dtype)}({e.name})"
         if isinstance(e, ir.Read):
             b = self.buffers[e.buffer]
-            idx = [pr(i) for i in e.indices] if e.indices is not None else [f"i_{a}" for a in b.axes]
+            idx = [pr(i) for i in e.indices] if e.indices is not None else [ir.lane_var(a) for a in b.axes]
             src = f"{b.name}[{', '.join(idx) or '0'}]"
             return src if e.guard is None else f"T.if_then_else({pr(e.guard)}, {src}, {self.zero(e.dtype)})"
         if isinstance(e, ir.Fetch):
@@ -177,14 +177,14 @@ class KernelPrinter:
 
     # -- statements -------------------------------------------------------------------------------------
     def loop_header(self, axes, vector=0) -> str:
-        blocks = [f"B_{a}" for a in axes]
+        blocks = [ir.block_name(a) for a in axes]
         if vector:
             # only for a tile within its budget: a larger one spills, and laying its load out for the store
             # made that worse (a dequantization with 128 x 128 scale blocks: 105 -> 128 µs on the H200)
             # (`vector`: the stored element's bytes; the width and the budget are knobs of the profile)
             blocks.append(f"coalesced_width=(T.int32(vector_bytes // {int(vector)}) if {' * '.join(blocks)} <= "
                           f"tile_elems else None)")
-        return f"for {', '.join(f'i_{a}' for a in axes)} in {self.P}({', '.join(blocks)}):"
+        return f"for {', '.join(ir.lane_var(a) for a in axes)} in {self.P}({', '.join(blocks)}):"
 
     def target(self, st: kir.Compute) -> str:
         at = dict(st.at)
@@ -192,7 +192,7 @@ class KernelPrinter:
             # TileLang 0.1.15 takes the writing threads of such a slice from the fragment's layout and
             # guards them with `thread < owner + 1`: every thread up to the owner writes (wrong results)
             raise ValueError(f"{st.dst.name}: a fragment written one slice at a time; collect it in shared memory")
-        return f"{st.dst.name}[{', '.join(self.expr(at[a]) if a in at else f'i_{a}' for a in st.dst.axes) or '0'}]"
+        return f"{st.dst.name}[{', '.join(self.expr(at[a]) if a in at else ir.lane_var(a) for a in st.dst.axes) or '0'}]"
 
     def store_line(self, st: kir.Store) -> str:
         dst = f"{st.tensor}[{', '.join(self.expr(i) for i in st.indices)}]"
@@ -256,7 +256,7 @@ class KernelPrinter:
 
     # -- the factory ------------------------------------------------------------------------------------
     def alloc(self, b: kir.Buffer) -> str:
-        shape = [f"B_{a}" for a in b.axes] or ["1"]
+        shape = [ir.block_name(a) for a in b.axes] or ["1"]
         dtype = self.storage_src(b.elem) if b.dtype == RAW else repr(tl_dtype(b.dtype))
         if b.pad:
             shape[-1] += f" + bank_pad({dtype})"
@@ -274,12 +274,12 @@ class KernelPrinter:
         if not exts:
             return ["1"], ["_b"], []
         if len(exts) < 2:
-            return exts, [f"b_{split[0]}"], []
+            return exts, [ir.tile_var(split[0])], []
         ids = []
         for i, a in enumerate(split):
             inner = " * ".join(exts[i + 1:])
             idx = f"pid // ({inner})" if inner else "pid"
-            ids.append(f"b_{a} = {idx} % {exts[i]}" if i else f"b_{a} = {idx}")
+            ids.append(f"{ir.tile_var(a)} = {idx} % {exts[i]}" if i else f"{ir.tile_var(a)} = {idx}")
         return [" * ".join(exts)], ["pid"], ids
 
     def kernel_lines(self, kernel: kir.Kernel, ind) -> List[str]:
@@ -338,12 +338,12 @@ class KernelPrinter:
         head = [f"def {name}({', '.join(args)}{', *, ' + knobs if knobs else ''}):"]
         pre = [f'{d} = T.dynamic("{d.rstrip("_")}")' if not d.startswith("n_") else f'{d} = T.dynamic("{d}")'
                for d in m.dynamic]
-        pre += [f"N_{a} = {P.py_expr(ax.extent)}" for a, ax in m.axes.items()]
+        pre += [f"{ir.extent_name(a)} = {P.py_expr(ax.extent)}" for a, ax in m.axes.items()]
         for k in m.kernels:
-            pre += [f"B_{a} = {P.py_expr(t.block)}" for a, t in k.tiles if t.block is not None]
+            pre += [f"{ir.block_name(a)} = {P.py_expr(t.block)}" for a, t in k.tiles if t.block is not None]
         if self.budget_sizes_tiles() and self.arch.loops == "parallel":
             # a tile the budget could not bound (a whole row wider than it) gets more threads, not spills
-            sizes = sorted({" * ".join(f"B_{a}" for a in b.axes) for b in kir.buffers(m.kernels[0].body).values()
+            sizes = sorted({" * ".join(ir.block_name(a) for a in b.axes) for b in kir.buffers(m.kernels[0].body).values()
                             if b.scope == "tile" and b.axes})
             if sizes:
                 tile = sizes[0] if len(sizes) == 1 else f"max({', '.join(sizes)})"

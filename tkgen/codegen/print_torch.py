@@ -151,19 +151,19 @@ class ReferencePrinter:
         sizes, flat, fixed, have = [], [], [], []
         for group in view:
             names = [g if isinstance(g, str) else g[0] for g in group]
-            sizes.append(" * ".join(f"N_{a}" for a in names))
+            sizes.append(" * ".join(ir.extent_name(a) for a in names))
             for g in group:
                 if not isinstance(g, str):
                     fixed.append(f"({len(flat)}, {g[1]})")
                 else:
                     have.append(repr(g))
-                flat.append(f"N_{g if isinstance(g, str) else g[0]}")
+                flat.append(ir.extent_name(g if isinstance(g, str) else g[0]))
         return (f"_view({tensor}, {_tuple(sizes)}, {_tuple(flat)}, {_tuple(fixed)}, {_tuple(have)}, "
                 f"{_tuple(repr(a) for a in self.axes)})")
 
     # -- statements -------------------------------------------------------------------------------------
     def shape(self, axes) -> str:
-        return _tuple(f"N_{a}" for a in axes)
+        return _tuple(ir.extent_name(a) for a in axes)
 
     def buffer_dtype(self, b: kir.Buffer) -> str:
         if b.dtype == RAW:
@@ -262,8 +262,8 @@ class ReferencePrinter:
     def view_args(self, tensor, view) -> str:
         sizes, flat, have = [], [], []
         for group in view:
-            sizes.append(" * ".join(f"N_{g}" for g in group))
-            flat += [f"N_{g}" for g in group]
+            sizes.append(" * ".join(ir.extent_name(g) for g in group))
+            flat += [ir.extent_name(g) for g in group]
             have += list(group)
         return f"{_tuple(sizes)}, {_tuple(flat)}, {_tuple(repr(a) for a in have)}, {_tuple(repr(a) for a in self.axes)}"
 
@@ -295,7 +295,7 @@ class ReferencePrinter:
             if sig.at and sig.present and sig.role == "input":
                 lines.append(f"n_{tname} = {tname}.numel()" if sig.flat else f"n_{tname} = {tname}.shape[0]")
         for a, ax in self.m.axes.items():
-            lines.append(f"N_{a} = {P.py_expr(ax.extent, tl=False)}")
+            lines.append(f"{ir.extent_name(a)} = {P.py_expr(ax.extent, tl=False)}")
         lines += [f"{n} = {P.py_expr(e, tl=False)}" for n, e in self.m.meta.get("sizes", ())]
         return lines
 

@@ -70,10 +70,45 @@ class Index:
 
 @dataclass(frozen=True)
 class Size:
-    """An integer size: `N_<axis>` extents, dims, runtime numels of flat tensors (`n_<tensor>`)."""
+    """An integer size: an axis's extent (`extent(axis)`) or tile (`block(axis)`), dims, runtime numels of
+    flat tensors (`n_<tensor>`)."""
 
     name: str
     dtype: str = I32
+
+
+# The sizes and loop variables an axis brings, spelled here only: every module that names one calls these.
+def extent_name(axis: str) -> str:
+    """The axis's extent (`N_<axis>`): a dim, a product of dims, or the packets of a packed axis."""
+    return f"N_{axis}"
+
+
+def block_name(axis: str) -> str:
+    """Elements of the axis one tile holds (`B_<axis>`): its block, or one chunk of a streamed axis."""
+    return f"B_{axis}"
+
+
+def tile_var(axis: str) -> str:
+    """The index of a tile along the axis (`b_<axis>`): a block of the grid, a chunk of a streamed loop."""
+    return f"b_{axis}"
+
+
+def lane_var(axis: str) -> str:
+    """The index of an element inside its tile along the axis (`i_<axis>`), in a parallel loop."""
+    return f"i_{axis}"
+
+
+def is_axis_size(name: str) -> bool:
+    """Whether `name` is an extent or a block of some axis (rather than a dim, a param or a knob)."""
+    return name.startswith(("N_", "B_"))
+
+
+def extent(axis: str) -> Size:
+    return Size(extent_name(axis))
+
+
+def block(axis: str) -> Size:
+    return Size(block_name(axis))
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ class Lowering:
             if idx is None or idx == ir.i32(0):
                 idx = part
             else:
-                idx = _add(_mul(idx, ir.Size(f"N_{a}")), part)
+                idx = _add(_mul(idx, ir.extent(a)), part)
         return idx
 
     def logical(self, sig: TensorSig, fixed=(), segment=None) -> tuple:
@@ -106,7 +106,7 @@ class Lowering:
         """The number of indices of a group of axes (1 for none)."""
         out = ir.i32(1)
         for a in group:
-            out = ir.Size(f"N_{a}") if out == ir.i32(1) else _mul(out, ir.Size(f"N_{a}"))
+            out = ir.extent(a) if out == ir.i32(1) else _mul(out, ir.extent(a))
         return out
 
     def check_segments(self, sig: TensorSig):
@@ -116,7 +116,7 @@ class Lowering:
         for _, group in parts:
             size = E.Num(1)
             for a in group:
-                size = P.mul(size, E.Name(f"N_{a}")) if size != E.Num(1) else E.Name(f"N_{a}")
+                size = P.mul(size, E.Name(ir.extent_name(a))) if size != E.Num(1) else E.Name(ir.extent_name(a))
             total = size if total is None else E.Binary("+", total, size)
         check = (E.Binary("==", total, sig.shape[dim]),
                  f"{sig.name}: its segments {', '.join(n for n, _ in parts)} must fill dim {dim} exactly")
@@ -139,7 +139,7 @@ class Lowering:
         block), and it is a kept row (keep_rows)."""
         conds = []
         if self.row_inner and self.row_inner in axes and self.dyn_axis in axes:
-            row = _add(_mul(ir.Index(self.dyn_axis), ir.Size(f"N_{self.row_inner}")), ir.Index(self.row_inner))
+            row = _add(_mul(ir.Index(self.dyn_axis), ir.extent(self.row_inner)), ir.Index(self.row_inner))
             conds.append(op("lt", row, ir.Size(P.sym(self.spec.dynamic_dim))))
         if self.keep is not None and self.dyn_axis in axes and not self.row_inner:
             conds.append(self.keep)
@@ -283,13 +283,13 @@ class Lowering:
         codes = kir.Buffer(f"{sig.name}_codes", value.axes, U32, scope="shared")
         self.emit(kir.Compute(codes, code))
         p = f"{axis}_p"
-        self.axes[p] = kir.Axis(p, P.ceildiv(E.Name(f"N_{axis}"), E.Num(n)), packets=(axis, n))
+        self.axes[p] = kir.Axis(p, P.ceildiv(E.Name(ir.extent_name(axis)), E.Num(n)), packets=(axis, n))
         group = sig.view[-1]
         packet = ir.Index(p)
         if len(group) > 1:
             outer = self.group_index(group[:-1], {})
-            packet = _add(_mul(outer, ir.Size(f"N_{p}")), packet)
-            self.checks.append((E.Binary("==", E.Binary("%", E.Name(f"N_{axis}"), E.Num(n)), E.Num(0)),
+            packet = _add(_mul(outer, ir.extent(p)), packet)
+            self.checks.append((E.Binary("==", E.Binary("%", E.Name(ir.extent_name(axis)), E.Num(n)), E.Num(0)),
                                 f"{sig.name}: {n} codes share a word, so they must not straddle axis {axis}"))
         axes = tuple(p if a == axis else a for a in value.axes)
         local = {a: ir.Index(a, local=True) for a in value.axes if a != axis}
@@ -299,7 +299,7 @@ class Lowering:
             for j, r, bits, sh in pk.word_pieces(k):
                 inner = _add(_mul(ir.Index(p, local=True), ir.i32(n)), ir.i32(j))
                 at = tuple(inner if a == axis else local[a] for a in value.axes)
-                valid = op("lt", _add(_mul(ir.Index(p), ir.i32(n)), ir.i32(j)), ir.Size(f"N_{axis}"))
+                valid = op("lt", _add(_mul(ir.Index(p), ir.i32(n)), ir.i32(j)), ir.extent(axis))
                 term = ir.Read(codes.name, U32, at, guard=valid)
                 if r:
                     term = op("shr", term, ir.u32(r))

@@ -38,12 +38,12 @@ def gemm_tiles(tiles, body, k_step):
     out, checks = [], []
     for name, tile in tiles:
         if name in least and tile.split and least[name] == WARP_ROWS:
-            checks.append((E.Binary("==", E.Binary("%", E.Name(f"B_{name}"), E.Num(WARP_ROWS)), E.Num(0)),
+            checks.append((E.Binary("==", E.Binary("%", E.Name(ir.block_name(name)), E.Num(WARP_ROWS)), E.Num(0)),
                            f"a matmul's block of axis {name} must be a multiple of {WARP_ROWS} (a warp's share of "
                            "T.gemm)"))
         elif name in least and not tile.split and not tile.streamed:
             # a power of two: the axis may also be reduced (warp reductions want one)
-            tile = kir.Tile(P.call("pad_pow2", P.call("max", E.Name(f"N_{name}"), E.Num(least[name]))), False, True)
+            tile = kir.Tile(P.call("pad_pow2", P.call("max", E.Name(ir.extent_name(name)), E.Num(least[name]))), False, True)
         out.append((name, tile))
     return out, checks
 
@@ -106,7 +106,7 @@ def expand_gemm(body):
         if not st.accumulate:
             out.append(kir.Fill(st.c, ir.c(0.0)))
         add = op("add", ir.Read(st.c.name, F32), op("mul", at(st.a), at(st.b)))
-        out.append(kir.Loop(step.name, ir.Size(f"B_{st.k}"), (kir.Compute(st.c, add),)))
+        out.append(kir.Loop(step.name, ir.block(st.k), (kir.Compute(st.c, add),)))
     return out
 
 

@@ -31,8 +31,8 @@ def _in_range(axis, module):
     a = module.axes[axis]
     if a.packets:      # a packet lies in range when its first code does
         base, n = a.packets
-        return op("lt", op("mul", ir.Index(axis), ir.i32(n)), ir.Size(f"N_{base}"))
-    return op("lt", ir.Index(axis), ir.Size(f"N_{axis}"))
+        return op("lt", op("mul", ir.Index(axis), ir.i32(n)), ir.extent(base))
+    return op("lt", ir.Index(axis), ir.extent(axis))
 
 
 def guard_out_of_range(body, module: kir.Module, ranged: Set[str], covered: Dict[str, str]):

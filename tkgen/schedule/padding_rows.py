@@ -39,13 +39,13 @@ def zero_padding_rows(module: kir.Module) -> kir.Module:
         is_row = op("lt", ir.Index(row), ir.Size(P.py_expr(out.shape[0])))
         mark = ir.Decode(marks.elem, ir.Fetch(marks.name, (ir.Index(row),), guard=is_row), dtype)
         padding = op("and", is_row, op("lt", mark, ir.Const(0, dtype)))
-        inside = op("lt", ir.Index(col), ir.Size(f"N_{col}"))
+        inside = op("lt", ir.Index(col), ir.extent(col))
         at = (ir.Index(row),) + unflatten(ir.Index(col), out.shape[1:])
         # the storage's zero, whatever the element type: a read of the output that its guard never takes
         zero = ir.Fetch(name, at, guard=ir.Const(False, BOOL))
         store = kir.Store(name, at, zero, (row, col), guard=op("and", inside, padding))
         tiles = ((row, kir.Tile(E.Num(1), True)),
-                 (col, kir.Tile(P.call("min", E.Name(f"N_{col}"), E.Num(ROW_BLOCK)), True)))
+                 (col, kir.Tile(P.call("min", E.Name(ir.extent_name(col)), E.Num(ROW_BLOCK)), True)))
         first.append(kir.Kernel(f"pad_{name}", (store,), tiles=tiles))
     if not first:
         return module

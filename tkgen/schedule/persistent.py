@@ -106,10 +106,10 @@ def go_persistent(module: kir.Module, kernel: kir.Kernel, dyn: str) -> kir.Modul
     if not sums:
         raise ValueError(f"{module.op}: `persistent: true` needs a sum over the rows (an accumulated output "
                          f"without the row axis) to keep per block")
-    tiles = _ceildiv(ir.Size(f"N_{dyn}"), ir.Size(f"B_{dyn}"))
+    tiles = _ceildiv(ir.extent(dyn), ir.block(dyn))
     tile = ir.Var("tile", I32)
     body = pre + [kir.Loop(tile.name, _ceildiv(tiles, ir.Size(BLOCKS)), tuple(loop),
-                           binds=((f"b_{dyn}", op("add", bid, op("mul", tile, ir.Size(BLOCKS)))),))] + post
+                           binds=((ir.tile_var(dyn), op("add", bid, op("mul", tile, ir.Size(BLOCKS)))),))] + post
     kernels = [dataclasses.replace(kernel, body=tuple(body), persistent=True)]
     axes = dict(module.axes)
     for t, scratch, dtype in sums:
@@ -123,7 +123,7 @@ def _block_sum_kernel(t: kir.TensorArg, scratch: kir.TensorArg, axis: str, dtype
     """out[e] += the sum over blocks k, in order, of scratch[k, e]: one element per thread."""
     acc = kir.Buffer(f"carry_{t.name}", (axis,), dtype)
     here = ir.Index(axis)
-    inside = op("lt", here, ir.Size(f"N_{axis}"))
+    inside = op("lt", here, ir.extent(axis))
     part = ir.Var("part", I32)
     add = kir.Compute(acc, op("add", ir.Read(acc.name, acc.dtype),
                               ir.Decode(scratch.elem, ir.Fetch(scratch.name, (part, here), guard=inside), acc.dtype)))
@@ -135,7 +135,7 @@ def _block_sum_kernel(t: kir.TensorArg, scratch: kir.TensorArg, axis: str, dtype
     # a small block per thread group: the sum reads blocks * numel floats, so it wants many blocks
     block = P.call("min", E.Num(SUM_THREADS), E.Name("threads"))
     return kir.Kernel(f"blocksum_{t.name}", body, tiles=((axis, kir.Tile(block, True)),),
-                      threads=ir.Size(f"B_{axis}"))
+                      threads=ir.block(axis))
 
 
 @register("go_persistent")

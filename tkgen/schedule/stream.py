@@ -32,7 +32,7 @@ def stream_tiles(tiles, stream: Dict[str, int], multiple: int = 1) -> Tuple[list
         if name in stream:
             knob = KNOB_CHUNK.format(name)
             knobs.append((knob, stream[name]))
-            tile = kir.Tile(P.call("pick_block", E.Name(f"N_{name}"), E.Name(knob), E.Num(multiple)), streamed=True)
+            tile = kir.Tile(P.call("pick_block", E.Name(ir.extent_name(name)), E.Name(knob), E.Num(multiple)), streamed=True)
         out.append((name, tile))
     return out, knobs
 
@@ -101,8 +101,8 @@ def stream_body(body, axis, kind="serial", stages=0) -> List[kir.Stmt]:
         if partial:
             raise ValueError(f"axis {axis!r} cannot be streamed: {', '.join(sorted(partial))} varies over it and is "
                              "read after its reductions")
-    chunks = ir.op("floordiv", ir.Size(f"N_{axis}"), ir.Size(f"B_{axis}"))
-    loop = kir.Loop(f"b_{axis}", chunks, tuple(inside), kind=kind, stages=stages)
+    chunks = ir.op("floordiv", ir.extent(axis), ir.block(axis))
+    loop = kir.Loop(ir.tile_var(axis), chunks, tuple(inside), kind=kind, stages=stages)
     return before + fills + [loop] + after
 
 

@@ -54,7 +54,7 @@ def tiles_bytes(module: kir.Module, kernel: kir.Kernel, catalog, arch) -> E.Node
         size = E.Num(buffer_bytes(catalog, arch, b))
         for a in b.axes:
             held = tiles.get(a)
-            size = E.Binary("*", size, E.Name(f"B_{a}" if held is not None and held.block is not None else f"N_{a}"))
+            size = E.Binary("*", size, E.Name(ir.block_name(a) if held is not None and held.block is not None else ir.extent_name(a)))
         total = size if total is None else E.Binary("+", total, size)
     return total if total is not None else E.Num(0)
 
@@ -90,8 +90,8 @@ def _env(module, kernel, sizes):
     """Names of the factory (`N_<axis>`, `B_<axis>`, knobs) over `sizes` (dims and params by name)."""
     env = dict(sizes)
     env.update({n: v for n, v in module.knobs})
-    env.update({f"B_{a}": t.block for a, t in kernel.tiles if t.block is not None})
-    env.update({f"N_{a}": ax.extent for a, ax in module.axes.items()})
+    env.update({ir.block_name(a): t.block for a, t in kernel.tiles if t.block is not None})
+    env.update({ir.extent_name(a): ax.extent for a, ax in module.axes.items()})
     return env
 
 
@@ -103,7 +103,7 @@ def _names(node, env, seen=None):
         if isinstance(v, E.Node) and n not in seen:
             seen.add(n)
             yield from _names(v, env, seen)
-        elif not n.startswith(("N_", "B_")):
+        elif not ir.is_axis_size(n):
             yield n
 
 

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Optional, Set
 
 from ..ir import kernel as kir
+from ..ir import prim as ir
 from ..spec import expr as E
 from ..spec import pyexpr as P
 from .gemm import gemm_tiles
@@ -34,9 +35,9 @@ def _pack_multiple(module, axis) -> int:
 
 
 def _product(axes) -> E.Node:
-    out = E.Name(f"B_{axes[0]}")
+    out = E.Name(ir.block_name(axes[0]))
     for a in axes[1:]:
-        out = P.mul(out, E.Name(f"B_{a}"))
+        out = P.mul(out, E.Name(ir.block_name(a)))
     return out
 
 
@@ -112,7 +113,7 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
         for name, (kind, size) in kinds.items():
             if kind != rank:
                 continue
-            n_ = E.Name(f"N_{name}")
+            n_ = E.Name(ir.extent_name(name))
             if kind == "whole":
                 padded = arch.pad_reduced and (name in program.whole_axes or
                                                _declared_past_threads(spec, name, knobs[0][1]))
@@ -129,7 +130,7 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
                                         _budget_share(name, whole, groups))
                 tiles.append((name, kir.Tile(block_size, True)))
                 if kind == "fixed":
-                    checks.append((E.Binary("==", E.Binary("%", n_, E.Name(f"B_{name}")), E.Num(0)),
+                    checks.append((E.Binary("==", E.Binary("%", n_, E.Name(ir.block_name(name))), E.Num(0)),
                                    f"block size of axis {name} must divide its extent"))
             else:
                 sized = [o for o, (k, _) in kinds.items() if o != name and
@@ -148,7 +149,7 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
             base, n = ax.packets
             t = dict(tiles)[base]
             # a padded axis pads its packets too: the packets past the last real one must not be stored
-            tiles.append((name, kir.Tile(P.ceildiv(E.Name(f"B_{base}"), E.Num(n)), t.split, t.padded)))
+            tiles.append((name, kir.Tile(P.ceildiv(E.Name(ir.block_name(base)), E.Num(n)), t.split, t.padded)))
     return tiles, knobs, checks
 
 

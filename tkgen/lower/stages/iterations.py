@@ -54,7 +54,7 @@ class AlternateNormalize(Step):
         eps = lw.convert(self.eps)
         sa = _sum_buffer(f"{out.name}_sum_{self.first}", out, self.first)
         sb = _sum_buffer(f"{out.name}_sum_{self.second}", out, self.second)
-        n = ir.Size(f"N_{self.count}")
+        n = ir.extent(self.count)
         lw.emit(kir.Compute(out, lw.read(self.src)))
         pair = _normalize(out, sa, self.first, eps) + _normalize(out, sb, self.second, eps)
         lw.emit(kir.Loop(f"r_{self.count}", op("floordiv", n, ir.i32(2)), pair))
@@ -91,7 +91,7 @@ class AlternateNormalizeGrad(Step):
         prod = kir.Buffer(f"{name}_prod", axes, F32)
         s = {a: _sum_buffer(f"{name}_sum_{a}", dv, a) for a in (self.first, self.second)}
         d = {a: _sum_buffer(f"{name}_dot_{a}", dv, a) for a in (self.first, self.second)}
-        n = ir.Size(f"N_{self.count}")
+        n = ir.extent(self.count)
         pairs = op("floordiv", n, ir.i32(2))
         back = ir.Var(f"r_{self.count}", I32)
 

@@ -46,7 +46,7 @@ class Load(Step):
         sig = lw.sigs[self.tensor]
         for axis, i in self.fixed:        # an extent known only to the factory: checked there
             if E.names(lw.spec.axes[axis].extent):
-                lw.checks.append((E.Binary("<", E.Num(i), E.Name(f"N_{axis}")),
+                lw.checks.append((E.Binary("<", E.Num(i), E.Name(ir.extent_name(axis))),
                                   f"take: index {i} is outside axis {axis}"))
         if self.segment is not None:
             lw.check_segments(sig)

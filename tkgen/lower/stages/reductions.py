@@ -126,7 +126,7 @@ class Fold(Step):
         acc = lw.buffer(self.out)
         lw.emit(kir.Compute(acc, lw.convert(self.start)))
         step = ir.Var(f"r_{self.axis}", I32)
-        at = op("sub", op("sub", ir.Size(f"N_{self.axis}"), ir.i32(1)), step) if self.descending else step
+        at = op("sub", op("sub", ir.extent(self.axis), ir.i32(1)), step) if self.descending else step
         def element(value):
             staged = lw.shared_copy(value, self.axis)
             return ir.Read(staged.name, staged.dtype, tuple(at if a == self.axis else ir.Index(a, local=True)
@@ -139,7 +139,7 @@ class Fold(Step):
         if guard is not None:
             guard = ir.rebuild(guard, lambda n: at if n == ir.Index(self.axis) else None)
             value = op("select", guard, value, ir.Read(acc.name, acc.dtype))
-        lw.emit(kir.Loop(step.name, ir.Size(f"N_{self.axis}"), (kir.Compute(acc, ir.fold(value)),)))
+        lw.emit(kir.Loop(step.name, ir.extent(self.axis), (kir.Compute(acc, ir.fold(value)),)))
 
 
 @stage("fold", args=("node", "value", "axis", "node", "node?"))
@@ -220,7 +220,7 @@ class Prefix(Step):
         lw.emit(kir.Fill(acc, zero))
         body = (kir.Compute(out, ir.Read(acc.name, acc.dtype), at=((self.axis, step),)),
                 kir.Compute(acc, ir.fold(op("add", ir.Read(acc.name, acc.dtype), element))))
-        lw.emit(kir.Loop(step.name, ir.Size(f"N_{self.axis}"), body))
+        lw.emit(kir.Loop(step.name, ir.extent(self.axis), body))
 
 
 @stage("prefix", args=("value", "axis"))
@@ -259,7 +259,7 @@ class TreeSum(_OverSource, Step):
         src = lw.bufs[self.src.name]
         tree = kir.Buffer(f"{self.out.name}_tree", src.axes, src.dtype, "shared")
         lw.emit(kir.Compute(tree, ir.Read(src.name, src.dtype)))
-        n = ir.Size(f"N_{self.axis}")
+        n = ir.extent(self.axis)
         lvl, i = ir.Var(f"l_{self.axis}", I32), ir.Var(f"p_{self.axis}", I32)
         offset = op("shl", ir.i32(1), op("sub", ir.i32(_LEVELS - 1), lvl))
         pairs = op("max", op("min", offset, op("sub", n, offset)), ir.i32(0))

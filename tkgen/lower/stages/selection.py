@@ -59,7 +59,7 @@ class TopK(Step):
         lw.helpers.add("order_key")
         rd = lambda b: ir.Read(b.name, b.dtype)  # noqa: E731
         over = ir.Index(self.over, local=True)
-        valid = op("lt", over, ir.Size(f"N_{self.over}"))
+        valid = op("lt", over, ir.extent(self.over))
         lw.emit(kir.Compute(key, op("select", valid, ir.Call("order_key", (rd(src),), I32), ir.i32(INT_MIN))))
         rnd = ir.Var(f"r_{self.new}", I32)
         outputs = [t for t, v in lw.program.outputs.items() if v.name == self.out.name]
@@ -77,12 +77,12 @@ class TopK(Step):
             # the layout of the loops that read it (TileLang 0.1.15's layout inference fails)
             publish = kir.Compute(lw.buffer(self.out, scope="shared"), rd(pick), at=((self.new, rnd),))
         body = (kir.Reduce(best, key, self.over, "max"),
-                kir.Compute(cand, op("select", op("eq", rd(key), rd(best)), over, ir.Size(f"N_{self.over}"))),
+                kir.Compute(cand, op("select", op("eq", rd(key), rd(best)), over, ir.extent(self.over))),
                 kir.Reduce(pick, cand, self.over, "min"),
                 publish,
                 kir.Compute(key, op("select", op("eq", over, rd(pick)), ir.i32(INT_MIN), rd(key))))
         # unrolled while short: the rounds overlap (3-4% faster for k = 8 on an H200)
-        lw.emit(kir.Loop(rnd.name, ir.Size(f"N_{self.new}"), tuple(kir.map_exprs(body, ir.fold)), kind="unroll",
+        lw.emit(kir.Loop(rnd.name, ir.extent(self.new), tuple(kir.map_exprs(body, ir.fold)), kind="unroll",
                          limit=16))
 
 
@@ -122,7 +122,7 @@ class GatherAlong(Step):
         src = lw.bufs[self.src.name]
         staged = lw.shared_copy(self.src, self.axis)
         pos = lw.read(self.index)
-        inside = ir.conj(*lw.inside(pos, f"N_{self.axis}"))
+        inside = ir.conj(*lw.inside(pos, ir.extent_name(self.axis)))
         at = pos if pos.dtype == I32 else op("to_i32", pos)      # inside the axis, so exact
         idx = tuple(at if a == self.axis else ir.Index(a, local=True) for a in src.axes)
         lw.emit(kir.Compute(lw.buffer(self.out), ir.Read(staged.name, src.dtype, idx, inside)))
