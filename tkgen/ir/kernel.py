@@ -229,11 +229,35 @@ class Module:
     def replace(self, **kw) -> "Module":
         return dataclasses.replace(self, **kw)
 
+    def rewrite_kernels(self, fn) -> "Module":
+        """The module with every kernel's body replaced by `fn(body)`."""
+        return self.replace(kernels=tuple(dataclasses.replace(k, body=tuple(fn(k.body))) for k in self.kernels))
+
     def rewrite_main(self, fn) -> "Module":
         """The module with its first kernel's body replaced by `fn(kernel)`: the passes that rewrite the
         main kernel leave the kernels appended after it (a block sum, a zeroing of padding rows) alone."""
         kernel = self.kernels[0]
         return self.replace(kernels=(dataclasses.replace(kernel, body=tuple(fn(kernel))),) + self.kernels[1:])
+
+
+def rewrite(body, fn) -> list:
+    """The statement mutator the passes share: each statement replaced by `fn(st)` (a statement, or a list
+    of statements in its place), the bodies of loops and nests rewritten first."""
+    out = []
+    for st in body:
+        if isinstance(st, (Loop, Nest)):
+            st = dataclasses.replace(st, body=tuple(rewrite(st.body, fn)))
+        new = fn(st)
+        out.extend(new if isinstance(new, list) else [new])
+    return out
+
+
+def rewrite_bodies(body, fn) -> list:
+    """`fn(statements) -> statements` applied to the body of each loop, innermost first, then to `body`
+    (a nest's body is one elementwise loop's statements, left to the pass that made it)."""
+    body = [dataclasses.replace(st, body=tuple(rewrite_bodies(st.body, fn))) if isinstance(st, Loop) else st
+            for st in body]
+    return list(fn(body))
 
 
 def statements(body):

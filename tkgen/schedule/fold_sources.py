@@ -146,14 +146,11 @@ def unroll_fetching_loops(body):
     """Serial loops whose steps read tensors at the loop's index (a fold after `read_fold_sources`),
     unrolled while short: on a GPU the loads of many steps are then in flight at once, instead of one
     load per step waited for (the adds stay in order, so the bits do not change)."""
-    out = []
-    for st in body:
-        if isinstance(st, kir.Loop):
-            st = dataclasses.replace(st, body=tuple(unroll_fetching_loops(st.body)))
-            if st.kind == "serial" and _fetches_at(st.body, st.var):
-                st = dataclasses.replace(st, kind="unroll", limit=UNROLL_FETCHES)
-        out.append(st)
-    return out
+    def unrolled(st):
+        if isinstance(st, kir.Loop) and st.kind == "serial" and _fetches_at(st.body, st.var):
+            return dataclasses.replace(st, kind="unroll", limit=UNROLL_FETCHES)
+        return st
+    return kir.rewrite(body, unrolled)
 
 
 def _fetches_at(body, var) -> bool:
@@ -183,5 +180,4 @@ def read_fold_sources_pass(module: kir.Module, ctx) -> kir.Module:
 @register("unroll_fetching_loops")
 def unroll_pass(module: kir.Module, ctx) -> kir.Module:
     """A fold that reads tensors at its step is unrolled (CUDA: the loads of several steps in flight)."""
-    return module.replace(kernels=tuple(dataclasses.replace(k, body=tuple(unroll_fetching_loops(k.body)))
-                                        for k in module.kernels))
+    return module.rewrite_kernels(unroll_fetching_loops)

@@ -54,13 +54,7 @@ def _rescope(body, scopes: Dict[str, str]):
         if isinstance(v, kir.Buffer) and v.name in scopes:
             return dataclasses.replace(v, scope=scopes[v.name])
         return v
-    out = []
-    for st in body:
-        kw = {f.name: fix(getattr(st, f.name)) for f in dataclasses.fields(st)}
-        if isinstance(st, (kir.Loop, kir.Nest)):
-            kw["body"] = tuple(_rescope(st.body, scopes))
-        out.append(type(st)(**kw))
-    return out
+    return kir.rewrite(body, lambda st: type(st)(**{f.name: fix(getattr(st, f.name)) for f in dataclasses.fields(st)}))
 
 
 def _rename_reads(st, old, new):
@@ -91,37 +85,26 @@ def place_gemm(body):
 
 def expand_gemm(body):
     """Each matmul as its ordered loop over k (from +0.0 unless it accumulates)."""
-    out = []
-    for st in body:
-        if isinstance(st, (kir.Loop, kir.Nest)):
-            out.append(dataclasses.replace(st, body=tuple(expand_gemm(st.body))))
-            continue
+    def expanded(st):
         if not isinstance(st, kir.Gemm):
-            out.append(st)
-            continue
+            return st
         step = ir.Var(f"r_{st.k}", I32)
 
         def at(b):
             return ir.Read(b.name, F32, tuple(step if a == st.k else ir.Index(a, local=True) for a in b.axes))
-        if not st.accumulate:
-            out.append(kir.Fill(st.c, ir.c(0.0)))
         add = op("add", ir.Read(st.c.name, F32), op("mul", at(st.a), at(st.b)))
-        out.append(kir.Loop(step.name, ir.block(st.k), (kir.Compute(st.c, add),)))
-    return out
-
-
-def _first(module, fn):
-    kernel = module.kernels[0]
-    return module.replace(kernels=(dataclasses.replace(kernel, body=tuple(fn(kernel.body))),) + module.kernels[1:])
+        loop = kir.Loop(step.name, ir.block(st.k), (kir.Compute(st.c, add),))
+        return [loop] if st.accumulate else [kir.Fill(st.c, ir.c(0.0)), loop]
+    return kir.rewrite(body, expanded)
 
 
 @register("place_gemm")
 def place_gemm_pass(module: kir.Module, ctx) -> kir.Module:
     """Tile matmuls as T.gemm, their operands and result placed where the tensor cores read them."""
-    return _first(module, place_gemm)
+    return module.rewrite_main(lambda kernel: place_gemm(kernel.body))
 
 
 @register("expand_gemm")
 def expand_gemm_pass(module: kir.Module, ctx) -> kir.Module:
     """Tile matmuls as an ordered loop of multiply-adds (targets without fragments)."""
-    return _first(module, expand_gemm)
+    return module.rewrite_main(lambda kernel: expand_gemm(kernel.body))

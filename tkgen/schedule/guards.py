@@ -58,18 +58,13 @@ def guard_out_of_range(body, module: kir.Module, ranged: Set[str], covered: Dict
             return None
         return ir.rebuild(e, fn)
 
-    def walk(stmts):
-        out = []
-        for st in stmts:
-            if isinstance(st, kir.Compute):
-                st = dataclasses.replace(st, value=guard_fetches(st.value))
-            elif isinstance(st, kir.Store):
-                st = dataclasses.replace(st, value=guard_fetches(st.value), guard=ir.conj(st.guard, conds(set(st.axes))))
-            elif isinstance(st, kir.Loop):
-                st = dataclasses.replace(st, body=tuple(walk(st.body)))
-            out.append(st)
-        return out
-    body = walk(body)
+    def guarded(st):
+        if isinstance(st, kir.Compute):
+            return dataclasses.replace(st, value=guard_fetches(st.value))
+        if isinstance(st, kir.Store):
+            return dataclasses.replace(st, value=guard_fetches(st.value), guard=ir.conj(st.guard, conds(set(st.axes))))
+        return st
+    body = kir.rewrite(body, guarded)
     return _neutral_where_reduced(body, module, ranged, covered)
 
 
@@ -120,23 +115,18 @@ def _neutral_where_reduced(body, module, ranged, covered):
     def in_range(axes):
         return ir.conj(*[_in_range(a, module) for a in sorted(axes, key=list(module.axes).index)])
 
-    def walk(stmts):
-        out = []
-        for st in stmts:
-            if isinstance(st, kir.Compute) and st.dst.name in need and st.dst.name not in copies:
-                kind = next(iter(need[st.dst.name].values()))
-                st = dataclasses.replace(st, value=op("select", in_range(need[st.dst.name]), st.value,
-                                                      neutral(kind, st.dst.dtype)))
-            elif isinstance(st, kir.Reduce) and st.src.name in copies and st.axis in need[st.src.name]:
-                masked = kir.Buffer(f"{st.src.name}_for_{st.kind}_over_{st.axis}", st.src.axes, st.src.dtype)
-                out.append(kir.Compute(masked, op("select", _in_range(st.axis, module),
-                                                  ir.Read(st.src.name, st.src.dtype), neutral(st.kind, st.src.dtype))))
-                st = dataclasses.replace(st, src=masked)
-            elif isinstance(st, kir.Loop):
-                st = dataclasses.replace(st, body=tuple(walk(st.body)))
-            out.append(st)
-        return out
-    return walk(body)
+    def neutral_where_needed(st):
+        if isinstance(st, kir.Compute) and st.dst.name in need and st.dst.name not in copies:
+            kind = next(iter(need[st.dst.name].values()))
+            return dataclasses.replace(st, value=op("select", in_range(need[st.dst.name]), st.value,
+                                                    neutral(kind, st.dst.dtype)))
+        if isinstance(st, kir.Reduce) and st.src.name in copies and st.axis in need[st.src.name]:
+            masked = kir.Buffer(f"{st.src.name}_for_{st.kind}_over_{st.axis}", st.src.axes, st.src.dtype)
+            return [kir.Compute(masked, op("select", _in_range(st.axis, module),
+                                           ir.Read(st.src.name, st.src.dtype), neutral(st.kind, st.src.dtype))),
+                    dataclasses.replace(st, src=masked)]
+        return st
+    return kir.rewrite(body, neutral_where_needed)
 
 
 # -- 3. NaN in max reductions -----------------------------------------------------------------------------
@@ -144,17 +134,14 @@ def mask_nan_reductions(body):
     """Max-type float reductions read a copy with NaN replaced by the neutral value (the C target's max
     keeps whichever operand its comparison picks, so a NaN last in a row would win); every target then
     skips NaN, as the reference does."""
-    out = []
-    for st in body:
+    def masked(st):
         if isinstance(st, kir.Reduce) and st.kind != "sum" and st.src.dtype == F32:
-            masked = kir.Buffer(f"{st.src.name}_for_{st.kind}_over_{st.axis}", st.src.axes, F32)
+            copy = kir.Buffer(f"{st.src.name}_for_{st.kind}_over_{st.axis}", st.src.axes, F32)
             src = ir.Read(st.src.name, F32)
-            out.append(kir.Compute(masked, op("select", op("isnan", src), neutral(st.kind, F32), src)))
-            st = dataclasses.replace(st, src=masked)
-        elif isinstance(st, kir.Loop):
-            st = dataclasses.replace(st, body=tuple(mask_nan_reductions(st.body)))
-        out.append(st)
-    return out
+            return [kir.Compute(copy, op("select", op("isnan", src), neutral(st.kind, F32), src)),
+                    dataclasses.replace(st, src=copy)]
+        return st
+    return kir.rewrite(body, masked)
 
 
 @register("guard_out_of_range", establishes=("guarded",))

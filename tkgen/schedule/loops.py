@@ -18,6 +18,11 @@ def fuse(body, software=lambda elem: False):
     loads or computes other tiles gets 8-byte accesses). A store does not join a loop that calls a codec
     (a generated helper with branches): TileLang then stores element by element (an e2m1 decode in the
     loop of an e4m3 store made its stores scalar, 2.2x slower on the H200)."""
+    return kir.rewrite_bodies(body, lambda stmts: fuse_once(stmts, software))
+
+
+def fuse_once(body, software):
+    """`fuse` in one list of statements (not inside its loops)."""
     out, open_ = [], None
 
     def codec(n):
@@ -26,10 +31,6 @@ def fuse(body, software=lambda elem: False):
     def calls_helper(nest):
         return any(isinstance(c, kir.Compute) and any(codec(n) for n in ir.walk(c.value)) for c in nest.body)
     for st in body:
-        if isinstance(st, kir.Loop):
-            out.append(dataclasses.replace(st, body=tuple(fuse(st.body, software))))
-            open_ = None
-            continue
         if not isinstance(st, (kir.Compute, kir.Store)) or (isinstance(st, kir.Compute) and st.at):
             out.append(st)
             open_ = None
@@ -71,36 +72,27 @@ def coalesce_widening_loads(body, module: kir.Module, catalog, arch):
     for st in kir.statements(body):
         if isinstance(st, kir.Store) and size(st.tensor):
             widest[st.axes] = max(widest.get(st.axes, 0), size(st.tensor))
-    out = []
-    for st in body:
+    def laid_out(st):
         if isinstance(st, kir.Nest) and st.axes in widest:
             loads = [size(t) for c in st.body if isinstance(c, kir.Compute) for t in ir.fetches(c.value)]
             if loads and all(n and n < widest[st.axes] for n in loads):
-                st = dataclasses.replace(st, vector=widest[st.axes])
-        elif isinstance(st, kir.Loop):
-            inner = coalesce_widening_loads(st.body, module, catalog, arch)
-            st = dataclasses.replace(st, body=tuple(inner))
-        out.append(st)
-    return out
+                return dataclasses.replace(st, vector=widest[st.axes])
+        return st
+    return kir.rewrite(body, laid_out)
 
-
-
-def each_kernel(module, fn):
-    """The module with `fn(body)` applied to every kernel's body."""
-    return module.replace(kernels=tuple(dataclasses.replace(k, body=tuple(fn(k.body))) for k in module.kernels))
 
 
 @register("fuse")
 def fuse_pass(module: kir.Module, ctx) -> kir.Module:
     """Consecutive elementwise statements over the same axes share one loop (loads keep their own)."""
-    return each_kernel(module, lambda body: fuse(body, lambda elem: _software_codec(ctx.catalog, ctx.arch, elem)))
+    return module.rewrite_kernels(lambda body: fuse(body, lambda elem: _software_codec(ctx.catalog, ctx.arch, elem)))
 
 
 @register("coalesce_widening_loads")
 def coalesce_pass(module: kir.Module, ctx) -> kir.Module:
     """A load narrower than what is stored over the same axes is laid out for the store (`vector_bytes`
     of the stored type per thread)."""
-    return each_kernel(module, lambda body: coalesce_widening_loads(body, module, ctx.catalog, ctx.arch))
+    return module.rewrite_kernels(lambda body: coalesce_widening_loads(body, module, ctx.catalog, ctx.arch))
 
 
 @register("vector_knobs")

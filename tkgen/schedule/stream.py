@@ -110,8 +110,9 @@ def stream_body(body, axis, kind="serial", stages=0) -> List[kir.Stmt]:
 def stream_pass(module: kir.Module, ctx, kind: str = "serial", stages: int = 0) -> kir.Module:
     """For each axis of the schedule's `stream:`, the statements over it run in a loop over its chunks
     (`kind`: serial or pipelined, with `stages`), reductions and matmuls over it carried."""
-    kernel = module.kernels[0]
-    body = kernel.body
-    for axis in ctx.sched.get("stream", {}):
-        body = stream_body(body, axis, kind, stages)
-    return module.replace(kernels=(dataclasses.replace(kernel, body=tuple(body)),) + module.kernels[1:])
+    def streamed(kernel):
+        body = kernel.body
+        for axis in ctx.sched.get("stream", {}):
+            body = stream_body(body, axis, kind, stages)
+        return body
+    return module.rewrite_main(streamed)
