@@ -48,7 +48,7 @@ class KernelPrinter:
     def __init__(self, catalog, arch, module: kir.Module):
         self.catalog, self.arch, self.m = catalog, arch, module
         self.tensors = {t.name: t for t in module.tensors}
-        self.helpers = set(module.meta.get("helpers", ()))
+        self.helpers = set(module.helpers)
         self.uses_f32_bits = False
         self.dispatch: Dict[str, dict] = {}          # LOAD_x / STORE_x tables used
         self.P = "T.Parallel" if arch.loops == "parallel" else "T.grid"
@@ -63,7 +63,7 @@ class KernelPrinter:
         return repr(storage(self.catalog, self.arch, elem))
 
     def dtypes_of(self, elem):
-        return self.m.meta["dtypes"][elem[1:]]
+        return self.m.dtypes[elem[1:]]
 
     def decode(self, elem: str, raw: str, dtype: str) -> str:
         """Source of the value of a stored element (or of a packed code)."""
@@ -350,9 +350,9 @@ class KernelPrinter:
                 pre.append(f"threads = fit_threads(threads, {tile}, tile_elems)")
         for cond, msg in m.checks:
             pre += [f"if not ({P.py_expr(cond)}):", f"    raise ValueError({msg!r})"]
-        pre += [f"{n} = {P.py_expr(e, tl=False)}" for n, e in m.meta.get("sizes", ())]
+        pre += [f"{n} = {P.py_expr(e, tl=False)}" for n, e in m.sizes]
         for n in m.dtype_args:
-            table = {dt: storage(self.catalog, self.arch, dt) for dt in m.meta["dtypes"][n]}
+            table = {dt: storage(self.catalog, self.arch, dt) for dt in m.dtypes[n]}
             pre.append(f"STORAGE_{n} = {table!r}[{n}_dtype]")
         for tname, table in sorted(self.dispatch.items()):
             if tname.startswith("STORAGE_"):

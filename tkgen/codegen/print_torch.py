@@ -33,13 +33,13 @@ class ReferencePrinter:
 
     def __init__(self, catalog, spec, module: kir.Module):
         self.catalog, self.spec, self.m = catalog, spec, module
-        self.sigs = module.meta["sigs"]
+        self.sigs = module.sigs
         self.tensors = {t.name: t for t in module.tensors}
         self.bufs = kir.buffers(module.kernels[0].body)
         self.expr = TorchPrinter(self)
         self.axes: tuple = ()              # the axes of the statement being printed
         self.defined = set()
-        self.helpers = set(module.meta.get("helpers", ()))
+        self.helpers = set(module.helpers)
         self.given = {g for t in spec.outputs.values() if isinstance(t.exact, dict) for g in t.exact.get("given", ())}
 
     # -- element types ----------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ class ReferencePrinter:
     def encode(self, elem: str, value: str, dtype: str) -> str:
         if elem.startswith("@"):
             table = []
-            for dt in self.m.meta["dtypes"][elem[1:]]:
+            for dt in self.m.dtypes[elem[1:]]:
                 table.append(f"torch.{TORCH_OF_DTYPE[dt]}: {self._encoder(dt)}")
             return f"{{{', '.join(table)}}}[{elem[1:]}.dtype]({value})"
         if elem in INT_ELEMS:
@@ -296,7 +296,7 @@ class ReferencePrinter:
                 lines.append(f"n_{tname} = {tname}.numel()" if sig.flat else f"n_{tname} = {tname}.shape[0]")
         for a, ax in self.m.axes.items():
             lines.append(f"{ir.extent_name(a)} = {P.py_expr(ax.extent, tl=False)}")
-        lines += [f"{n} = {P.py_expr(e, tl=False)}" for n, e in self.m.meta.get("sizes", ())]
+        lines += [f"{n} = {P.py_expr(e, tl=False)}" for n, e in self.m.sizes]
         return lines
 
     def device_of(self) -> str:

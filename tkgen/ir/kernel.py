@@ -221,7 +221,13 @@ class Module:
     checks: Tuple[Tuple[ir.Expr, str], ...] = ()
     knobs: Tuple[Tuple[str, object], ...] = ()
     keep: Optional[str] = None             # the buffer of kept rows (keep_rows), if any
-    meta: dict = field(default_factory=dict)
+    # what the printers read besides the statements: generated helpers the kernels call, each tensor's
+    # signature (tkgen/spec/signature.py: TensorSig), the dtypes an input of several may have, and the sizes
+    # the spec's `sizes:` defines (name, expression), in order
+    helpers: frozenset = frozenset()
+    sigs: Dict[str, object] = field(default_factory=dict)
+    dtypes: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
+    sizes: Tuple[Tuple[str, object], ...] = ()
 
     def tensor(self, name) -> TensorArg:
         return next(t for t in self.tensors if t.name == name)

@@ -367,8 +367,7 @@ class Lowering:
                 self.checks.append((E.Binary("!=", d, E.Num(0)), f"{n} divides by {E.to_source(d)}, which is 0"))
         return kir.Module(spec.name, spec.variant_name(self.variant), dict(self.axes), self.tensor_args(),
                           (kir.Kernel("main", tuple(self.body)),), dims, dtype_args, dynamic, tuple(self.checks),
-                          keep=keep, meta={"helpers": set(self.helpers), "sigs": self.sigs, "dtypes": dtypes,
-                                           "sizes": sizes})
+                          keep=keep, helpers=frozenset(self.helpers), sigs=self.sigs, dtypes=dtypes, sizes=sizes)
 
 
 def stride_names(tensor: str, rank: int):

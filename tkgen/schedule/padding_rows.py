@@ -26,7 +26,7 @@ def zero_padding_rows(module: kir.Module) -> kir.Module:
     """The module with one kernel per output with `padding:`, first, zeroing its padding rows."""
     tensors = {t.name: t for t in module.tensors}
     axes, first = dict(module.axes), []
-    for name, sig in module.meta["sigs"].items():
+    for name, sig in module.sigs.items():
         if sig.role != "output" or not sig.padding or not sig.present:
             continue
         out, marks = tensors[name], tensors[sig.padding]
