@@ -40,7 +40,7 @@ def _printed(catalog, kind):
         name = spec.variant_name(variant)
         if kind == "kernel":
             arch = catalog.archs["cpu"]
-            scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, S.resolve(spec, arch))
+            scheduled = S.apply(module, catalog, arch, S.resolve(spec, arch))
             lines, _ = print_factory(catalog, arch, scheduled, f"build_{name}")
             out.append(Printed(variant, f"build_{name}", lines))
             knobs[f"build_{name}"] = dict(scheduled.knobs)

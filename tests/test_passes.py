@@ -23,7 +23,7 @@ def _schedule(name, arch, pipeline=None, trace=None):
     spec = catalog.op(name)
     out = []
     for variant, program, module in generate.naive_modules(catalog, spec):
-        ctx = PS.Context(spec.resolved(variant), program, catalog, arch, S.resolve(spec, arch))
+        ctx = PS.Context(catalog, arch, S.resolve(spec, arch))
         try:
             out.append(PS.run(module, ctx, pipeline, verify=True, trace=trace))
         except VerifyError:

@@ -89,7 +89,7 @@ def kernel_module(catalog, spec, arch, naive) -> KernelSource:
     sched = S.resolve(spec, arch)
     for variant, program, module in naive:
         try:
-            scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, sched)
+            scheduled = S.apply(module, catalog, arch, sched)
         except ValueError as e:      # a schedule the kernels cannot take: reported at the spec's schedule
             where = ("schedule", arch.name) if arch.name in spec.schedule else \
                 ("schedule",) if spec.schedule else ("axes",)

@@ -33,11 +33,24 @@ LOOP_KINDS = ("serial", "unroll", "pipelined")
 @dataclass(frozen=True)
 class Axis:
     """An index space. `packets`: (axis, n): index p stands for the n indices p*n .. p*n+n-1 of that axis
-    (the words of a packed output), so it is tiled with it."""
+    (the words of a packed output), so it is tiled with it.
+
+    What the schedule needs to know of the program, set by the lowering (so that no pass reads the spec
+    or the stage program): `used`, whether statements run over the axis (an axis only indexed at fixed
+    positions has no tile); `whole`, whether a block must hold it entirely (a reduction, a top-k, a scan
+    over it); `counted`, whether a count runs along it (also held whole); `view_inner`, whether it is an inner part of a tensor dim that several
+    axes make up (only the major part is tiled); `read_along`, whether an input varies along it;
+    `extent_max`, the largest extent the spec declares for it (the max of the param it is), if any."""
 
     name: str
     extent: ir.Expr
     packets: Optional[Tuple[str, int]] = None
+    used: bool = True
+    whole: bool = False
+    counted: bool = False
+    view_inner: bool = False
+    read_along: bool = False
+    extent_max: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -206,6 +219,19 @@ class Kernel:
         return tuple(a for a, t in self.tiles if t.split)
 
 
+@dataclass(frozen=True)
+class SizeSamples:
+    """Sizes the spec admits, for passes that bound what a block holds (tkgen/schedule/tile_bytes.py): each
+    a tuple of (name, value) for every dim and integer param; `named` at the sizes the spec names, `extreme`
+    with each dim's max as well (tkgen/spec/checks.py: _samples). `dynamic`: the dynamic dim, if any;
+    `unbounded`: the dims without a max."""
+
+    named: Tuple[Tuple[Tuple[str, int], ...], ...]
+    extreme: Tuple[Tuple[Tuple[str, int], ...], ...]
+    dynamic: Optional[str] = None
+    unbounded: frozenset = frozenset()
+
+
 @dataclass
 class Module:
     """One variant of an op: axes, tensors, kernels, and what the factory checks and exposes."""
@@ -221,6 +247,9 @@ class Module:
     checks: Tuple[Tuple[ir.Expr, str], ...] = ()
     knobs: Tuple[Tuple[str, object], ...] = ()
     keep: Optional[str] = None             # the buffer of kept rows (keep_rows), if any
+    dyn: Optional[str] = None              # the row axis (over the dynamic dim), if any
+    row_inner: Optional[str] = None        # the rows inside a row block, where the row axis is ceildiv(T, n)
+    samples: Optional[SizeSamples] = None  # sizes the spec admits
     # what the printers read besides the statements: generated helpers the kernels call, each tensor's
     # signature (tkgen/spec/signature.py: TensorSig), the dtypes an input of several may have, and the sizes
     # the spec's `sizes:` defines (name, expression), in order

@@ -10,6 +10,7 @@ block, rows left out by keep_rows, positions outside the tensor they address.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Dict, List, Optional
 
@@ -18,6 +19,7 @@ from ..spec import formats as F
 from ..ir import prim as ir, kernel as kir
 from ..spec import pyexpr as P
 from ..ir.prim import F32, I32, I64, RAW, U32, op
+from ..spec.checks import _samples
 from ..spec.signature import INT_ELEMS, TensorSig, signature
 from .stages import StageError, typecheck
 from .stages import neutral, topk_key
@@ -365,9 +367,49 @@ class Lowering:
         for n, e in p.sizes.items():
             for d in _divisors(e):
                 self.checks.append((E.Binary("!=", d, E.Num(0)), f"{n} divides by {E.to_source(d)}, which is 0"))
-        return kir.Module(spec.name, spec.variant_name(self.variant), dict(self.axes), self.tensor_args(),
+        return kir.Module(spec.name, spec.variant_name(self.variant), self.axes_with_facts(), self.tensor_args(),
                           (kir.Kernel("main", tuple(self.body)),), dims, dtype_args, dynamic, tuple(self.checks),
-                          keep=keep, helpers=frozenset(self.helpers), sigs=self.sigs, dtypes=dtypes, sizes=sizes)
+                          keep=keep, dyn=self.dyn_axis, row_inner=self.row_inner, samples=size_samples(spec),
+                          helpers=frozenset(self.helpers),
+                          sigs=self.sigs, dtypes=dtypes, sizes=sizes)
+
+    def axes_with_facts(self) -> Dict[str, kir.Axis]:
+        """The axes with what the schedule needs to know of the program (kir.Axis), so that no pass reads
+        the spec or the stage program."""
+        p, spec = self.program, self.spec
+        used = p.used_axes
+        counted = {a for n in p.counts for a in p.values[n].axes}
+        inner = set()
+        for t in spec.tensors.values():
+            for group in t.resolved({}).view:
+                inner.update([a for a in group if a in used][1:])   # an axis held at a fixed index is not the major
+        read_along = {a for t in spec.inputs.values() for group in t.resolved({}).view for a in group}
+        out = {}
+        for name, ax in self.axes.items():
+            if ax.packets:
+                out[name] = ax
+                continue
+            extent = spec.axes[name].extent
+            param = spec.params.get(extent.id) if isinstance(extent, E.Name) else None
+            high = param.range[1] if param is not None and param.range is not None else None
+            out[name] = dataclasses.replace(ax, used=name in used, whole=name in p.whole_axes, counted=name in counted,
+                                            view_inner=name in inner, read_along=name in read_along,
+                                            extent_max=high.value if isinstance(high, E.Num) else None)
+        return out
+
+
+_SAMPLES: Dict[tuple, kir.SizeSamples] = {}
+
+
+def size_samples(spec) -> kir.SizeSamples:
+    """The sizes a spec admits (kir.SizeSamples), computed once per spec text."""
+    key = (spec.name, spec.sha256)
+    if key not in _SAMPLES:
+        def each(at_max):
+            return tuple(tuple(sorted(s.items())) for s in _samples(spec, at_max))
+        _SAMPLES[key] = kir.SizeSamples(each(False), each(True), spec.dynamic_dim,
+                                        frozenset(d.name for d in spec.dims.values() if d.max is None))
+    return _SAMPLES[key]
 
 
 def stride_names(tensor: str, rank: int):

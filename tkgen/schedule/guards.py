@@ -150,9 +150,9 @@ def guard_pass(module: kir.Module, ctx) -> kir.Module:
     reduction over such an axis reads there is its neutral value."""
     tiles = module.kernels[0].tiles
     ranged = {a for a, t in tiles if t.padded}
-    if ctx.dyn in dict(tiles):
-        ranged.add(ctx.dyn)
-    covered = {ctx.dyn: ctx.spec.row_inner} if ctx.spec.row_inner else {}
+    if module.dyn in dict(tiles):
+        ranged.add(module.dyn)
+    covered = {module.dyn: module.row_inner} if module.row_inner else {}
     return module.rewrite_main(lambda kernel: guard_out_of_range(kernel.body, module, ranged, covered))
 
 

@@ -42,17 +42,14 @@ class Pass:
 
 @dataclass
 class Context:
-    spec: object
-    program: object
+    """What passes read besides the module: the catalog (formats), the profile, the resolved schedule, and
+    the naive module the pipeline started from. Not the spec nor the stage program: what a pass needs of
+    them the lowering put in the module (tkgen/ir/kernel.py: Axis, Module)."""
+
     catalog: object
     arch: object
     sched: dict
     naive: kir.Module = None
-
-    @property
-    def dyn(self) -> Optional[str]:
-        """The row axis (the first axis of an op with a dynamic dim), if any."""
-        return next(iter(self.spec.axes)) if self.spec.dynamic_dim else None
 
 
 REGISTRY: Dict[str, Pass] = {}

@@ -145,6 +145,6 @@ def persistent_pass(module: kir.Module, ctx, blocks: Optional[int] = None) -> ki
     rows are added per block, then in block order."""
     if not ctx.sched.get("persistent"):
         return module
-    module = go_persistent(module, module.kernels[0], ctx.dyn)
+    module = go_persistent(module, module.kernels[0], module.dyn)
     n = blocks if blocks is not None else ctx.sched.get("blocks", ctx.arch.persistent_blocks)
     return module.replace(knobs=module.knobs + ((BLOCKS, n),))

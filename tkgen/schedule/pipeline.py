@@ -58,11 +58,11 @@ def resolve(spec, arch) -> dict:
 
 
 
-def apply(module: kir.Module, spec, program, catalog, arch, sched, verify=None, trace=None) -> kir.Module:
+def apply(module: kir.Module, catalog, arch, sched, verify=None, trace=None) -> kir.Module:
     """The module rewritten for `arch` under schedule `sched` by the profile's pipeline of passes (see the
     module docstring). `verify`: check the module after every pass (default: on within `verifying()`);
     `trace`: a passes.Trace that collects the module after each pass."""
-    ctx = PS.Context(spec, program, catalog, arch, sched, naive=module)
+    ctx = PS.Context(catalog, arch, sched, naive=module)
     return PS.run(module, ctx, verify=_VERIFY.get() if verify is None else verify, trace=trace)
 
 

@@ -23,7 +23,6 @@ from ..ir import kernel as kir
 from ..ir import prim as ir
 from ..runtime import schedule as R
 from ..spec import expr as E
-from ..spec.checks import _samples
 from ..spec.formats import ITEMSIZE
 from ..spec.signature import storage
 from .passes import register
@@ -107,7 +106,7 @@ def _names(node, env, seen=None):
             yield n
 
 
-def check_tile_bytes(module: kir.Module, spec, catalog, arch) -> kir.Module:
+def check_tile_bytes(module: kir.Module, catalog, arch) -> kir.Module:
     """`module` with the factory's check of the bound where sizes the spec admits may pass it; a ValueError
     naming the tiles' size where the sizes the spec names pass it (see the module docstring)."""
     bound = getattr(arch, "max_tile_bytes", None)
@@ -117,26 +116,27 @@ def check_tile_bytes(module: kir.Module, spec, catalog, arch) -> kir.Module:
     for kernel in module.kernels:
         total = tiles_bytes(module, kernel, catalog, arch)
         depends = set(_names(total, _env(module, kernel, {})))
-        past = _past(module, kernel, total, spec, bound, at_max=False)
+        past = _past(module, kernel, total, module.samples.named, bound)
         if past is not None:
             size, sizes = past
             shown = ", ".join(f"{n} = {sizes[n]}" for n in sorted(depends & set(sizes)))
             raise ValueError(f"the tiles of a block take {size} bytes{' at ' + shown if shown else ''}, more than "
                              f"the {arch.name} profile's max_tile_bytes ({bound}); hold fewer elements per block "
                              f"(smaller blocks, `stream:`) or lower the sizes")
-        if any(d.dynamic for d in spec.dims.values() if d.name in depends):
+        if module.samples.dynamic in depends:
             continue        # the factory knows the static sizes only (tiles over the rows are blocks of them)
-        unbounded = any(d.max is None for d in spec.dims.values() if d.name in depends)
-        if unbounded or _past(module, kernel, total, spec, bound, at_max=True) is not None:
+        if module.samples.unbounded & depends or \
+                _past(module, kernel, total, module.samples.extreme, bound) is not None:
             checks.append((E.Binary("<=", total, E.Num(bound)),
-                           f"{spec.name}: at these sizes the tiles of a block would take more than {bound} bytes, "
+                           f"{module.op}: at these sizes the tiles of a block would take more than {bound} bytes, "
                            f"the {arch.name} profile's max_tile_bytes"))
     return module.replace(checks=module.checks + tuple(checks)) if checks else module
 
 
-def _past(module, kernel, total, spec, bound, at_max):
-    """(bytes, sizes) of the first sample at which the tiles take more than `bound`, else None."""
-    for sizes in _cached_samples(spec, at_max):
+def _past(module, kernel, total, samples, bound):
+    """(bytes, sizes) of the first of `samples` at which the tiles take more than `bound`, else None."""
+    for sample in samples:
+        sizes = dict(sample)
         try:
             size = evaluate(total, _env(module, kernel, sizes))
         except (KeyError, ValueError, ArithmeticError, TypeError):
@@ -146,18 +146,8 @@ def _past(module, kernel, total, spec, bound, at_max):
     return None
 
 
-_SAMPLES = {}
-
-
-def _cached_samples(spec, at_max=True):
-    key = (spec.name, spec.sha256, at_max)
-    if key not in _SAMPLES:
-        _SAMPLES[key] = list(_samples(spec, at_max))
-    return _SAMPLES[key]
-
-
 @register("check_tile_bytes")
 def tile_bytes_pass(module: kir.Module, ctx) -> kir.Module:
     """Where the profile bounds a block's tile bytes (`max_tile_bytes`): an error where the sizes the spec
     names pass it, a factory check where larger sizes it admits may."""
-    return check_tile_bytes(module, ctx.spec, ctx.catalog, ctx.arch)
+    return check_tile_bytes(module, ctx.catalog, ctx.arch)

@@ -20,16 +20,6 @@ from .stream import stream_tiles
 KNOB_BLOCK = "block_{}"
 GEMM_K_STEP = 8           # elements of K in a TF32 tensor-core step: streamed chunks are multiples of it
 
-def _view_inner_axes(spec, used) -> set:
-    """Axes that are not the major axis of a split tensor dim must be whole (their index is not tiled)."""
-    inner = set()
-    for t in spec.tensors.values():
-        for group in t.resolved({}).view:
-            live = [a for a in group if a in used]     # an axis held at a fixed index is not the major
-            inner.update(live[1:])
-    return inner
-
-
 def _pack_multiple(module, axis) -> int:
     return max([a.packets[1] for a in module.axes.values() if a.packets and a.packets[0] == axis] or [1])
 
@@ -59,28 +49,25 @@ def _budget_share(name, sized, groups) -> E.Node:
     return products[0] if len(products) == 1 else P.call("max", *products)
 
 
-def _replicates_row_work(name, spec, dyn, groups, whole) -> bool:
+def _replicates_row_work(module, name, groups, whole) -> bool:
     """Whether splitting axis `name` across blocks would make each of them redo a row's reduction: an axis
     that no input is read along (only outputs vary over it), beside a tile over the rows and a reduced (or
     top-k'd) axis that does not vary over it (the top-k of a gate, split by its output slots, ran five
     times per row). Such an axis is held whole where the tile budget allows."""
-    read_along = {a for t in spec.inputs.values() for group in t.resolved({}).view for a in group}
-    return dyn is not None and name not in read_along and \
+    dyn = module.dyn
+    return dyn is not None and not module.axes[name].read_along and \
         any(dyn in g and name not in g and set(g) & set(whole) for g in groups)
 
 
-def _declared_past_threads(spec, name, threads) -> bool:
-    """Whether axis `name`'s extent is a param whose declared range reaches past the block's threads.
+def _declared_past_threads(axis: kir.Axis, threads) -> bool:
+    """Whether the axis's extent is a param whose declared range reaches past the block's threads.
     TileLang 0.1.15 lays out no fragment of more elements than threads that is not a multiple of them
     ("no available layout found": a histogram over 513 or 1023 experts), so on profiles that pad
     (`pad_reduced`) such an axis held whole is padded to a power of two like a reduced one."""
-    extent = spec.axes[name].extent
-    param = spec.params.get(extent.id) if isinstance(extent, E.Name) else None
-    high = param.range[1] if param is not None and param.range is not None else None
-    return isinstance(high, E.Num) and high.value > threads
+    return axis.extent_max is not None and axis.extent_max > threads
 
 
-def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
+def plan_tiles(module: kir.Module, arch, sched, groups=None):
     """(tiles in sizing order, knobs, checks). Whole axes (reduced, top-k'd, inner parts of a split tensor
     dim, counted, `all`) are sized first, then the rows, then axes with explicit sizes, and last `auto`
     axes, which grow to the tile budget. The budget bounds the largest tile that holds an axis (`groups`:
@@ -90,18 +77,16 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
     block = dict(sched.get("block", {}))
     knobs = [("threads", sched.get("threads", arch.threads))]
     checks = []
-    used = program.used_axes
-    dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
-    counted = {a for n in program.counts for a in program.values[n].axes}
-    inner = _view_inner_axes(spec, used)
+    dyn = module.dyn
     kinds = {}
-    for name in spec.axes:
-        if name not in used:
-            continue            # only indexed at a fixed position (`take`): no tile extent, no loop
+    for name, ax in module.axes.items():
+        if ax.packets or not ax.used:
+            continue            # packets are tiled with their axis; an axis only indexed at a fixed position
+                                # (`take`) has no tile extent and no loop
         want = block.get(name, 1 if name == dyn else "auto")
         if name == dyn:
             kinds[name] = ("dyn", want if isinstance(want, int) else 1)
-        elif name in program.whole_axes or name in inner or want == "all" or name in counted:
+        elif ax.whole or ax.view_inner or want == "all" or ax.counted:
             kinds[name] = ("whole", None)
         else:
             kinds[name] = ("auto", None) if want == "auto" else ("fixed", want)
@@ -115,8 +100,8 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
                 continue
             n_ = E.Name(ir.extent_name(name))
             if kind == "whole":
-                padded = arch.pad_reduced and (name in program.whole_axes or
-                                               _declared_past_threads(spec, name, knobs[0][1]))
+                padded = arch.pad_reduced and (module.axes[name].whole or
+                                               _declared_past_threads(module.axes[name], knobs[0][1]))
                 # warp reductions want a power-of-two extent; the padding is never loaded or stored
                 tiles.append((name, kir.Tile(P.call("pad_pow2", n_) if padded else n_, False, padded)))
                 continue
@@ -137,11 +122,11 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
                          (k != "auto" or order.index(o) < order.index(name))]
                 others = _budget_share(name, sized, groups)
                 cap = P.call("max", E.Num(1), E.Binary("//", E.Name("tile_elems"), others))
-                whole_fits = _replicates_row_work(name, spec, dyn, groups, program.whole_axes)
+                whole_fits = _replicates_row_work(module, name, groups, [a for a, x in module.axes.items() if x.whole])
                 tiles.append((name, kir.Tile(P.call("pick_block", n_, cap, E.Num(_pack_multiple(module, name)),
                                                     *([E.Num(1)] if whole_fits else [])), True, whole_fits)))
     if len(split) > 3:
-        raise ValueError(f"{spec.name}: at most three axes can be split across blocks, not {split}")
+        raise ValueError(f"{module.op}: at most three axes can be split across blocks, not {split}")
     if any(k == "auto" for k, _ in kinds.values()):
         knobs.append(("tile_elems", sched.get("tile_elems", arch.tile_elems)))
     for name, ax in module.axes.items():          # packets are tiled with the axis they pack
@@ -153,9 +138,9 @@ def plan_tiles(module: kir.Module, spec, program, arch, sched, groups=None):
     return tiles, knobs, checks
 
 
-def target_tiles(module, spec, program, arch, sched, groups=None):
+def target_tiles(module, arch, sched, groups=None):
     """plan_tiles, then the streamed axes (`stream:`) and, where T.gemm runs, its padded result axes."""
-    tiles, knobs, checks = plan_tiles(module, spec, program, arch, sched, groups)
+    tiles, knobs, checks = plan_tiles(module, arch, sched, groups)
     gemm_target = arch.tile_memory == "fragment"
     tiles, chunks = stream_tiles(tiles, sched.get("stream", {}), GEMM_K_STEP if gemm_target else 1)
     if gemm_target:
@@ -167,7 +152,7 @@ def target_tiles(module, spec, program, arch, sched, groups=None):
 
 def _set_tiles(module, ctx, groups=None, tile_elems=None):
     sched = ctx.sched if tile_elems is None else {**ctx.sched, "tile_elems": tile_elems}
-    tiles, knobs, checks = target_tiles(ctx.naive, ctx.spec, ctx.program, ctx.arch, sched, groups)
+    tiles, knobs, checks = target_tiles(ctx.naive, ctx.arch, sched, groups)
     kernel = dataclasses.replace(module.kernels[0], tiles=tuple(tiles))
     return module.replace(kernels=(kernel,) + module.kernels[1:], knobs=tuple(knobs),
                           checks=ctx.naive.checks + tuple(checks))

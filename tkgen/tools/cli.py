@@ -87,7 +87,7 @@ def _show_passes(cat, spec, args):
         raise UsageError(f"unknown variant {want!r} of {spec.name} (variants: {', '.join(names)})")
     variant, program, module = naive[names.index(want)]
     trace = PS.Trace()
-    S.apply(module, spec.resolved(variant), program, cat, arch, S.resolve(spec, arch), verify=True, trace=trace)
+    S.apply(module, cat, arch, S.resolve(spec, arch), verify=True, trace=trace)
     print(f"# {spec.name}, variant {want}, profile {arch.name}: {len(trace.steps)} passes")
     last = show.module(module)
     print("\n== naive\n" + last)
