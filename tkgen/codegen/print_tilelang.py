@@ -34,12 +34,12 @@ class _Kernel:
 
     def index(self, axis, local) -> str:
         if not local and self.kernel.tile(axis).streamed:     # the chunk's loop variable is b_<axis>
-            return f"(b_{axis} * B_{axis} + i_{axis})"
+            return f"({ir.tile_var(axis)} * {ir.block_name(axis)} + {ir.lane_var(axis)})"
         if local or not self.split(axis):
             return ir.lane_var(axis)
         a = self.axes[axis]
         block_of = a.packets[0] if a.packets else axis
-        return f"(b_{block_of} * B_{axis} + i_{axis})"
+        return f"({ir.tile_var(block_of)} * {ir.block_name(axis)} + {ir.lane_var(axis)})"
 
 
 class KernelPrinter:
@@ -268,7 +268,7 @@ class KernelPrinter:
 
     def grid(self, kernel):
         split = [a for a in self.m.axes if kernel.tile(a).split and not self.m.axes[a].packets]
-        exts = [f"T.ceildiv(N_{a}, B_{a})" for a in split]
+        exts = [f"T.ceildiv({ir.extent_name(a)}, {ir.block_name(a)})" for a in split]
         if kernel.persistent:
             return ["blocks"], ["bid"], []
         if not exts:

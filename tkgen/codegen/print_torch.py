@@ -99,7 +99,7 @@ class ReferencePrinter:
 
     # -- memory nodes -----------------------------------------------------------------------------------
     def index(self, axis) -> str:
-        return f"_ix(N_{axis}, {self.axes.index(axis)}, {len(self.axes)}, _dev)"
+        return f"_ix({ir.extent_name(axis)}, {self.axes.index(axis)}, {len(self.axes)}, _dev)"
 
     def node(self, e, pr) -> str:
         if isinstance(e, ir.Index):
