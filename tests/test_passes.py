@@ -203,3 +203,52 @@ def test_def_use_names_every_read_and_write_once_for_every_pass():
     assert [(st, n) for st, n in du.readers["y"]] == [(part, None), (store, ir.Read("y", ir.F32))]
     assert kir.reads(loop) == {"m", "y"} and kir.writes(loop) == {"y"}
     assert kir.own_reads(loop) == set() and kir.own_writes(red) == {"m"}
+
+
+def _with_schedule(name, arch_name, layer):
+    """The shipped op `name` with `layer` added to its schedule for `arch_name`."""
+    catalog = shipped_catalog()
+    spec = catalog.op(name)
+    sched = {**spec.schedule, arch_name: {**spec.schedule.get(arch_name, {}), **layer}}
+    return dataclasses.replace(spec, schedule=sched), catalog.archs[arch_name]
+
+
+def test_an_op_schedule_sets_pass_parameters_and_later_layers_set_them_one_by_one():
+    """`pass_params` in an op's schedule sets parameters of its pipeline's passes (the stream's stages), a
+    later layer (tuned data) overrides one parameter and keeps the others."""
+    spec, arch = _with_schedule("mhc_pre_norm_fn", "sm90", {"pass_params": {"stream": {"stages": 3}}})
+    sched = S.resolve(spec, arch)
+    assert dict(PS.pipeline_for(arch, sched))["stream"] == {"kind": "pipelined", "stages": 3}
+    tuned = dataclasses.replace(arch, tuned={"mhc_pre_norm_fn": {"pass_params": {"stream": {"kind": "serial"}}}})
+    assert dict(PS.pipeline_for(tuned, S.resolve(spec, tuned)))["stream"] == {"kind": "serial", "stages": 3}
+    catalog = shipped_catalog()
+    _, program, module = generate.naive_modules(catalog, spec)[0]
+    loops = [st for st in kir.statements(S.apply(module, catalog, arch, sched).kernels[0].body)
+             if isinstance(st, kir.Loop) and st.kind == "pipelined"]
+    assert loops and all(st.stages == 3 for st in loops)
+
+
+def test_an_op_schedule_replaces_its_pipeline():
+    """`passes` in an op's schedule replaces the profile's pipeline for that op: without `fuse`, no loop
+    of it is fused, while other ops keep the profile's."""
+    without = [p for p in PS.PIPELINES["cpu"] if p != "fuse"]
+    spec, arch = _with_schedule("swiglu_forward", "cpu", {"passes": without})
+    catalog = shipped_catalog()
+    _, program, module = generate.naive_modules(catalog, spec)[0]
+    unfused = S.apply(module, catalog, arch, S.resolve(spec, arch), verify=True)
+    assert not any(isinstance(st, kir.Nest) for st in kir.statements(unfused.kernels[0].body))
+    assert [n for n, _ in PS.pipeline_for(arch, S.resolve(catalog.op("swiglu_forward"), arch))].count("fuse") == 1
+
+
+@pytest.mark.parametrize("layer, problem", [
+    ("{passes: [plan_tiles, no_such_pass]}", "unknown pass 'no_such_pass'"),
+    ("{pass_params: {place_gemm: {}}}", "pass_params sets pass 'place_gemm', which the pipeline does not run"),
+    ("{pass_params: {stream: {stages: two}}}", "parameter 'stages' must be int"),
+])
+def test_an_op_schedule_with_a_wrong_pipeline_is_reported_at_its_schedule(tmp_path, layer, problem):
+    from spec_trees import only_error
+    from tkgen import registry
+    text = (registry.specs_dir() / "norm" / "rmsnorm_forward.yaml").read_text()
+    assert "\n  cpu: {block: {t: 1}}\n" in text
+    err = only_error(tmp_path, text.replace("\n  cpu: {block: {t: 1}}\n", f"\n  cpu: {layer}\n"))
+    assert problem in str(err) and "schedule" in str(err), err

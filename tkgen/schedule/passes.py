@@ -8,7 +8,9 @@ module the pipeline started from.
 
 A pipeline is data: a list of entries, each a pass name or a one-key mapping `{name: {param: value}}`.
 `PIPELINES` holds the default of each backend; a profile overrides it with `passes:` (the same list,
-tkgen/spec/schema/arch.schema.json). Adding a pass is one module with a registered function, plus its
+tkgen/spec/schema/arch.schema.json), and an op's `schedule:` (by default or for one arch) with `passes:`
+too, or sets parameters of the passes in it with `pass_params: {pass: {param: value}}` (what `tkgen tune`
+writes when it sweeps a pass parameter). Adding a pass is one module with a registered function, plus its
 place in a pipeline: every module of tkgen/schedule/ is imported when the registry is first read.
 
 `run` applies a pipeline; with `verify` on (tests, `tkgen validate`), the module is checked after every
@@ -133,10 +135,20 @@ def parse(entries) -> List[Tuple[str, dict]]:
     return out
 
 
-def pipeline_for(arch) -> List[Tuple[str, dict]]:
-    """The pipeline a profile runs: its `passes:` if it declares them, else its backend's default."""
-    declared = getattr(arch, "passes", None)
-    return parse(declared if declared is not None else PIPELINES[arch.backend])
+def pipeline_for(arch, sched: Optional[dict] = None) -> List[Tuple[str, dict]]:
+    """The pipeline an op runs on a profile: the schedule's `passes` (an op's `schedule:`) if it has them,
+    else the profile's `passes:`, else its backend's default; then the schedule's `pass_params` set
+    parameters of passes in it (a pass the pipeline does not run is an error)."""
+    sched = sched or {}
+    declared = sched.get("passes", getattr(arch, "passes", None))
+    steps = parse(declared if declared is not None else PIPELINES[arch.backend])
+    for name, params in sched.get("pass_params", {}).items():
+        parse([{name: params}])                    # the pass and its parameters exist, of the right types
+        if not any(n == name for n, _ in steps):
+            raise ValueError(f"pass_params sets pass {name!r}, which the pipeline does not run "
+                             f"(passes: {', '.join(n for n, _ in steps)})")
+        steps = [(n, {**p, **params} if n == name else p) for n, p in steps]
+    return steps
 
 
 @dataclass
@@ -150,7 +162,7 @@ def run(module: kir.Module, ctx: Context, pipeline=None, verify: bool = False,
         trace: Optional[Trace] = None) -> kir.Module:
     """`module` through `pipeline` (default: the profile's); with `verify`, checked after every pass."""
     passes = registry()
-    steps = pipeline_for(ctx.arch) if pipeline is None else parse(pipeline)
+    steps = pipeline_for(ctx.arch, ctx.sched) if pipeline is None else parse(pipeline)
     ctx = dataclasses.replace(ctx, naive=module) if ctx.naive is None else ctx
     invariants = set()
     if verify:

@@ -48,11 +48,14 @@ def verifying(on: bool = True):
 
 
 def resolve(spec, arch) -> dict:
-    """Profile defaults, then the spec's default schedule, then its block for this arch, then tuned data."""
+    """Profile defaults, then the spec's default schedule, then its block for this arch, then tuned data.
+    A later layer's `passes` replaces the pipeline; its `pass_params` set parameters one by one."""
     sched = {"threads": arch.threads}
     for layer in (spec.schedule.get("default", {}), spec.schedule.get(arch.name, {}),
                   arch.tuned.get(spec.name, {})):
         for k, v in layer.items():
+            if k == "pass_params":       # by pass, then by parameter
+                v = {name: {**sched.get(k, {}).get(name, {}), **params} for name, params in v.items()}
             sched[k] = {**sched.get(k, {}), **v} if isinstance(v, dict) else v
     return sched
 
