@@ -5,6 +5,7 @@ kernel module the table names (`kernel_cuda.py`, shared by the CUDA profiles who
 Every user of generated kernels goes through `kernel_module`, so none of them builds module names."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
 from types import ModuleType
@@ -22,13 +23,40 @@ class Kernels(NamedTuple):
         return self.table.__name__.rsplit(".", 1)[1][len("knobs_"):]
 
     def knobs(self, variant: str, schedule=None) -> dict:
-        """A variant's knob values: the table's, overridden by an explicit `schedule` (`tkgen tune`)."""
-        return {**self.table.KNOBS[f"build_{variant}"], **dict(schedule or {})}
+        """A variant's knob values: the table's, overridden by an explicit `schedule` (`tkgen tune`). A
+        schedule's pass parameters (`pass.param`) are not knobs: they made the kernels (see `substituted`)."""
+        given = {k: v for k, v in dict(schedule or {}).items() if "." not in k}
+        return {**self.table.KNOBS[f"build_{variant}"], **given}
+
+
+_SUBSTITUTES: Dict[Tuple[str, str], Kernels] = {}
+
+
+@contextlib.contextmanager
+def substituted(op_package: Union[ModuleType, str], arch: str, kernels: Kernels):
+    """Within it, `kernel_module(op_package, arch)` is `kernels`: `tkgen tune` times kernels generated for
+    a candidate's pass parameters without writing them into the package."""
+    key = (_name(op_package), arch)
+    before = _SUBSTITUTES.get(key)
+    _SUBSTITUTES[key] = kernels
+    try:
+        yield kernels
+    finally:
+        if before is None:
+            del _SUBSTITUTES[key]
+        else:
+            _SUBSTITUTES[key] = before
+
+
+def _name(op_package) -> str:
+    return op_package if isinstance(op_package, str) else op_package.__name__
 
 
 def kernel_module(op_package: Union[ModuleType, str], arch: str) -> Kernels:
     """The kernels of an op (its generated package, or the package's name) on a profile."""
-    name = op_package if isinstance(op_package, str) else op_package.__name__
+    name = _name(op_package)
+    if (name, arch) in _SUBSTITUTES:
+        return _SUBSTITUTES[(name, arch)]
     table = importlib.import_module(f"{name}.knobs_{arch}")
     return Kernels(importlib.import_module(f"{name}.{table.MODULE}"), table)
 

@@ -5,6 +5,7 @@ import itertools
 import os
 import json
 import sys
+import tempfile
 
 import yaml
 
@@ -43,9 +44,11 @@ def cmd_bench(args):
     return 0
 
 
-def tune_space(arch_doc: dict, knobs):
-    """Candidate schedules: the profile's `tune_space`, restricted to the factory's knobs."""
-    space = {k: v for k, v in arch_doc.get("tune_space", {}).items() if k in knobs}
+def tune_space(arch_doc: dict, knobs, passes=()):
+    """Candidate schedules: the profile's `tune_space`, restricted to the factory's knobs and to the
+    parameters (`pass.param`) of the passes the op's pipeline runs (`passes`)."""
+    space = {k: v for k, v in arch_doc.get("tune_space", {}).items()
+             if k in knobs or ("." in k and k.split(".", 1)[0] in passes)}
     names = sorted(space)
     for combo in itertools.product(*(space[n] for n in names)):
         yield dict(zip(names, combo))
@@ -77,6 +80,40 @@ def _try_candidate(pkg, case, arch, cand, device, reps):
     return time_fn(launches, device, reps=reps)[0]
 
 
+def _with_tuned(cat, spec, arch_name, cand):
+    """The catalog with `cand` written as the op's tuned schedule on the profile, as `tune` would."""
+    import dataclasses
+    arch = cat.archs[arch_name]
+    tuned = dataclasses.replace(arch, tuned={**arch.tuned, spec.name: _as_schedule(cand)})
+    return dataclasses.replace(cat, archs={**cat.archs, arch_name: tuned}), tuned
+
+
+def candidate_kernels(cat, spec, pkg, arch_name, cand, workdir):
+    """The op's kernels on the profile generated for a candidate's pass parameters: the kernel module
+    written under `workdir` (TileLang reads a factory's source from its file) and imported beside the op's
+    package, with a knob table like the profile's. Nothing is written into the package."""
+    import importlib.util
+    import types
+    from pathlib import Path
+    from ..codegen.generate import kernel_module as render_kernels
+    from ..lower.lowering import lower_variants
+    from ..runtime.kernels import Kernels, kernel_module
+
+    cat, arch = _with_tuned(cat, spec, arch_name, cand)
+    source = render_kernels(cat, spec, arch, lower_variants(cat, spec))
+    tag = "tune_" + "_".join(f"{k}_{v}" for k, v in sorted(cand.items())).replace(".", "_")
+    path = Path(workdir) / f"{tag}.py"
+    path.write_text(source.text)
+    name = f"{pkg.__name__}._{tag}"
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path))
+    module.__spec__.loader.exec_module(module)
+    base = kernel_module(pkg, arch_name).table
+    table = types.ModuleType(f"{name}.knobs_{arch_name}")
+    table.MODULE, table.KNOBS = name, dict(source.knobs)
+    table.TARGET, table.PASS_CONFIGS, table.COMPILE_FLAGS = base.TARGET, base.PASS_CONFIGS, base.COMPILE_FLAGS
+    return Kernels(module, table)
+
+
 def cmd_tune(args):
     """Sweep the schedule space over every workload of the op; keep the candidate with the smallest
     geometric mean time among those that match the reference on all of them (one schedule per op and
@@ -85,6 +122,7 @@ def cmd_tune(args):
     import torch
     from ..driver import load_catalog
     from ..runtime.compile import knobs as compile_knobs
+    from ..runtime.kernels import substituted
     from ..runtime.ops import arch_for
 
     from .console import known_arch, known_op
@@ -105,16 +143,27 @@ def cmd_tune(args):
         return 1
     knobs = compile_knobs(cases[0]["kernels"].module, cases[0]["variant"])
     space = {"tune_space": json.loads(args.space)} if args.space else arch_doc
-    cands = [{}] + list(tune_space(space, knobs))
+    from ..schedule.passes import pipeline_for
+    from ..schedule.pipeline import resolve
+    passes = [n for n, _ in pipeline_for(cat.archs[arch], resolve(spec, cat.archs[arch]))]
+    cands = [{}] + list(tune_space(space, knobs, passes))
     if device.type == "cuda":   # build every candidate in parallel worker processes first
         from ..runtime.compile import precompile
-        jobs = [(pkg.__name__, arch, c["variant"], c["statics"], k) for c in cases for k in cands]
+        # (candidates with pass parameters are generated in this process, and built when first timed)
+        jobs = [(pkg.__name__, arch, c["variant"], c["statics"], k) for c in cases for k in cands
+                if not any("." in n for n in k)]
         errors = precompile(jobs, workers=max(2, (os.cpu_count() or 4) - 2))
         print(f"precompiled {len(jobs)} kernels ({len(errors)} failed to build)", flush=True)
     best = None
+    workdir = tempfile.mkdtemp(prefix="tkgen-tune-")
     for cand in cands:
         try:
-            times = [_try_candidate(pkg, c, arch, cand, device, args.reps) for c in cases]
+            if any("." in n for n in cand):      # pass parameters: the kernels generated for them
+                kernels = candidate_kernels(cat, spec, pkg, arch, cand, workdir)
+                with substituted(pkg, arch, kernels):
+                    times = [_try_candidate(pkg, c, arch, cand, device, args.reps) for c in cases]
+            else:
+                times = [_try_candidate(pkg, c, arch, cand, device, args.reps) for c in cases]
         except Exception as e:  # noqa: BLE001  (a candidate that fails to build or to match is dropped)
             print(f"  {cand}: rejected ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
             continue
@@ -141,14 +190,21 @@ def cmd_tune(args):
 
 
 def _as_schedule(cand):
-    sched, block = {}, {}
+    """A candidate as a schedule layer: `block_<axis>` knobs under `block`, `pass.param` under
+    `pass_params`, other knobs as they are."""
+    sched, block, params = {}, {}, {}
     for k, v in cand.items():
         if k.startswith("block_"):
             block[k[len("block_"):]] = v
+        elif "." in k:
+            name, param = k.split(".", 1)
+            params.setdefault(name, {})[param] = v
         else:
             sched[k] = v
     if block:
         sched["block"] = block
+    if params:
+        sched["pass_params"] = params
     return sched
 
 
@@ -170,5 +226,6 @@ def register(sub):
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--space", default=None,
-                   help='candidate knobs as JSON, in place of the profile\'s tune_space: \'{"threads": [256, 512]}\'')
+                   help='candidate knobs and pass parameters as JSON, in place of the profile\'s tune_space: '
+                        '\'{"threads": [256, 512], "stream.stages": [2, 3]}\'')
     p.set_defaults(fn=cmd_tune)
