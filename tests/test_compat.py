@@ -457,6 +457,35 @@ def test_mhc_pre_norm_fn_is_built_with_tilekernels_signature():
     compare("mixes", got, want, "bit")
 
 
+
+def test_the_first_releases_mhc_ops_are_all_built():
+    """mhc_pre_big_fuse is bit-equal to the composite path it fuses (operators-v1.md 7.8: torch.equal on all
+    three outputs), the multilayer recompute to the single-layer ops in sequence (7.9), and mhc_post's kernel
+    entry points to mhc_post; no name of modeling.mhc.ops is a stand-in any more."""
+    mhc = tk1.modeling.mhc.ops
+    assert all("not built in tkgen yet" not in (getattr(mhc, n).__doc__ or "") for n in mhc.__all__)
+    m, d, n1 = 4, 64, 5
+    g = torch.Generator().manual_seed(7)
+    res = torch.randn(1, n1, m, d, generator=g).bfloat16()
+    fn = torch.randn(m * (m + 2), m * d, generator=g) * 0.1
+    scale, base = torch.randn(3, generator=g) * 0.1, torch.randn(m * (m + 2), generator=g) * 0.1
+    post, comb, layer_input = mhc.mhc_pre_big_fuse(res, fn, scale, base, 1e-6, 1e-6, 1e-6, 1.0, 10)
+    with torch.no_grad():
+        mixes = mhc.mhc_pre_norm_fn(res, fn, None, 1e-6, fuse_grad_acc=False)
+        pre, post_c, comb_c = mhc.mhc_pre_split_mixes(mixes, scale, base, m, 1.0, 1e-6)
+        comb_c = mhc.sinkhorn_normalize(comb_c, 10, 1e-6)
+        layer_c = mhc.mhc_pre_apply_mix(res, pre)
+    assert post.shape == (1, n1, m, 1) and comb.shape == (1, n1, m, m) and layer_input.shape == (1, n1, d)
+    for got, want in ((post, post_c), (comb, comb_c), (layer_input, layer_c)):
+        assert torch.equal(got, want)
+    x = torch.randn(1, n1, d, generator=g).bfloat16()
+    assert torch.equal(mhc.mhc_post_fwd(x, res, post, comb), mhc.mhc_post(x, res, post, comb))
+    layer_inputs, residuals = [torch.empty(1, n1, d).bfloat16() for _ in range(2)], [torch.empty_like(res)]
+    assert mhc.mhc_multilayer_recompute(res, [pre, pre], [x], [post], [comb], layer_inputs, residuals) is None
+    r1 = mhc.mhc_post(x, res, post, comb)
+    assert torch.equal(layer_inputs[0], layer_c) and torch.equal(residuals[0], r1)
+    assert torch.equal(layer_inputs[1], mhc.mhc_pre_apply_mix(r1, pre))
+
 def test_options_tkgen_lacks_raise_naming_them():
     x = randn(T, H)
     with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True into e2m1"):

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from .._common import into, missing, ops, tensor_arg
+from .._common import into, ops, tensor_arg
+# the release's recompute (operators-v1.md 7.9: bit-equal to the single-layer kernels in sequence) and its
+# kernel entry points of mhc_post, which the release's docs name without their arguments: the same functions
+# as 2.1.0's, with the arguments 2.1.0 documents (x, residual, post_layer_mix, comb_res_mix[, out | d_o])
+from ..tilekernels.mhc import mhc_multilayer_recompute, mhc_post_bwd, mhc_post_fwd  # noqa: F401
 
 _ATTR = "grad_from_mhc_post"
 
@@ -155,12 +159,27 @@ def mhc_pre_norm_fn(residual, mhc_fn, mhc_norm_weight, mhc_norm_eps: float, fuse
 
 
 RELEASE = "1.0"
-# the inference fusion built on the pre-norm GEMM, the multilayer recompute, and the kernel entry points of
-# mhc_post (whose signatures the catalog does not give)
-mhc_pre_big_fuse = missing("modeling.mhc.ops.mhc_pre_big_fuse", RELEASE)
-mhc_multilayer_recompute = missing("modeling.mhc.ops.mhc_multilayer_recompute", RELEASE)
-mhc_post_fwd = missing("modeling.mhc.ops.mhc_post_fwd", RELEASE)
-mhc_post_bwd = missing("modeling.mhc.ops.mhc_post_bwd", RELEASE)
+
+
+def mhc_pre_big_fuse(residual, fn, mhc_scale, mhc_base, rms_eps: float, mhc_pre_eps: float,
+                     mhc_sinkhorn_eps: float, mhc_post_mult_value: float, sinkhorn_repeat: int, n_splits: int = 16):
+    """The inference pre-block: residual (..., m, D) bf16, fn (m * (m + 2), m * D), mhc_scale (3,), mhc_base
+    (m * (m + 2),) float32 -> (post_mix (..., m, 1), comb_mix (..., m, m) float32, layer_input (..., D) bf16).
+    The release's contract is bit-equality with the composite path (operators-v1.md 7.8): mhc_pre_norm_fn
+    without a norm weight, mhc_pre_split_mixes, sinkhorn_normalize and mhc_pre_apply_mix, which is what
+    this calls, without autograd. `n_splits` has no effect (the release forces it to 1)."""
+    name = "modeling.mhc.ops.mhc_pre_big_fuse"
+    tensor_arg(name, "residual", residual, (torch.bfloat16,), None, "(..., m, D)", min_rank=2)
+    m = residual.shape[-2]
+    lead = residual.shape[:-2]
+    with torch.no_grad():
+        mixes = mhc_pre_norm_fn(residual, fn, None, rms_eps, fuse_grad_acc=False, n_splits=n_splits)
+        pre, post, comb = mhc_pre_split_mixes(mixes.reshape(1, -1, m * (m + 2)), mhc_scale, mhc_base, m,
+                                              mhc_post_mult_value, mhc_pre_eps)
+        comb = sinkhorn_normalize(comb, sinkhorn_repeat, mhc_sinkhorn_eps)
+        layer_input = mhc_pre_apply_mix(residual, pre.reshape(*lead, m, 1))
+    return post.reshape(*lead, m, 1), comb.reshape(*lead, m, m), layer_input
+
 
 __all__ = ["expand_to_mhc", "mhc_head_compute_mix", "mhc_multilayer_recompute", "mhc_pre_norm_fn", "mhc_post",
            "mhc_post_bwd", "mhc_post_fwd", "mhc_pre_apply_mix", "mhc_pre_big_fuse", "mhc_pre_split_mixes",
