@@ -55,7 +55,8 @@ def test_apply_is_the_declared_pipeline_and_the_trace_names_each_pass():
 
 def _module(body, tiles=(), axes=("t", "h"), tensors=None):
     tensors = tensors or (kir.TensorArg("x", "input", "fp32", ("T", "H")), kir.TensorArg("out", "output", "fp32", ("T", "H")))
-    return kir.Module("toy", "base", {a: kir.Axis(a, ir.Size(f"N_{a}")) for a in axes}, tuple(tensors),
+    extents = {"h": ir.i32(8)}            # a number, for the bounds of constant indices
+    return kir.Module("toy", "base", {a: kir.Axis(a, extents.get(a, ir.extent(a))) for a in axes}, tuple(tensors),
                       (kir.Kernel("main", tuple(body), tiles=tuple(tiles)),), dims=())
 
 
@@ -77,6 +78,10 @@ def test_a_sound_module_verifies():
     ([LOAD, dataclasses.replace(STORE, indices=(ir.Index("t"), ir.i32(0)))], (), (), "several writers per element"),
     ([LOAD, STORE], (("h", kir.Tile(ir.Size("B_h"), False, True)),), ("guarded",), "without a guard"),
     ([LOAD, dataclasses.replace(STORE, indices=(ir.Index("t"), ir.Var("j", ir.I32)))], (), (), "'j' is not in scope"),
+    ([LOAD, dataclasses.replace(STORE, value=ir.Encode("fp32", ir.Read("xv", ir.F32, (ir.Index("t"), ir.i32(-1)))))],
+     (), (), "buffer 'xv' indexed at -1"),
+    ([LOAD, dataclasses.replace(STORE, value=ir.Encode("fp32", ir.Read("xv", ir.F32, (ir.Index("t"), ir.i32(8)))))],
+     (), (), "indexed at 8, outside axis 'h' (extent 8)"),
 ])
 def test_a_broken_module_is_rejected_naming_the_statement(body, tiles, invariants, problem):
     with pytest.raises(VerifyError) as e:

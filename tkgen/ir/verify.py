@@ -8,6 +8,8 @@ module), the kernel and the statement. It checks, cheaply and without the spec:
   flat); every buffer read is written before (in statement order, or anywhere in an enclosing loop: state
   carried from one iteration to the next), explicit indices one per axis; every Var is a loop variable,
   a loop binding or the block index `bid` of a persistent kernel, in scope;
+- **bounds**: a constant index (of a buffer read, a slice write `Compute.at`, a tensor load) is not
+  negative and lies below its axis's extent where that is a number;
 - **dtypes**: all declarations of a buffer agree (axes, dtype, scope); what a Compute, Fill or Reduce
   writes has the buffer's dtype; a read has the buffer's dtype; guards are boolean; loop extents integer;
 - **guarded** (an invariant, checked from the pass that establishes it on, `guard_out_of_range`): a store
@@ -82,10 +84,13 @@ class _Check:
                 if n.indices is not None and len(n.indices) != len(self.decl[n.buffer].axes):
                     self.fail(f"buffer {n.buffer!r} read with {len(n.indices)} indices, it has "
                               f"{len(self.decl[n.buffer].axes)} axes")
+                if n.indices is not None:
+                    self.bounds(zip(self.decl[n.buffer].axes, n.indices), f"buffer {n.buffer!r}")
                 if n.guard is not None:
                     self.boolean(n.guard, "a read's guard")
             elif isinstance(n, ir.Fetch):
                 self.tensor(n.tensor, n.indices)
+                self.bounds(((None, i) for i in n.indices), f"tensor {n.tensor!r}")
                 if n.guard is not None:
                     self.boolean(n.guard, "a load's guard")
 
@@ -102,6 +107,18 @@ class _Check:
         want = 1 if t.flat else len(t.shape)
         if len(indices) != want:
             self.fail(f"tensor {name!r} indexed with {len(indices)} indices, its storage has {want} dims")
+
+    def bounds(self, pairs, what):
+        """Constant indices lie inside their axis: not negative, and below the axis's extent where that is
+        a number (`pairs`: (axis or None, index))."""
+        for a, i in pairs:
+            k = _number(i)
+            if k is None:
+                continue
+            hi = _number(self.m.axes[a].extent) if a in self.m.axes else None
+            if k < 0 or (hi is not None and k >= hi):
+                self.fail(f"{what} indexed at {k}, outside axis {a!r} (extent {hi})" if hi is not None else
+                          f"{what} indexed at {k}, a negative index")
 
     def boolean(self, e, what):
         if e.dtype != ir.BOOL:
@@ -120,6 +137,7 @@ class _Check:
             for a, e in st.at:
                 self.axis(a)
                 self.expr(e, defined, vars_)
+            self.bounds(st.at, f"buffer {st.dst.name!r}")
             self.expr(st.value, defined | ({st.dst.name} if st.dst.name in defined else set()), vars_)
             self.same(st.value.dtype, st.dst)
             defined.add(st.dst.name)
@@ -210,6 +228,13 @@ class _Check:
                 elif isinstance(n, ir.Read) and n.indices is None and n.buffer in self.decl:
                     out |= set(self.decl[n.buffer].axes)
         return out
+
+
+def _number(e) -> Optional[int]:
+    """The integer an index or extent is where it is a constant (an ir.Const, or a number of the spec's
+    size expressions), else None."""
+    v = getattr(e, "value", None)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _buffers(st):
