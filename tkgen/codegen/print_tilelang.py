@@ -27,19 +27,15 @@ class _Kernel:
     def __init__(self, kernel: kir.Kernel, axes: Dict[str, kir.Axis]):
         self.kernel, self.axes = kernel, axes
 
-    def split(self, axis) -> bool:
-        a = self.axes[axis]
-        base = a.packets[0] if a.packets else axis
-        return self.kernel.tile(base).split
-
     def index(self, axis, local) -> str:
-        if not local and self.kernel.tile(axis).streamed:     # the chunk's loop variable is b_<axis>
-            return f"({ir.tile_var(axis)} * {ir.block_name(axis)} + {ir.lane_var(axis)})"
-        if local or not self.split(axis):
-            return ir.lane_var(axis)
+        if not local and (self.kernel.tile(axis).streamed or self.kernel.tile(self._base(axis)).split):
+            raise ValueError(f"the global index of axis {axis!r}, held in tiles, is not written out: the "
+                             "pipeline must run the pass index_tiles")
+        return ir.lane_var(axis)
+
+    def _base(self, axis):
         a = self.axes[axis]
-        block_of = a.packets[0] if a.packets else axis
-        return f"({ir.tile_var(block_of)} * {ir.block_name(axis)} + {ir.lane_var(axis)})"
+        return a.packets[0] if a.packets else axis
 
 
 class KernelPrinter:
@@ -267,7 +263,7 @@ class KernelPrinter:
         return f"{b.name} = {fn}({shape_src}, {dtype})"
 
     def grid(self, kernel):
-        split = [a for a in self.m.axes if kernel.tile(a).split and not self.m.axes[a].packets]
+        split = list(kernel.grid)
         exts = [f"T.ceildiv({ir.extent_name(a)}, {ir.block_name(a)})" for a in split]
         if kernel.persistent:
             return ["blocks"], ["bid"], []

@@ -210,6 +210,9 @@ class Kernel:
     tiles: Tuple[Tuple[str, Tile], ...] = ()
     persistent: bool = False
     threads: Optional[ir.Expr] = None
+    # the split axes the grid runs over, outermost first: one block per tile, its index along axis `a` the
+    # variable `ir.tile_var(a)` (set by the pass index_tiles; a persistent kernel's loop binds it instead)
+    grid: Tuple[str, ...] = ()
 
     def tile(self, axis) -> Tile:
         return dict(self.tiles).get(axis, Tile())

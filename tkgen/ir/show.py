@@ -125,5 +125,7 @@ def module(m: kir.Module) -> str:
         out.append(f"kernel {k.name}{' persistent' if k.persistent else ''}:")
         if k.tiles:
             out.append("  tiles: " + "; ".join(f"{a}: {tile(t)}" for a, t in k.tiles))
+        if k.grid:
+            out.append("  grid: " + ", ".join(f"{ir.tile_var(a)} over {a}" for a in k.grid))
         out += body(k.body, 1)
     return "\n".join(out)

@@ -7,7 +7,8 @@ module), the kernel and the statement. It checks, cheaply and without the spec:
   a statement reads or writes is an argument of the module, indexed once per storage dim (once where it is
   flat); every buffer read is written before (in statement order, or anywhere in an enclosing loop: state
   carried from one iteration to the next), explicit indices one per axis; every Var is a loop variable,
-  a loop binding or the block index `bid` of a persistent kernel, in scope;
+  a loop binding, a block variable of the grid (`Kernel.grid`) or the block index `bid` of a persistent
+  kernel, in scope;
 - **bounds**: a constant index (of a buffer read, a slice write `Compute.at`, a tensor load) is not
   negative and lies below its axis's extent where that is a number;
 - **dtypes**: all declarations of a buffer agree (axes, dtype, scope); what a Compute, Fill or Reduce
@@ -260,5 +261,7 @@ def verify(module: kir.Module, invariants: Iterable[str] = (), where: str = "a p
             c.axis(a)
         if "guarded" in c.inv:
             c.packets_padded()
-        vars_ = {"bid"} if kernel.persistent else set()
+        vars_ = ({"bid"} if kernel.persistent else set()) | {ir.tile_var(a) for a in kernel.grid}
+        for a in kernel.grid:
+            c.axis(a)
         c.body(kernel.body, set(), vars_)

@@ -81,29 +81,29 @@ def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    go[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
-                        T.cast(grad_out[(b_t * B_t + i_t), i_h, i_d], "float32"), T.float32(0.0))
+                    go[i_t, i_h, i_d] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
+                        T.cast(grad_out[((b_t * B_t) + i_t), i_h, i_d], "float32"), T.float32(0.0))
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
-                        T.cast(hidden_states[(b_t * B_t + i_t), i_h, i_d], "float32"), T.float32(0.0))
+                    xf[i_t, i_h, i_d] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
+                        T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "float32"), T.float32(0.0))
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
-                        T.cast(k[(b_t * B_t + i_t), i_h, i_d], "float32"), T.float32(0.0))
+                    kf[i_t, i_h, i_d] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
+                        T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "float32"), T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                        gate_score[(b_t * B_t + i_t), i_h], T.float32(0.0))
+                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        gate_score[((b_t * B_t) + i_t), i_h], T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    rx[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                        rstd_x[(b_t * B_t + i_t), i_h], T.float32(0.0))
+                    rx[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        rstd_x[((b_t * B_t) + i_t), i_h], T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    rk[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                        rstd_k[(b_t * B_t + i_t), i_h], T.float32(0.0))
+                    rk[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        rstd_k[((b_t * B_t) + i_t), i_h], T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    dt[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                        dot[(b_t * B_t + i_t), i_h], T.float32(0.0))
+                    dt[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        dot[((b_t * B_t) + i_t), i_h], T.float32(0.0))
                 for i_t, i_d in T.Parallel(B_t, B_d):
-                    _t0[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                        T.cast(v[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                    _t0[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                        T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                     gv[i_t, i_h, i_d] = T.Select((i_d < N_d), (go[i_t, i_h, i_d] * _t0[i_t, i_d]), T.float32(0.0))
                 T.reduce_sum(gv, dgate, dim=2)
@@ -115,13 +115,13 @@ def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
                     gz[i_t, i_h] = T.Select(((ad[i_t, i_h] * c[i_t, i_h]) < T.float32(clamp_value)), T.float32(0.0),
                         big[i_t, i_h])
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    if ((((b_t * B_t + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)):
-                        grad_x[(b_t * B_t + i_t), i_h, i_d] = T.cast((go[i_t, i_h, i_d]
+                    if (((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)):
+                        grad_x[((b_t * B_t) + i_t), i_h, i_d] = T.cast((go[i_t, i_h, i_d]
                                 + (gz[i_t, i_h]
                                     * ((kf[i_t, i_h, i_d] * w[i_h, i_d])
                                         - (((xf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rx[i_t, i_h] * rx[i_t, i_h]))
                                             / T.float32(D))))), "bfloat16")
-                        grad_k[(b_t * B_t + i_t), i_h, i_d] = T.cast((gz[i_t, i_h]
+                        grad_k[((b_t * B_t) + i_t), i_h, i_d] = T.cast((gz[i_t, i_h]
                                 * ((xf[i_t, i_h, i_d] * w[i_h, i_d])
                                     - (((kf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rk[i_t, i_h] * rk[i_t, i_h]))
                                         / T.float32(D)))), "bfloat16")
@@ -131,15 +131,15 @@ def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
                     for i_t, i_d in T.Parallel(B_t, B_d):
                         _t2[i_t, i_d] = (_t2[i_t, i_d]
                             + (
-                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (r_h < N_h)) & (i_d < N_d)),
-                                    T.cast(grad_out[(b_t * B_t + i_t), r_h, i_d], "float32"), T.float32(0.0))
-                                * T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_h < N_h)),
-                                    gate_score[(b_t * B_t + i_t), r_h], T.float32(0.0))))
+                                T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_h < N_h)) & (i_d < N_d)),
+                                    T.cast(grad_out[((b_t * B_t) + i_t), r_h, i_d], "float32"), T.float32(0.0))
+                                * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_h < N_h)),
+                                    gate_score[((b_t * B_t) + i_t), r_h], T.float32(0.0))))
                 for i_t, i_d in T.Parallel(B_t, B_d):
-                    if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                        grad_v[(b_t * B_t + i_t), i_d] = T.cast(_t2[i_t, i_d], "bfloat16")
+                    if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                        grad_v[((b_t * B_t) + i_t), i_d] = T.cast(_t2[i_t, i_d], "bfloat16")
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    gxk[i_t, i_h, i_d] = T.Select(((b_t * B_t + i_t) < N_t),
+                    gxk[i_t, i_h, i_d] = T.Select((((b_t * B_t) + i_t) < N_t),
                         ((gz[i_t, i_h] * xf[i_t, i_h, i_d]) * kf[i_t, i_h, i_d]), T.float32(0.0))
                 T.reduce_sum(gxk, grad_w_tile, dim=0)
                 for i_h, i_d in T.Parallel(B_h, B_d):
@@ -158,15 +158,15 @@ def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_grad_w in T.Parallel(B_blocksum_grad_w):
                     carry_grad_w[i_blocksum_grad_w] = (carry_grad_w[i_blocksum_grad_w]
-                        + T.if_then_else(((b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w)
+                        + T.if_then_else((((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w)
                                 < N_blocksum_grad_w),
-                            scratch_grad_w[part, (b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w)],
+                            scratch_grad_w[part, ((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w)],
                             T.float32(0.0)))
             for i_blocksum_grad_w in T.Parallel(B_blocksum_grad_w):
-                if ((b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w) < N_blocksum_grad_w):
+                if (((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w) < N_blocksum_grad_w):
                     T.atomic_add(
-                        grad_w[T.floordiv((b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w), D),
-                            T.floormod((b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w), D)],
+                        grad_w[T.floordiv(((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w), D),
+                            T.floormod(((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w), D)],
                         carry_grad_w[i_blocksum_grad_w])
 
     return kernel
@@ -238,29 +238,29 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads, block_t, blocks)
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    go[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
-                        T.cast(grad_out[(b_t * B_t + i_t), i_h, i_d], "float32"), T.float32(0.0))
+                    go[i_t, i_h, i_d] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
+                        T.cast(grad_out[((b_t * B_t) + i_t), i_h, i_d], "float32"), T.float32(0.0))
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
-                        T.cast(hidden_states[(b_t * B_t + i_t), i_h, i_d], "float32"), T.float32(0.0))
+                    xf[i_t, i_h, i_d] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
+                        T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "float32"), T.float32(0.0))
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
-                        T.cast(k[(b_t * B_t + i_t), i_h, i_d], "float32"), T.float32(0.0))
+                    kf[i_t, i_h, i_d] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)),
+                        T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "float32"), T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                        gate_score[(b_t * B_t + i_t), i_h], T.float32(0.0))
+                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        gate_score[((b_t * B_t) + i_t), i_h], T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    rx[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                        rstd_x[(b_t * B_t + i_t), i_h], T.float32(0.0))
+                    rx[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        rstd_x[((b_t * B_t) + i_t), i_h], T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    rk[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                        rstd_k[(b_t * B_t + i_t), i_h], T.float32(0.0))
+                    rk[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        rstd_k[((b_t * B_t) + i_t), i_h], T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    dt[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                        dot[(b_t * B_t + i_t), i_h], T.float32(0.0))
+                    dt[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        dot[((b_t * B_t) + i_t), i_h], T.float32(0.0))
                 for i_t, i_d in T.Parallel(B_t, B_d):
-                    _t0[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                        T.cast(v[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                    _t0[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                        T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                     gv[i_t, i_h, i_d] = T.Select((i_d < N_d), (go[i_t, i_h, i_d] * _t0[i_t, i_d]), T.float32(0.0))
                 T.reduce_sum(gv, dgate, dim=2)
@@ -270,23 +270,23 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads, block_t, blocks)
                     big[i_t, i_h] = ((((dgate[i_t, i_h] * g[i_t, i_h]) * (T.float32(1.0) - g[i_t, i_h]))
                             * T.float32(0.5)) * T.sqrt((c[i_t, i_h] / ad[i_t, i_h])))
                 for i_t in T.Parallel(B_t):
-                    _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        T.cast(image_token_mask[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                    _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
                 for i_t in T.Parallel(B_t):
                     img[i_t] = (_t1[i_t] != T.int32(0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     gz[i_t, i_h] = T.Select((img[i_t] | ((ad[i_t, i_h] * c[i_t, i_h]) < T.float32(clamp_value))),
                         T.float32(0.0), big[i_t, i_h])
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    if ((((b_t * B_t + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)):
-                        grad_x[(b_t * B_t + i_t), i_h, i_d] = T.cast(
+                    if (((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)) & (i_d < N_d)):
+                        grad_x[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
                             T.Select(img[i_t], go[i_t, i_h, i_d],
                                 (go[i_t, i_h, i_d]
                                     + (gz[i_t, i_h]
                                         * ((kf[i_t, i_h, i_d] * w[i_h, i_d])
                                             - (((xf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rx[i_t, i_h] * rx[i_t, i_h]))
                                                 / T.float32(D)))))), "bfloat16")
-                        grad_k[(b_t * B_t + i_t), i_h, i_d] = T.cast(
+                        grad_k[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
                             T.Select(img[i_t], T.float32(0.0),
                                 (gz[i_t, i_h]
                                     * ((xf[i_t, i_h, i_d] * w[i_h, i_d])
@@ -298,16 +298,16 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads, block_t, blocks)
                     for i_t, i_d in T.Parallel(B_t, B_d):
                         _t2[i_t, i_d] = (_t2[i_t, i_d]
                             + (
-                                T.if_then_else(((((b_t * B_t + i_t) < N_t) & (r_h < N_h)) & (i_d < N_d)),
-                                    T.cast(grad_out[(b_t * B_t + i_t), r_h, i_d], "float32"), T.float32(0.0))
-                                * T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_h < N_h)),
-                                    gate_score[(b_t * B_t + i_t), r_h], T.float32(0.0))))
+                                T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_h < N_h)) & (i_d < N_d)),
+                                    T.cast(grad_out[((b_t * B_t) + i_t), r_h, i_d], "float32"), T.float32(0.0))
+                                * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_h < N_h)),
+                                    gate_score[((b_t * B_t) + i_t), r_h], T.float32(0.0))))
                 for i_t, i_d in T.Parallel(B_t, B_d):
-                    if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                        grad_v[(b_t * B_t + i_t), i_d] = T.cast(T.Select(img[i_t], T.float32(0.0), _t2[i_t, i_d]),
+                    if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                        grad_v[((b_t * B_t) + i_t), i_d] = T.cast(T.Select(img[i_t], T.float32(0.0), _t2[i_t, i_d]),
                             "bfloat16")
                 for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                    gxk[i_t, i_h, i_d] = T.Select(((b_t * B_t + i_t) < N_t),
+                    gxk[i_t, i_h, i_d] = T.Select((((b_t * B_t) + i_t) < N_t),
                         T.Select(img[i_t], T.float32(0.0), ((gz[i_t, i_h] * xf[i_t, i_h, i_d]) * kf[i_t, i_h, i_d])),
                         T.float32(0.0))
                 T.reduce_sum(gxk, grad_w_tile, dim=0)
@@ -327,15 +327,15 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads, block_t, blocks)
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_grad_w in T.Parallel(B_blocksum_grad_w):
                     carry_grad_w[i_blocksum_grad_w] = (carry_grad_w[i_blocksum_grad_w]
-                        + T.if_then_else(((b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w)
+                        + T.if_then_else((((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w)
                                 < N_blocksum_grad_w),
-                            scratch_grad_w[part, (b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w)],
+                            scratch_grad_w[part, ((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w)],
                             T.float32(0.0)))
             for i_blocksum_grad_w in T.Parallel(B_blocksum_grad_w):
-                if ((b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w) < N_blocksum_grad_w):
+                if (((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w) < N_blocksum_grad_w):
                     T.atomic_add(
-                        grad_w[T.floordiv((b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w), D),
-                            T.floormod((b_blocksum_grad_w * B_blocksum_grad_w + i_blocksum_grad_w), D)],
+                        grad_w[T.floordiv(((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w), D),
+                            T.floormod(((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w), D)],
                         carry_grad_w[i_blocksum_grad_w])
 
     return kernel

@@ -63,11 +63,11 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t):
             gate_score_tile = T.alloc_local((B_t, B_h), 'float32')
             _t4 = T.alloc_local((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(hidden_states[(b_t * B_t + i_t), i_h, i_d], "uint32")), T.float32(0.0))
+                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(k[(b_t * B_t + i_t), i_h, i_d], "uint32")), T.float32(0.0))
+                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
                 x2[i_t, i_h, i_d] = (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d])
                 k2[i_t, i_h, i_d] = (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d])
@@ -95,11 +95,11 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t):
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
             for i_t, i_d in T.grid(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(v[(b_t * B_t + i_t), i_d], "uint32")), T.float32(0.0))
+                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    output[(b_t * B_t + i_t), i_h, i_d] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
                         encode_bf16((xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "uint16")
 
     return kernel
@@ -150,11 +150,11 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block
             _t3 = T.alloc_local((B_t,), 'int32')
             _t4 = T.alloc_local((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(hidden_states[(b_t * B_t + i_t), i_h, i_d], "uint32")), T.float32(0.0))
+                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(k[(b_t * B_t + i_t), i_h, i_d], "uint32")), T.float32(0.0))
+                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
                 x2[i_t, i_h, i_d] = (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d])
                 k2[i_t, i_h, i_d] = (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d])
@@ -182,14 +182,14 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
             for i_t in T.grid(B_t):
-                _t3[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(image_token_mask[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t, i_d in T.grid(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(v[(b_t * B_t + i_t), i_d], "uint32")), T.float32(0.0))
+                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    output[(b_t * B_t + i_t), i_h, i_d] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
                         encode_bf16(
                             T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
                                 (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])))), "uint16")
@@ -244,11 +244,11 @@ def build_true(HC, D, eps, clamp_value, *, threads, block_t):
             gate_score_tile = T.alloc_local((B_t, B_h), 'float32')
             _t4 = T.alloc_local((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(hidden_states[(b_t * B_t + i_t), i_h, i_d], "uint32")), T.float32(0.0))
+                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(k[(b_t * B_t + i_t), i_h, i_d], "uint32")), T.float32(0.0))
+                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
                 x2[i_t, i_h, i_d] = (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d])
                 k2[i_t, i_h, i_d] = (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d])
@@ -260,18 +260,18 @@ def build_true(HC, D, eps, clamp_value, *, threads, block_t):
             for i_t, i_h in T.grid(B_t, B_h):
                 rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd_x[(b_t * B_t + i_t), i_h] = rstd_x_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd_x[((b_t * B_t) + i_t), i_h] = rstd_x_tile[i_t, i_h]
             T.reduce_sum(k2, _t2, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
                 rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd_k[(b_t * B_t + i_t), i_h] = rstd_k_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd_k[((b_t * B_t) + i_t), i_h] = rstd_k_tile[i_t, i_h]
             T.reduce_sum(xwk, dot_tile, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    dot[(b_t * B_t + i_t), i_h] = dot_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    dot[((b_t * B_t) + i_t), i_h] = dot_tile[i_t, i_h]
                 z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
                     * (T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))))
                 az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
@@ -281,14 +281,14 @@ def build_true(HC, D, eps, clamp_value, *, threads, block_t):
                 gate_score_tile[i_t, i_h] = (T.float32(1.0)
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-                if ((b_t * B_t + i_t) < N_t):
-                    gate_score[(b_t * B_t + i_t), i_h] = gate_score_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    gate_score[((b_t * B_t) + i_t), i_h] = gate_score_tile[i_t, i_h]
             for i_t, i_d in T.grid(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(v[(b_t * B_t + i_t), i_d], "uint32")), T.float32(0.0))
+                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    output[(b_t * B_t + i_t), i_h, i_d] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
                         encode_bf16((xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "uint16")
 
     return kernel
@@ -343,11 +343,11 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_
             _t3 = T.alloc_local((B_t,), 'int32')
             _t4 = T.alloc_local((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(hidden_states[(b_t * B_t + i_t), i_h, i_d], "uint32")), T.float32(0.0))
+                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(k[(b_t * B_t + i_t), i_h, i_d], "uint32")), T.float32(0.0))
+                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
                 x2[i_t, i_h, i_d] = (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d])
                 k2[i_t, i_h, i_d] = (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d])
@@ -359,18 +359,18 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_
             for i_t, i_h in T.grid(B_t, B_h):
                 rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd_x[(b_t * B_t + i_t), i_h] = rstd_x_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd_x[((b_t * B_t) + i_t), i_h] = rstd_x_tile[i_t, i_h]
             T.reduce_sum(k2, _t2, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
                 rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd_k[(b_t * B_t + i_t), i_h] = rstd_k_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd_k[((b_t * B_t) + i_t), i_h] = rstd_k_tile[i_t, i_h]
             T.reduce_sum(xwk, dot_tile, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    dot[(b_t * B_t + i_t), i_h] = dot_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    dot[((b_t * B_t) + i_t), i_h] = dot_tile[i_t, i_h]
                 z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
                     * (T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))))
                 az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
@@ -380,17 +380,17 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_
                 gate_score_tile[i_t, i_h] = (T.float32(1.0)
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-                if ((b_t * B_t + i_t) < N_t):
-                    gate_score[(b_t * B_t + i_t), i_h] = gate_score_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    gate_score[((b_t * B_t) + i_t), i_h] = gate_score_tile[i_t, i_h]
             for i_t in T.grid(B_t):
-                _t3[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(image_token_mask[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t, i_d in T.grid(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(v[(b_t * B_t + i_t), i_d], "uint32")), T.float32(0.0))
+                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    output[(b_t * B_t + i_t), i_h, i_d] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
                         encode_bf16(
                             T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
                                 (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])))), "uint16")

@@ -65,16 +65,16 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t, block_h):
             gate_score_tile = T.alloc_fragment((B_t, B_h), 'float32')
             _t4 = T.alloc_fragment((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(hidden_states[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d], "float32"), T.float32(0.0))
+                xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(hidden_states[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(k[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d], "float32"), T.float32(0.0))
+                kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 x2[i_t, i_h, i_d] = T.Select((i_d < N_d), (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d]), T.float32(0.0))
                 k2[i_t, i_h, i_d] = T.Select((i_d < N_d), (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d]), T.float32(0.0))
             for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[(b_h * B_h + i_h), i_d], T.float32(0.0))
+                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[((b_h * B_h) + i_h), i_d], T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 xwk[i_t, i_h, i_d] = T.Select((i_d < N_d), ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d]),
                     T.float32(0.0))
@@ -95,11 +95,11 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t, block_h):
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(v[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                _t4[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    output[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d] = T.cast((xf[i_t, i_h, i_d]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast((xf[i_t, i_h, i_d]
                             + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])), "bfloat16")
 
     return kernel
@@ -154,16 +154,16 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block
             _t3 = T.alloc_fragment((B_t,), 'int32')
             _t4 = T.alloc_fragment((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(hidden_states[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d], "float32"), T.float32(0.0))
+                xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(hidden_states[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(k[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d], "float32"), T.float32(0.0))
+                kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 x2[i_t, i_h, i_d] = T.Select((i_d < N_d), (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d]), T.float32(0.0))
                 k2[i_t, i_h, i_d] = T.Select((i_d < N_d), (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d]), T.float32(0.0))
             for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[(b_h * B_h + i_h), i_d], T.float32(0.0))
+                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[((b_h * B_h) + i_h), i_d], T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 xwk[i_t, i_h, i_d] = T.Select((i_d < N_d), ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d]),
                     T.float32(0.0))
@@ -184,14 +184,14 @@ def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
             for i_t in T.Parallel(B_t):
-                _t3[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(image_token_mask[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(v[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                _t4[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    output[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast(
                         T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
                             (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "bfloat16")
 
@@ -249,33 +249,33 @@ def build_true(HC, D, eps, clamp_value, *, threads, block_t, block_h):
             gate_score_tile = T.alloc_fragment((B_t, B_h), 'float32')
             _t4 = T.alloc_fragment((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(hidden_states[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d], "float32"), T.float32(0.0))
+                xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(hidden_states[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(k[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d], "float32"), T.float32(0.0))
+                kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 x2[i_t, i_h, i_d] = T.Select((i_d < N_d), (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d]), T.float32(0.0))
                 k2[i_t, i_h, i_d] = T.Select((i_d < N_d), (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d]), T.float32(0.0))
             for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[(b_h * B_h + i_h), i_d], T.float32(0.0))
+                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[((b_h * B_h) + i_h), i_d], T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 xwk[i_t, i_h, i_d] = T.Select((i_d < N_d), ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d]),
                     T.float32(0.0))
             T.reduce_sum(x2, _t1, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
                 rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd_x[(b_t * B_t + i_t), (b_h * B_h + i_h)] = rstd_x_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd_x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_x_tile[i_t, i_h]
             T.reduce_sum(k2, _t2, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
                 rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd_k[(b_t * B_t + i_t), (b_h * B_h + i_h)] = rstd_k_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd_k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_k_tile[i_t, i_h]
             T.reduce_sum(xwk, dot_tile, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    dot[(b_t * B_t + i_t), (b_h * B_h + i_h)] = dot_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    dot[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = dot_tile[i_t, i_h]
                 z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
                     * (T.float32(1.0) / T.sqrt(T.float32(D))))
                 az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
@@ -284,14 +284,14 @@ def build_true(HC, D, eps, clamp_value, *, threads, block_t, block_h):
                 gate_score_tile[i_t, i_h] = (T.float32(1.0)
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-                if ((b_t * B_t + i_t) < N_t):
-                    gate_score[(b_t * B_t + i_t), (b_h * B_h + i_h)] = gate_score_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    gate_score[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = gate_score_tile[i_t, i_h]
             for i_t, i_d in T.Parallel(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(v[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                _t4[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    output[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d] = T.cast((xf[i_t, i_h, i_d]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast((xf[i_t, i_h, i_d]
                             + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])), "bfloat16")
 
     return kernel
@@ -350,33 +350,33 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_
             _t3 = T.alloc_fragment((B_t,), 'int32')
             _t4 = T.alloc_fragment((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(hidden_states[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d], "float32"), T.float32(0.0))
+                xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(hidden_states[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(k[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d], "float32"), T.float32(0.0))
+                kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 x2[i_t, i_h, i_d] = T.Select((i_d < N_d), (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d]), T.float32(0.0))
                 k2[i_t, i_h, i_d] = T.Select((i_d < N_d), (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d]), T.float32(0.0))
             for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[(b_h * B_h + i_h), i_d], T.float32(0.0))
+                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[((b_h * B_h) + i_h), i_d], T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 xwk[i_t, i_h, i_d] = T.Select((i_d < N_d), ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d]),
                     T.float32(0.0))
             T.reduce_sum(x2, _t1, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
                 rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd_x[(b_t * B_t + i_t), (b_h * B_h + i_h)] = rstd_x_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd_x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_x_tile[i_t, i_h]
             T.reduce_sum(k2, _t2, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
                 rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd_k[(b_t * B_t + i_t), (b_h * B_h + i_h)] = rstd_k_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd_k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_k_tile[i_t, i_h]
             T.reduce_sum(xwk, dot_tile, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    dot[(b_t * B_t + i_t), (b_h * B_h + i_h)] = dot_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    dot[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = dot_tile[i_t, i_h]
                 z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
                     * (T.float32(1.0) / T.sqrt(T.float32(D))))
                 az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
@@ -385,17 +385,17 @@ def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_
                 gate_score_tile[i_t, i_h] = (T.float32(1.0)
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-                if ((b_t * B_t + i_t) < N_t):
-                    gate_score[(b_t * B_t + i_t), (b_h * B_h + i_h)] = gate_score_tile[i_t, i_h]
+                if (((b_t * B_t) + i_t) < N_t):
+                    gate_score[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = gate_score_tile[i_t, i_h]
             for i_t in T.Parallel(B_t):
-                _t3[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(image_token_mask[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(v[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                _t4[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    output[(b_t * B_t + i_t), (b_h * B_h + i_h), i_d] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast(
                         T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
                             (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "bfloat16")
 

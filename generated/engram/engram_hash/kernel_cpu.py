@@ -52,15 +52,15 @@ def build_base(L, N, M, *, threads, block_t, tile_elems):
             for r_i in T.serial(N_i):
                 for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
                     h[i_t, i_l, i_n] = (h[i_t, i_l, i_n]
-                        ^ T.Select((r_i <= ((b_n * B_n + i_n) + T.int32(1))),
+                        ^ T.Select((r_i <= (((b_n * B_n) + i_n) + T.int32(1))),
                             (
                                 T.cast(
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(ngram_token_ids[(b_t * B_t + i_t), r_i], "int32"), T.int32(0)), "int64")
-                                * T.cast(multipliers[(b_l * B_l + i_l), r_i], "int64")),
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(ngram_token_ids[((b_t * B_t) + i_t), r_i], "int32"), T.int32(0)),
+                                    "int64") * T.cast(multipliers[((b_l * B_l) + i_l), r_i], "int64")),
                             T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))))
             for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
-                _t2[i_l, i_n, i_j] = T.cast(vocab_sizes[(b_l * B_l + i_l), (b_n * B_n + i_n), i_j], "int32")
+                _t2[i_l, i_n, i_j] = T.cast(vocab_sizes[((b_l * B_l) + i_l), ((b_n * B_n) + i_n), i_j], "int32")
             for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):
                 r[i_t, i_l, i_n, i_j] = T.Select(((T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(0))
                         | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(0),
@@ -69,10 +69,10 @@ def build_base(L, N, M, *, threads, block_t, tile_elems):
                                 | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(1),
                             T.cast(_t2[i_l, i_n, i_j], "int64"))))
             for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
-                _t4[i_l, i_n, i_j] = T.cast(offsets[(b_l * B_l + i_l), (((b_n * B_n + i_n) * N_j) + i_j)], "int32")
+                _t4[i_l, i_n, i_j] = T.cast(offsets[((b_l * B_l) + i_l), ((((b_n * B_n) + i_n) * N_j) + i_j)], "int32")
             for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):
-                if ((b_t * B_t + i_t) < N_t):
-                    indices[(b_l * B_l + i_l), (b_t * B_t + i_t), (((b_n * B_n + i_n) * N_j) + i_j)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    indices[((b_l * B_l) + i_l), ((b_t * B_t) + i_t), ((((b_n * B_n) + i_n) * N_j) + i_j)] = T.cast(
                         T.cast((r[i_t, i_l, i_n, i_j] + T.cast(_t4[i_l, i_n, i_j], "int64")), "int32"), "int32")
 
     return kernel
@@ -114,15 +114,15 @@ def build_with_image_token_mask(L, N, M, *, threads, block_t, tile_elems):
             for r_i in T.serial(N_i):
                 for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
                     h[i_t, i_l, i_n] = (h[i_t, i_l, i_n]
-                        ^ T.Select((r_i <= ((b_n * B_n + i_n) + T.int32(1))),
+                        ^ T.Select((r_i <= (((b_n * B_n) + i_n) + T.int32(1))),
                             (
                                 T.cast(
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(ngram_token_ids[(b_t * B_t + i_t), r_i], "int32"), T.int32(0)), "int64")
-                                * T.cast(multipliers[(b_l * B_l + i_l), r_i], "int64")),
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(ngram_token_ids[((b_t * B_t) + i_t), r_i], "int32"), T.int32(0)),
+                                    "int64") * T.cast(multipliers[((b_l * B_l) + i_l), r_i], "int64")),
                             T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))))
             for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
-                _t2[i_l, i_n, i_j] = T.cast(vocab_sizes[(b_l * B_l + i_l), (b_n * B_n + i_n), i_j], "int32")
+                _t2[i_l, i_n, i_j] = T.cast(vocab_sizes[((b_l * B_l) + i_l), ((b_n * B_n) + i_n), i_j], "int32")
             for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):
                 r[i_t, i_l, i_n, i_j] = T.Select(((T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(0))
                         | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(0),
@@ -131,13 +131,13 @@ def build_with_image_token_mask(L, N, M, *, threads, block_t, tile_elems):
                                 | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(1),
                             T.cast(_t2[i_l, i_n, i_j], "int64"))))
             for i_t in T.grid(B_t):
-                _t3[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(image_token_mask[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
-                _t4[i_l, i_n, i_j] = T.cast(offsets[(b_l * B_l + i_l), (((b_n * B_n + i_n) * N_j) + i_j)], "int32")
+                _t4[i_l, i_n, i_j] = T.cast(offsets[((b_l * B_l) + i_l), ((((b_n * B_n) + i_n) * N_j) + i_j)], "int32")
             for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):
-                if ((b_t * B_t + i_t) < N_t):
-                    indices[(b_l * B_l + i_l), (b_t * B_t + i_t), (((b_n * B_n + i_n) * N_j) + i_j)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    indices[((b_l * B_l) + i_l), ((b_t * B_t) + i_t), ((((b_n * B_n) + i_n) * N_j) + i_j)] = T.cast(
                         T.Select((_t3[i_t] != T.int32(0)), T.int32(-1),
                             T.cast((r[i_t, i_l, i_n, i_j] + T.cast(_t4[i_l, i_n, i_j], "int64")), "int32")), "int32")
 

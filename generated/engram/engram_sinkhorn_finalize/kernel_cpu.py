@@ -42,9 +42,9 @@ def build_base(D, eps, alpha, *, threads, block_t):
             _t3 = T.alloc_local((B_t,), 'float32')
             scale = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), row_scale[(b_t * B_t + i_t)], T.float32(0.0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), row_scale[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_d in T.grid(B_t, B_d):
-                _t1[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t), matrix[(b_t * B_t + i_t), i_d],
+                _t1[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t), matrix[((b_t * B_t) + i_t), i_d],
                     T.float32(0.0))
             for i_d in T.grid(B_d):
                 _t2[i_d] = col_scale[i_d]
@@ -56,7 +56,7 @@ def build_base(D, eps, alpha, *, threads, block_t):
                 scale[i_t] = (T.reinterpret(T.uint32(f32_bits(alpha)), "float32")
                     / (T.sqrt(_t3[i_t]) + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             for i_t, i_d in T.grid(B_t, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_d] = (x[i_t, i_d] * scale[i_t])
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), i_d] = (x[i_t, i_d] * scale[i_t])
 
     return kernel

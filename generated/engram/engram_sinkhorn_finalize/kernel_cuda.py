@@ -41,10 +41,10 @@ def build_base(D, eps, alpha, *, threads, block_t):
             _t3 = T.alloc_fragment((B_t,), 'float32')
             scale = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), row_scale[(b_t * B_t + i_t)], T.float32(0.0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), row_scale[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                _t1[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    matrix[(b_t * B_t + i_t), i_d], T.float32(0.0))
+                _t1[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    matrix[((b_t * B_t) + i_t), i_d], T.float32(0.0))
             for i_d in T.Parallel(B_d):
                 _t2[i_d] = T.if_then_else((i_d < N_d), col_scale[i_d], T.float32(0.0))
             for i_t, i_d in T.Parallel(B_t, B_d):
@@ -54,7 +54,7 @@ def build_base(D, eps, alpha, *, threads, block_t):
             for i_t in T.Parallel(B_t):
                 scale[i_t] = (T.float32(alpha) / (T.sqrt(_t3[i_t]) + T.float32(eps)))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    out[(b_t * B_t + i_t), i_d] = (x[i_t, i_d] * scale[i_t])
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    out[((b_t * B_t) + i_t), i_d] = (x[i_t, i_d] * scale[i_t])
 
     return kernel

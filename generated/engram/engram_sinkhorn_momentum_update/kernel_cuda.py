@@ -42,17 +42,17 @@ def build_false(beta1, grad_dtype, momentum_buffer_dtype, *, threads, block_b):
             _t0 = T.alloc_fragment((B_b, B_r), 'float32')
             m = T.alloc_fragment((B_b, B_r), 'float32')
             for i_b, i_r in T.Parallel(B_b, B_r):
-                g[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_grad(grad[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
+                g[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
+                    LOAD_grad(grad[((((b_b * B_b) + i_b) * N_r) + i_r)]), T.float32(0.0))
             for i_b, i_r in T.Parallel(B_b, B_r):
-                _t0[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_momentum_buffer(momentum_buffer[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
+                _t0[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
+                    LOAD_momentum_buffer(momentum_buffer[((((b_b * B_b) + i_b) * N_r) + i_r)]), T.float32(0.0))
             for i_b, i_r in T.Parallel(B_b, B_r):
                 m[i_b, i_r] = T.fma(_t0[i_b, i_r], T.float32(beta1),
                     ((T.float32(1.0) - T.float32(beta1)) * g[i_b, i_r]))
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    momentum[(((b_b * B_b + i_b) * N_r) + i_r)] = STORE_momentum_buffer(m[i_b, i_r])
-                    sinkhorn_input[(((b_b * B_b + i_b) * N_r) + i_r)] = m[i_b, i_r]
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
+                    momentum[((((b_b * B_b) + i_b) * N_r) + i_r)] = STORE_momentum_buffer(m[i_b, i_r])
+                    sinkhorn_input[((((b_b * B_b) + i_b) * N_r) + i_r)] = m[i_b, i_r]
 
     return kernel
 
@@ -82,19 +82,19 @@ def build_true(beta1, grad_dtype, momentum_buffer_dtype, *, threads, block_b):
             m = T.alloc_fragment((B_b, B_r), 'float32')
             look = T.alloc_fragment((B_b, B_r), 'float32')
             for i_b, i_r in T.Parallel(B_b, B_r):
-                g[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_grad(grad[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
+                g[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
+                    LOAD_grad(grad[((((b_b * B_b) + i_b) * N_r) + i_r)]), T.float32(0.0))
             for i_b, i_r in T.Parallel(B_b, B_r):
-                _t0[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_momentum_buffer(momentum_buffer[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
+                _t0[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
+                    LOAD_momentum_buffer(momentum_buffer[((((b_b * B_b) + i_b) * N_r) + i_r)]), T.float32(0.0))
             for i_b, i_r in T.Parallel(B_b, B_r):
                 m[i_b, i_r] = T.fma(_t0[i_b, i_r], T.float32(beta1),
                     ((T.float32(1.0) - T.float32(beta1)) * g[i_b, i_r]))
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    momentum[(((b_b * B_b + i_b) * N_r) + i_r)] = STORE_momentum_buffer(m[i_b, i_r])
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
+                    momentum[((((b_b * B_b) + i_b) * N_r) + i_r)] = STORE_momentum_buffer(m[i_b, i_r])
                 look[i_b, i_r] = T.fma(g[i_b, i_r], (T.float32(1.0) - T.float32(beta1)),
                     (T.float32(beta1) * m[i_b, i_r]))
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    sinkhorn_input[(((b_b * B_b + i_b) * N_r) + i_r)] = look[i_b, i_r]
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
+                    sinkhorn_input[((((b_b * B_b) + i_b) * N_r) + i_r)] = look[i_b, i_r]
 
     return kernel

@@ -59,9 +59,10 @@ def build_base(D, eps, *, threads, block_t, blocks):
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t in T.grid(B_t):
-                    _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), row_scale[(b_t * B_t + i_t)], T.float32(0.0))
+                    _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), row_scale[((b_t * B_t) + i_t)],
+                        T.float32(0.0))
                 for i_t, i_d in T.grid(B_t, B_d):
-                    _t1[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t), matrix[(b_t * B_t + i_t), i_d],
+                    _t1[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t), matrix[((b_t * B_t) + i_t), i_d],
                         T.float32(0.0))
                 for i_t, i_d in T.grid(B_t, B_d):
                     x[i_t, i_d] = ((_t0[i_t] * _t1[i_t, i_d]) * _t2[i_d])
@@ -69,18 +70,19 @@ def build_base(D, eps, *, threads, block_t, blocks):
                 T.reduce_sum(x2, _t3, dim=1)
                 for i_t in T.grid(B_t):
                     row_norm_tile[i_t] = T.sqrt(_t3[i_t])
-                    if ((b_t * B_t + i_t) < N_t):
-                        row_norm[(b_t * B_t + i_t)] = row_norm_tile[i_t]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        row_norm[((b_t * B_t) + i_t)] = row_norm_tile[i_t]
                     inv[i_t] = (T.float32(1.0)
                         / (row_norm_tile[i_t] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 for i_t in T.grid(B_t):
-                    _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), row_scale[(b_t * B_t + i_t)], T.float32(0.0))
+                    _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), row_scale[((b_t * B_t) + i_t)],
+                        T.float32(0.0))
                 for i_t in T.grid(B_t):
-                    if ((b_t * B_t + i_t) < N_t):
-                        new_row_scale[(b_t * B_t + i_t)] = (_t4[i_t] * inv[i_t])
+                    if (((b_t * B_t) + i_t) < N_t):
+                        new_row_scale[((b_t * B_t) + i_t)] = (_t4[i_t] * inv[i_t])
                 for i_t, i_d in T.grid(B_t, B_d):
                     y[i_t, i_d] = (x[i_t, i_d] * inv[i_t])
-                    y2[i_t, i_d] = T.Select(((b_t * B_t + i_t) < N_t), (y[i_t, i_d] * y[i_t, i_d]), T.float32(0.0))
+                    y2[i_t, i_d] = T.Select((((b_t * B_t) + i_t) < N_t), (y[i_t, i_d] * y[i_t, i_d]), T.float32(0.0))
                 T.reduce_sum(y2, col_sumsq_tile, dim=0)
                 for i_d in T.grid(B_d):
                     carry_col_sumsq[i_d] = (carry_col_sumsq[i_d] + col_sumsq_tile[i_d])
@@ -93,13 +95,14 @@ def build_base(D, eps, *, threads, block_t, blocks):
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_col_sumsq in T.grid(B_blocksum_col_sumsq):
                     carry_col_sumsq[i_blocksum_col_sumsq] = (carry_col_sumsq[i_blocksum_col_sumsq]
-                        + T.if_then_else(((b_blocksum_col_sumsq * B_blocksum_col_sumsq + i_blocksum_col_sumsq)
+                        + T.if_then_else((((b_blocksum_col_sumsq * B_blocksum_col_sumsq) + i_blocksum_col_sumsq)
                                 < N_blocksum_col_sumsq),
                             scratch_col_sumsq[part,
-                                (b_blocksum_col_sumsq * B_blocksum_col_sumsq + i_blocksum_col_sumsq)], T.float32(0.0)))
+                                ((b_blocksum_col_sumsq * B_blocksum_col_sumsq) + i_blocksum_col_sumsq)],
+                            T.float32(0.0)))
             for i_blocksum_col_sumsq in T.grid(B_blocksum_col_sumsq):
-                if ((b_blocksum_col_sumsq * B_blocksum_col_sumsq + i_blocksum_col_sumsq) < N_blocksum_col_sumsq):
-                    T.atomic_add(col_sumsq[(b_blocksum_col_sumsq * B_blocksum_col_sumsq + i_blocksum_col_sumsq)],
+                if (((b_blocksum_col_sumsq * B_blocksum_col_sumsq) + i_blocksum_col_sumsq) < N_blocksum_col_sumsq):
+                    T.atomic_add(col_sumsq[((b_blocksum_col_sumsq * B_blocksum_col_sumsq) + i_blocksum_col_sumsq)],
                         carry_col_sumsq[i_blocksum_col_sumsq])
 
     return kernel

@@ -38,8 +38,8 @@ def build_base(P, D, *, threads, tile_elems):
             for r_p in (T.unroll if N_p <= 256 else T.serial)(N_p):
                 for i_d in T.Parallel(B_d):
                     reduced_tile[i_d] = (reduced_tile[i_d]
-                        + T.if_then_else((r_p < N_p), col_sumsq_partial[r_p, (b_d * B_d + i_d)], T.float32(0.0)))
+                        + T.if_then_else((r_p < N_p), col_sumsq_partial[r_p, ((b_d * B_d) + i_d)], T.float32(0.0)))
             for i_d in T.Parallel(B_d):
-                reduced[(b_d * B_d + i_d)] = reduced_tile[i_d]
+                reduced[((b_d * B_d) + i_d)] = reduced_tile[i_d]
 
     return kernel

@@ -39,10 +39,10 @@ def build_base(HC, D, weight_hidden_dtype, *, threads, block_h):
             _t0 = T.alloc_local((B_h, B_d), 'float32')
             _t1 = T.alloc_local((B_h, B_d), 'float32')
             for i_h, i_d in T.grid(B_h, B_d):
-                _t0[i_h, i_d] = LOAD_weight_hidden(weight_hidden[(b_h * B_h + i_h), i_d])
+                _t0[i_h, i_d] = LOAD_weight_hidden(weight_hidden[((b_h * B_h) + i_h), i_d])
             for i_h, i_d in T.grid(B_h, B_d):
-                _t1[i_h, i_d] = LOAD_weight_hidden(weight_embed[(b_h * B_h + i_h), i_d])
+                _t1[i_h, i_d] = LOAD_weight_hidden(weight_embed[((b_h * B_h) + i_h), i_d])
             for i_h, i_d in T.grid(B_h, B_d):
-                weight_fused[(b_h * B_h + i_h), i_d] = (_t0[i_h, i_d] * _t1[i_h, i_d])
+                weight_fused[((b_h * B_h) + i_h), i_d] = (_t0[i_h, i_d] * _t1[i_h, i_d])
 
     return kernel

@@ -41,10 +41,10 @@ def build_base(HC, D, weight_hidden_dtype, *, threads, block_h, tile_elems):
             _t0 = T.alloc_fragment((B_h, B_d), 'float32')
             _t1 = T.alloc_fragment((B_h, B_d), 'float32')
             for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = LOAD_weight_hidden(weight_hidden[(b_h * B_h + i_h), (b_d * B_d + i_d)])
+                _t0[i_h, i_d] = LOAD_weight_hidden(weight_hidden[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)])
             for i_h, i_d in T.Parallel(B_h, B_d):
-                _t1[i_h, i_d] = LOAD_weight_hidden(weight_embed[(b_h * B_h + i_h), (b_d * B_d + i_d)])
+                _t1[i_h, i_d] = LOAD_weight_hidden(weight_embed[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)])
             for i_h, i_d in T.Parallel(B_h, B_d):
-                weight_fused[(b_h * B_h + i_h), (b_d * B_d + i_d)] = (_t0[i_h, i_d] * _t1[i_h, i_d])
+                weight_fused[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)] = (_t0[i_h, i_d] * _t1[i_h, i_d])
 
     return kernel

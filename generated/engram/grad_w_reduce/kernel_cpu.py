@@ -49,18 +49,18 @@ def build_base(P, HC, D, *, threads, block_h):
                 r[i_h, i_d] = T.float32(-0.0)
             for r_p in T.serial(N_p):
                 for i_h, i_d in T.grid(B_h, B_d):
-                    r[i_h, i_d] = (r[i_h, i_d] + grad_w_partial[r_p, (b_h * B_h + i_h), i_d])
+                    r[i_h, i_d] = (r[i_h, i_d] + grad_w_partial[r_p, ((b_h * B_h) + i_h), i_d])
             for i_h, i_d in T.grid(B_h, B_d):
-                _t0[i_h, i_d] = grad_weight_hidden[(b_h * B_h + i_h), i_d]
+                _t0[i_h, i_d] = grad_weight_hidden[((b_h * B_h) + i_h), i_d]
             for i_h, i_d in T.grid(B_h, B_d):
-                _t1[i_h, i_d] = decode_bf16(T.cast(weight_embed[(b_h * B_h + i_h), i_d], "uint32"))
+                _t1[i_h, i_d] = decode_bf16(T.cast(weight_embed[((b_h * B_h) + i_h), i_d], "uint32"))
             for i_h, i_d in T.grid(B_h, B_d):
-                grad_hidden[(b_h * B_h + i_h), i_d] = (_t0[i_h, i_d] + (r[i_h, i_d] * _t1[i_h, i_d]))
+                grad_hidden[((b_h * B_h) + i_h), i_d] = (_t0[i_h, i_d] + (r[i_h, i_d] * _t1[i_h, i_d]))
             for i_h, i_d in T.grid(B_h, B_d):
-                _t2[i_h, i_d] = grad_weight_embed[(b_h * B_h + i_h), i_d]
+                _t2[i_h, i_d] = grad_weight_embed[((b_h * B_h) + i_h), i_d]
             for i_h, i_d in T.grid(B_h, B_d):
-                _t3[i_h, i_d] = decode_bf16(T.cast(weight_hidden[(b_h * B_h + i_h), i_d], "uint32"))
+                _t3[i_h, i_d] = decode_bf16(T.cast(weight_hidden[((b_h * B_h) + i_h), i_d], "uint32"))
             for i_h, i_d in T.grid(B_h, B_d):
-                grad_embed[(b_h * B_h + i_h), i_d] = (_t2[i_h, i_d] + (r[i_h, i_d] * _t3[i_h, i_d]))
+                grad_embed[((b_h * B_h) + i_h), i_d] = (_t2[i_h, i_d] + (r[i_h, i_d] * _t3[i_h, i_d]))
 
     return kernel

@@ -52,21 +52,21 @@ def build_base(P, HC, D, *, threads, block_h, tile_elems, vector_bytes):
             for r_p in (T.unroll if N_p <= 256 else T.serial)(N_p):
                 for i_h, i_d in T.Parallel(B_h, B_d):
                     r[i_h, i_d] = (r[i_h, i_d]
-                        + T.if_then_else((r_p < N_p), grad_w_partial[r_p, (b_h * B_h + i_h), (b_d * B_d + i_d)],
+                        + T.if_then_else((r_p < N_p), grad_w_partial[r_p, ((b_h * B_h) + i_h), ((b_d * B_d) + i_d)],
                             T.float32(0.0)))
             for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = grad_weight_hidden[(b_h * B_h + i_h), (b_d * B_d + i_d)]
+                _t0[i_h, i_d] = grad_weight_hidden[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)]
             for i_h, i_d in T.Parallel(B_h, B_d, coalesced_width=
                     (T.int32(vector_bytes // 4) if B_h * B_d <= tile_elems else None)):
-                _t1[i_h, i_d] = T.cast(weight_embed[(b_h * B_h + i_h), (b_d * B_d + i_d)], "float32")
+                _t1[i_h, i_d] = T.cast(weight_embed[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)], "float32")
             for i_h, i_d in T.Parallel(B_h, B_d):
-                grad_hidden[(b_h * B_h + i_h), (b_d * B_d + i_d)] = (_t0[i_h, i_d] + (r[i_h, i_d] * _t1[i_h, i_d]))
+                grad_hidden[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)] = (_t0[i_h, i_d] + (r[i_h, i_d] * _t1[i_h, i_d]))
             for i_h, i_d in T.Parallel(B_h, B_d):
-                _t2[i_h, i_d] = grad_weight_embed[(b_h * B_h + i_h), (b_d * B_d + i_d)]
+                _t2[i_h, i_d] = grad_weight_embed[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)]
             for i_h, i_d in T.Parallel(B_h, B_d, coalesced_width=
                     (T.int32(vector_bytes // 4) if B_h * B_d <= tile_elems else None)):
-                _t3[i_h, i_d] = T.cast(weight_hidden[(b_h * B_h + i_h), (b_d * B_d + i_d)], "float32")
+                _t3[i_h, i_d] = T.cast(weight_hidden[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)], "float32")
             for i_h, i_d in T.Parallel(B_h, B_d):
-                grad_embed[(b_h * B_h + i_h), (b_d * B_d + i_d)] = (_t2[i_h, i_d] + (r[i_h, i_d] * _t3[i_h, i_d]))
+                grad_embed[((b_h * B_h) + i_h), ((b_d * B_d) + i_d)] = (_t2[i_h, i_d] + (r[i_h, i_d] * _t3[i_h, i_d]))
 
     return kernel

@@ -50,13 +50,13 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
@@ -66,15 +66,15 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
                     * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -114,10 +114,10 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
@@ -127,7 +127,7 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
@@ -138,15 +138,15 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -185,18 +185,18 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
@@ -207,15 +207,15 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
 
     return kernel
@@ -258,15 +258,15 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
@@ -276,7 +276,7 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
@@ -287,15 +287,15 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
 
     return kernel
@@ -339,22 +339,22 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -365,17 +365,17 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0),
                             (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
@@ -426,15 +426,15 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
@@ -444,11 +444,11 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -459,17 +459,17 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0),
                             (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
@@ -518,25 +518,25 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -547,17 +547,17 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0),
                             (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
@@ -610,18 +610,18 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
@@ -631,11 +631,11 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -646,17 +646,17 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0),
                             (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
@@ -696,16 +696,16 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, blo
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -715,15 +715,15 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, blo
                     * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -765,10 +765,10 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
@@ -778,10 +778,10 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -792,15 +792,15 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -841,21 +841,21 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -866,15 +866,15 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
 
     return kernel
@@ -919,15 +919,15 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
@@ -937,10 +937,10 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -951,15 +951,15 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
 
     return kernel
@@ -1006,24 +1006,24 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -1034,17 +1034,17 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0),
                             (sa[i_t]
@@ -1098,15 +1098,15 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
@@ -1116,13 +1116,13 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -1133,17 +1133,17 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0),
                             (sa[i_t]
@@ -1195,27 +1195,27 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -1226,17 +1226,17 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0),
                             (sa[i_t]
@@ -1292,18 +1292,18 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             ga = T.alloc_local((B_t, B_h), 'float32')
             sa = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
@@ -1313,13 +1313,13 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(grad_out[(b_t * B_t + i_t), i_h]),
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
@@ -1330,17 +1330,17 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
                 ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0),
                             (sa[i_t]

@@ -48,14 +48,14 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
@@ -63,16 +63,16 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
                     * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -111,19 +111,19 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
                 zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
@@ -132,16 +132,16 @@ def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -179,19 +179,19 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
@@ -200,16 +200,16 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
@@ -252,24 +252,24 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
@@ -278,16 +278,16 @@ def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
@@ -331,22 +331,22 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -355,18 +355,18 @@ def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, cla
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
@@ -416,27 +416,27 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -445,18 +445,18 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
@@ -504,25 +504,25 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -531,18 +531,18 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
@@ -594,30 +594,30 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -626,18 +626,18 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
 
@@ -676,16 +676,16 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, blo
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -693,16 +693,16 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, blo
                     * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
                 db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -743,21 +743,21 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
                 zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -766,16 +766,16 @@ def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, t
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -815,21 +815,21 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -838,16 +838,16 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
@@ -892,26 +892,26 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t0[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
@@ -920,16 +920,16 @@ def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, c
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * T.float32(routed_scaling_factor)))
 
     return kernel
@@ -976,24 +976,24 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor)))
@@ -1003,18 +1003,18 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scalin
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
@@ -1066,29 +1066,29 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor)))
@@ -1098,18 +1098,18 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
@@ -1159,27 +1159,27 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor)))
@@ -1189,18 +1189,18 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                         * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
@@ -1254,32 +1254,32 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                 zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp)))) | pad[i_t])
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor)))
@@ -1289,18 +1289,18 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                         * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
                 db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[(b_t * B_t + i_t), ((i_s * N_h) + i_h)] = STORE_x(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
                     T.float32(0.0))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
                         (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     T.atomic_add(topk_weights_grad[_t1[i_t]],
                         T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 

@@ -66,23 +66,24 @@ def make_false(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp,
             amax = T.alloc_local((B_t, B_s, B_g), 'float32')
             inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -98,25 +99,25 @@ def make_false(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp,
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -126,8 +127,8 @@ def make_false(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp,
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
@@ -182,17 +183,18 @@ def make_false_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fac
             amax = T.alloc_local((B_t, B_s, B_g), 'float32')
             inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
@@ -201,8 +203,8 @@ def make_false_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fac
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -221,25 +223,25 @@ def make_false_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fac
                     (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -249,8 +251,8 @@ def make_false_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fac
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
@@ -311,25 +313,26 @@ def make_false_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_f
             wg = T.alloc_local((B_t, B_g), 'float32')
             _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -347,25 +350,25 @@ def make_false_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_f
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -375,16 +378,16 @@ def make_false_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_f
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -447,17 +450,18 @@ def make_false_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, route
             wg = T.alloc_local((B_t, B_g), 'float32')
             _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
@@ -466,10 +470,10 @@ def make_false_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, route
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -490,25 +494,25 @@ def make_false_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, route
                     (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -518,16 +522,16 @@ def make_false_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, route
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -581,23 +585,24 @@ def make_true(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
             amax = T.alloc_local((B_t, B_s, B_g), 'float32')
             inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -614,25 +619,25 @@ def make_true(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -642,12 +647,12 @@ def make_true(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                         encode_bf16((act[i_t, i_g, i_c]
                                 * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
@@ -705,17 +710,18 @@ def make_true_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fact
             amax = T.alloc_local((B_t, B_s, B_g), 'float32')
             inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
@@ -724,8 +730,8 @@ def make_true_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fact
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -745,25 +751,25 @@ def make_true_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fact
                     (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -773,12 +779,12 @@ def make_true_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fact
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                         encode_bf16((act[i_t, i_g, i_c]
                                 * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
@@ -841,25 +847,26 @@ def make_true_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_fa
             wg = T.alloc_local((B_t, B_g), 'float32')
             _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -877,25 +884,25 @@ def make_true_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_fa
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -905,21 +912,21 @@ def make_true_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_fa
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -982,17 +989,18 @@ def make_true_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, routed
             wg = T.alloc_local((B_t, B_g), 'float32')
             _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
@@ -1001,10 +1009,10 @@ def make_true_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, routed
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1025,25 +1033,25 @@ def make_true_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, routed
                     (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
             T.reduce_absmax(dx_for_absmax_over_c, _t5, dim=3)
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1053,21 +1061,21 @@ def make_true_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, routed
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -1124,23 +1132,24 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1156,8 +1165,8 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
@@ -1170,9 +1179,9 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1188,7 +1197,7 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1208,8 +1217,8 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
@@ -1270,17 +1279,18 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
@@ -1289,8 +1299,8 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1309,8 +1319,8 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
                     (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
@@ -1323,9 +1333,9 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1341,7 +1351,7 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1361,8 +1371,8 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
 
     return kernel
@@ -1429,25 +1439,26 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
             wg = T.alloc_local((B_t, B_g), 'float32')
             _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1465,8 +1476,8 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
@@ -1479,9 +1490,9 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1497,7 +1508,7 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1517,16 +1528,16 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -1595,17 +1606,18 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
             wg = T.alloc_local((B_t, B_g), 'float32')
             _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
@@ -1614,10 +1626,10 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1638,8 +1650,8 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
                     (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
@@ -1652,9 +1664,9 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1670,7 +1682,7 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1690,16 +1702,16 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -1759,23 +1771,24 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1792,8 +1805,8 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
@@ -1806,9 +1819,9 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1824,7 +1837,7 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1844,12 +1857,12 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                         encode_bf16((act[i_t, i_g, i_c]
                                 * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
@@ -1913,17 +1926,18 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
             x_grad_sf_codes = T.alloc_local((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
@@ -1932,8 +1946,8 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1953,8 +1967,8 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
                     (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
@@ -1967,9 +1981,9 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1985,7 +1999,7 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2005,12 +2019,12 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                         encode_bf16((act[i_t, i_g, i_c]
                                 * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
 
@@ -2079,25 +2093,26 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
             wg = T.alloc_local((B_t, B_g), 'float32')
             _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2115,8 +2130,8 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
                 db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
@@ -2129,9 +2144,9 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2147,7 +2162,7 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2167,21 +2182,21 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 
@@ -2250,17 +2265,18 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
             wg = T.alloc_local((B_t, B_g), 'float32')
             _t6 = T.alloc_local((B_t,), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_e4m3(T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_e4m3(T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "uint32")), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (N_g + i_g)],
+                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), (N_g + i_g)],
                     T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
@@ -2269,10 +2285,10 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t4[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2293,8 +2309,8 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
                     (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c])
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_bf16(dx[i_t, i_s, i_g, i_c]), "uint16")
                 dx_for_absmax_over_c[i_t, i_s, i_g, i_c] = T.Select(T.isnan(dx[i_t, i_s, i_g, i_c]), T.float32(0.0),
                     dx[i_t, i_s, i_g, i_c])
@@ -2307,9 +2323,9 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.grid(B_t, B_s, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2325,7 +2341,7 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2345,21 +2361,21 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.grid(B_t, B_s, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(
                         encode_e4m3((dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g])), "uint8")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = (go[i_t, i_g, i_c] * act[i_t, i_g, i_c])
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t]
                         * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_bf16((act[i_t, i_g, i_c] * w[i_t])),
-                        "uint16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_bf16((act[i_t, i_g, i_c] * w[i_t])), "uint16")
 
     return kernel
 

@@ -63,24 +63,24 @@ def make_false(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp,
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -94,23 +94,23 @@ def make_false(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp,
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -120,9 +120,9 @@ def make_false(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp,
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -175,26 +175,26 @@ def make_false_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fac
             amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -211,23 +211,23 @@ def make_false_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fac
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -237,9 +237,9 @@ def make_false_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fac
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -298,26 +298,26 @@ def make_false_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_f
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -334,23 +334,23 @@ def make_false_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_f
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -360,17 +360,17 @@ def make_false_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_f
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -431,28 +431,28 @@ def make_false_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, route
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -472,23 +472,23 @@ def make_false_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, route
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -498,17 +498,17 @@ def make_false_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, route
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -562,25 +562,25 @@ def make_true(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -595,23 +595,23 @@ def make_true(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -621,12 +621,12 @@ def make_true(scale, sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
                             * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
@@ -683,27 +683,27 @@ def make_true_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fact
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -721,23 +721,23 @@ def make_true_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fact
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -747,12 +747,12 @@ def make_true_with_clamp(scale, sf_layout, da_fma, H, group, routed_scaling_fact
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
                             * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
@@ -814,27 +814,27 @@ def make_true_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_fa
             _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -851,23 +851,23 @@ def make_true_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_fa
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -877,20 +877,21 @@ def make_true_with_weights(scale, sf_layout, da_fma, H, group, routed_scaling_fa
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]),
+                        "bfloat16")
 
     return kernel
 
@@ -953,29 +954,29 @@ def make_true_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, routed
             _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -995,23 +996,23 @@ def make_true_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, routed
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
                 amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        x_grad_sf[((i_s * N_g) + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1021,20 +1022,21 @@ def make_true_with_weights_with_clamp(scale, sf_layout, da_fma, H, group, routed
                                 - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]),
+                        "bfloat16")
 
     return kernel
 
@@ -1090,24 +1092,24 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1121,8 +1123,8 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
@@ -1133,9 +1135,9 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1151,7 +1153,7 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1171,9 +1173,9 @@ def make_ue8m0_false(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, 
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1232,26 +1234,26 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
             x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1268,8 +1270,8 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
@@ -1280,9 +1282,9 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1298,7 +1300,7 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1318,9 +1320,9 @@ def make_ue8m0_false_with_clamp(sf_layout, da_fma, H, group, routed_scaling_fact
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1385,26 +1387,26 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1421,8 +1423,8 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
@@ -1433,9 +1435,9 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1451,7 +1453,7 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1471,17 +1473,17 @@ def make_ue8m0_false_with_weights(sf_layout, da_fma, H, group, routed_scaling_fa
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1548,28 +1550,28 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
             wg = T.alloc_fragment((B_t, B_g), 'float32')
             _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1589,8 +1591,8 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
@@ -1601,9 +1603,9 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1619,7 +1621,7 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1639,17 +1641,17 @@ def make_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, H, group, routed
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
@@ -1709,25 +1711,25 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1742,8 +1744,8 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
@@ -1754,9 +1756,9 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1772,7 +1774,7 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1792,12 +1794,12 @@ def make_ue8m0_true(sf_layout, da_fma, H, group, routed_scaling_factor, clamp, a
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
                             * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
@@ -1860,27 +1862,27 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
@@ -1898,8 +1900,8 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
@@ -1910,9 +1912,9 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1928,7 +1930,7 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -1948,12 +1950,12 @@ def make_ue8m0_true_with_clamp(sf_layout, da_fma, H, group, routed_scaling_facto
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
                             * T.float32(routed_scaling_factor)), "bfloat16")
 
     return kernel
@@ -2021,27 +2023,27 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
             _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2058,8 +2060,8 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
@@ -2070,9 +2072,9 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2088,7 +2090,7 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2108,20 +2110,21 @@ def make_ue8m0_true_with_weights(sf_layout, da_fma, H, group, routed_scaling_fac
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]),
+                        "bfloat16")
 
     return kernel
 
@@ -2190,29 +2193,29 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
             _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)), sf[(b_t * B_t + i_t), i_g],
-                    T.float32(0.0))
+                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
+                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_g < N_g)),
-                    sf[(b_t * B_t + i_t), (N_g + i_g)], T.float32(0.0))
+                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
+                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2232,8 +2235,8 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
                 dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
                     T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
                         "bfloat16")
             T.reduce_absmax(dx, _t5, dim=3)
             for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
@@ -2244,9 +2247,9 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
                 x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
                         >> T.uint32(23)) & T.uint32(255))
             for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
                     if sf_layout == 'row':
-                        x_grad_sf[(b_t * B_t + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
+                        x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2262,7 +2265,7 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
                                         x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        x_grad_sf[((i_s * N_g_p) + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
+                        x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -2282,20 +2285,21 @@ def make_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, H, group, routed_
                             - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[(b_t * B_t + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((dx[i_t, i_s, i_g, i_c]
-                            * inv[i_t, i_s, i_g]), "float8_e4m3fn")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
+                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(ga, wg, dim=2)
             T.reduce_sum(wg, _t6, dim=1)
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    weight_grad[(b_t * B_t + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                if (((b_t * B_t) + i_t) < N_t):
+                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]), "bfloat16")
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]),
+                        "bfloat16")
 
     return kernel
 

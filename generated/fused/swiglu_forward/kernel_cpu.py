@@ -44,19 +44,19 @@ def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                                 * b0[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -99,25 +99,25 @@ def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, b
             a = T.alloc_local((B_t, B_h), 'float32')
             b = T.alloc_local((B_t, B_h), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
@@ -130,13 +130,13 @@ def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, b
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                                 * b[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -169,24 +169,24 @@ def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, th
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                                 * b0[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -232,30 +232,30 @@ def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_d
             a = T.alloc_local((B_t, B_h), 'float32')
             b = T.alloc_local((B_t, B_h), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
@@ -268,13 +268,13 @@ def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_d
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                                 * b[i_t, i_h]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
 
     return kernel
@@ -311,29 +311,29 @@ def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor,
             _t6 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                                 * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -384,30 +384,30 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
             _t6 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
@@ -422,17 +422,17 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                                 * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -472,32 +472,32 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, rou
             _t6 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                                 * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -550,33 +550,33 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
             _t6 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
@@ -591,17 +591,17 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                                 * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -634,23 +634,23 @@ def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads,
             _t5 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                                 * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -696,25 +696,25 @@ def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, 
             _t5 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]),
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
@@ -728,17 +728,17 @@ def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, 
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                                 * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -774,29 +774,29 @@ def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x
             _t5 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                                 * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -845,30 +845,30 @@ def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_facto
             _t5 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
@@ -882,18 +882,18 @@ def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_facto
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                                 * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -933,32 +933,32 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_sc
             _t6 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                                 * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1011,30 +1011,30 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
             _t6 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
@@ -1048,21 +1048,21 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                                 * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1104,35 +1104,35 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
             _t6 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a0[i_t, i_h] / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
                                 * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1187,33 +1187,33 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
             _t6 = T.alloc_local((B_t,), 'float32')
             w = T.alloc_local((B_t,), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + i_h)]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.grid(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
@@ -1227,21 +1227,21 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(
                             encode_bf16((((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                     * w[i_t])), "uint16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                        out[((b_t * B_t) + i_t), i_h] = (((a[i_t, i_h] / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                                 * b[i_t, i_h]) * w[i_t])
 
     return kernel

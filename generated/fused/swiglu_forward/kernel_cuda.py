@@ -45,19 +45,19 @@ def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t
             a0 = T.alloc_fragment((B_t, B_h), 'float32')
             b0 = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                 * T.float32(routed_scaling_factor)), "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                             * T.float32(routed_scaling_factor))
 
@@ -104,23 +104,23 @@ def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, b
             a = T.alloc_fragment((B_t, B_h), 'float32')
             b = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -131,13 +131,13 @@ def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, b
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                 * T.float32(routed_scaling_factor)), "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                             * T.float32(routed_scaling_factor))
 
@@ -174,24 +174,24 @@ def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, th
             a0 = T.alloc_fragment((B_t, B_h), 'float32')
             b0 = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                                 * T.float32(routed_scaling_factor)), "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
                             * T.float32(routed_scaling_factor))
 
@@ -241,28 +241,28 @@ def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_d
             a = T.alloc_fragment((B_t, B_h), 'float32')
             b = T.alloc_fragment((B_t, B_h), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -273,13 +273,13 @@ def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_d
             for i_t, i_h in T.Parallel(B_t, B_h):
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                                 * T.float32(routed_scaling_factor)), "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
                             * T.float32(routed_scaling_factor))
 
@@ -321,29 +321,29 @@ def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor,
             _t6 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -397,28 +397,28 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
             _t6 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -431,17 +431,17 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -484,32 +484,32 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, rou
             _t6 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -565,31 +565,31 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
             _t6 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -602,17 +602,17 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -648,23 +648,23 @@ def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads,
             _t5 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -713,23 +713,23 @@ def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, 
             _t5 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -741,17 +741,17 @@ def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, 
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -791,29 +791,29 @@ def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x
             _t5 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -866,28 +866,28 @@ def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_facto
             _t5 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -899,18 +899,18 @@ def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_facto
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -953,32 +953,32 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_sc
             _t6 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1034,28 +1034,28 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
             _t6 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1067,21 +1067,21 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1126,35 +1126,35 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
             _t6 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a0[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
 
     return kernel
@@ -1212,31 +1212,31 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
             _t6 = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t,), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
             T.reduce_sum(_t4_by_t, _t4, dim=0)
@@ -1248,21 +1248,21 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
                 a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                 b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if fmt == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
                                         / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
                             "bfloat16")
                     if fmt == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (((a[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
                                     / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel

@@ -58,26 +58,26 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k):
             q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
             q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
                     T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
+                if (((b_k * B_k) + i_k) < N_k):
                     if scale == 'fp32':
-                        sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                        sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(((((
+                        sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
                                             T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -90,8 +90,8 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
             for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[i_h, (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                    q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -136,11 +136,11 @@ def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads
             q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
             q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 b[i_k, i_r, i_h] = T.min(
@@ -148,18 +148,18 @@ def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
                     T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
+                if (((b_k * B_k) + i_k) < N_k):
                     if scale == 'fp32':
-                        sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                        sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(((((
+                        sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
                                             T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -172,8 +172,8 @@ def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
             for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[i_h, (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                    q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -213,26 +213,26 @@ def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k)
             amax = T.alloc_local((B_k, B_h), 'float32')
             inv = T.alloc_local((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
                     T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
+                if (((b_k * B_k) + i_k) < N_k):
                     if scale == 'fp32':
-                        sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                        sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(((((
+                        sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
                                             T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -242,8 +242,8 @@ def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k)
                                 - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), i_h] = T.cast(
+                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                    q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
                         encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
 
     return kernel
@@ -287,11 +287,11 @@ def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, thread
             amax = T.alloc_local((B_k, B_h), 'float32')
             inv = T.alloc_local((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 b[i_k, i_r, i_h] = T.min(
@@ -299,18 +299,18 @@ def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, thread
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
                     T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
+                if (((b_k * B_k) + i_k) < N_k):
                     if scale == 'fp32':
-                        sf[(b_k * B_k + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                        sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), i_h] = T.reinterpret(((((
+                        sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
                                             T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -320,8 +320,8 @@ def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, thread
                                 - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), i_h] = T.cast(
+                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                    q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
                         encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
 
     return kernel
@@ -369,15 +369,15 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads, block_k):
             q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
             q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
                     T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -388,8 +388,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads, block_k):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.grid(B_k, B_h_p):
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret((((
+                if (((b_k * B_k) + i_k) < N_k):
+                    sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -412,8 +412,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads, block_k):
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
             for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[i_h, (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                    q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -463,11 +463,11 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
             q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
             q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 b[i_k, i_r, i_h] = T.min(
@@ -475,7 +475,7 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
                     T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -486,8 +486,8 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.grid(B_k, B_h_p):
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret((((
+                if (((b_k * B_k) + i_k) < N_k):
+                    sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -510,8 +510,8 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
             for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[i_h, (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
+                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                    q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -556,15 +556,15 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads, block_k)
             sf_codes = T.alloc_local((B_k, B_h), 'uint32')
             inv = T.alloc_local((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
                     T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -575,8 +575,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads, block_k)
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.grid(B_k, B_h_p):
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret((((
+                if (((b_k * B_k) + i_k) < N_k):
+                    sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -596,8 +596,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads, block_k)
                             - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), i_h] = T.cast(
+                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                    q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
                         encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
 
     return kernel
@@ -645,11 +645,11 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
             sf_codes = T.alloc_local((B_k, B_h), 'uint32')
             inv = T.alloc_local((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 b[i_k, i_r, i_h] = T.min(
@@ -657,7 +657,7 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_),
+                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
                     T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
@@ -668,8 +668,8 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.grid(B_k, B_h_p):
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), i_h_p] = T.reinterpret((((
+                if (((b_k * B_k) + i_k) < N_k):
+                    sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -689,8 +689,8 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
                             - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if ((((b_k * B_k + i_k) * N_r) + i_r) < T_):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), i_h] = T.cast(
+                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                    q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
                         encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
 
     return kernel

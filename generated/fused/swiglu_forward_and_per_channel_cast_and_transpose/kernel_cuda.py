@@ -51,25 +51,25 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k, 
             q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
             q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
+                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
+                if (((b_k * B_k) + i_k) < N_k):
                     if scale == 'fp32':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -82,8 +82,8 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k, 
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
+                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -123,27 +123,27 @@ def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads
             q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
             q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
+                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
+                if (((b_k * B_k) + i_k) < N_k):
                     if scale == 'fp32':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -156,8 +156,8 @@ def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
+                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -193,25 +193,25 @@ def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k,
             amax = T.alloc_fragment((B_k, B_h), 'float32')
             inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
+                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
+                if (((b_k * B_k) + i_k) < N_k):
                     if scale == 'fp32':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -221,8 +221,8 @@ def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k,
                                 - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h]
+                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
                             * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
@@ -261,27 +261,27 @@ def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, thread
             amax = T.alloc_fragment((B_k, B_h), 'float32')
             inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
+                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if ((b_k * B_k + i_k) < N_k):
+                if (((b_k * B_k) + i_k) < N_k):
                     if scale == 'fp32':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_k * B_k + i_k), (b_h * B_h + i_h)] = T.reinterpret(((((
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -291,8 +291,8 @@ def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, thread
                                 - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h]
+                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
                             * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
@@ -335,16 +335,16 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads, block_k, 
             q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
             q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
+                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
@@ -353,20 +353,20 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads, block_k, 
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.Parallel(B_k, B_h_p):
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
+                if (((b_k * B_k) + i_k) < N_k):
+                    sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
+                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
                                             sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
                                         sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
@@ -377,8 +377,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads, block_k, 
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
+                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -422,18 +422,18 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
             q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
             q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
+                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
@@ -442,20 +442,20 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.Parallel(B_k, B_h_p):
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
+                if (((b_k * B_k) + i_k) < N_k):
+                    sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
+                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
                                             sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
                                         sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
@@ -466,8 +466,8 @@ def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads
                 q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
                 q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
             for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(b_h * B_h + i_h), (((b_k * B_k + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
+                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
@@ -507,16 +507,16 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads, block_k,
             sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
             inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
+                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
@@ -525,20 +525,20 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads, block_k,
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.Parallel(B_k, B_h_p):
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
+                if (((b_k * B_k) + i_k) < N_k):
+                    sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
+                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
                                             sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
                                         sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
@@ -546,8 +546,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads, block_k,
                             - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h]
+                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
                             * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel
@@ -590,18 +590,18 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
             sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
             inv = T.alloc_fragment((B_k, B_h), 'float32')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_k * B_k + i_k) * N_r) + i_r), (N_h + (b_h * B_h + i_h))]), T.float32(0.0))
+                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
                 b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
                 act[i_k, i_r, i_h] = LOAD_x(
                     STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select(((((b_k * B_k + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
+                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
@@ -610,20 +610,20 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_k, i_h_p in T.Parallel(B_k, B_h_p):
-                if ((b_k * B_k + i_k) < N_k):
-                    sf[(b_k * B_k + i_k), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
+                if (((b_k * B_k) + i_k) < N_k):
+                    sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
+                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
                                             sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
                                         sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
                                     sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_k, i_h in T.Parallel(B_k, B_h):
@@ -631,8 +631,8 @@ def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, thread
                             - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if (((((b_k * B_k + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_k * B_k + i_k) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((act[i_k, i_r, i_h]
+                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
                             * inv[i_k, i_h]), "float8_e4m3fn")
 
     return kernel

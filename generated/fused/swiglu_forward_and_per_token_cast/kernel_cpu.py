@@ -49,11 +49,11 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
                     * b0[i_t, i_g, i_c])
@@ -64,11 +64,11 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -78,9 +78,9 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -130,27 +130,27 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -174,11 +174,11 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -188,9 +188,9 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -227,16 +227,16 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
                     * b0[i_t, i_g, i_c])
@@ -247,11 +247,11 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -261,9 +261,9 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -317,32 +317,32 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -366,11 +366,11 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -380,9 +380,9 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -424,19 +424,19 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -448,11 +448,11 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -462,9 +462,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -522,32 +522,32 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -564,7 +564,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -576,11 +576,11 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -590,9 +590,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -636,22 +636,22 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -663,11 +663,11 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -677,9 +677,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -739,35 +739,35 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -784,7 +784,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -796,11 +796,11 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -810,9 +810,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -849,13 +849,13 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -867,11 +867,11 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -881,9 +881,9 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -936,27 +936,27 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -972,7 +972,7 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -984,11 +984,11 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -998,9 +998,9 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1041,18 +1041,18 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
@@ -1065,11 +1065,11 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1079,9 +1079,9 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1138,32 +1138,32 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -1179,7 +1179,7 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
@@ -1192,11 +1192,11 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1206,9 +1206,9 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1252,22 +1252,22 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1279,11 +1279,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1293,9 +1293,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1355,32 +1355,32 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -1396,11 +1396,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1412,11 +1412,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1426,9 +1426,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1474,25 +1474,25 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1504,11 +1504,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1518,9 +1518,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1582,35 +1582,35 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -1626,11 +1626,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -1642,11 +1642,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1656,9 +1656,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1696,11 +1696,11 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
                     * b0[i_t, i_g, i_c])
@@ -1715,8 +1715,8 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -1736,9 +1736,9 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1792,27 +1792,27 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -1840,8 +1840,8 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -1861,9 +1861,9 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -1904,16 +1904,16 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
                     * b0[i_t, i_g, i_c])
@@ -1928,8 +1928,8 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -1949,9 +1949,9 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2009,32 +2009,32 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2062,8 +2062,8 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2083,9 +2083,9 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2131,19 +2131,19 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2159,8 +2159,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2180,9 +2180,9 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2244,32 +2244,32 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2286,7 +2286,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2302,8 +2302,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2323,9 +2323,9 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2373,22 +2373,22 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2404,8 +2404,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2425,9 +2425,9 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2491,35 +2491,35 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2536,7 +2536,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2552,8 +2552,8 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2573,9 +2573,9 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2616,13 +2616,13 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2638,8 +2638,8 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2659,9 +2659,9 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2718,27 +2718,27 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
                         T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2754,7 +2754,7 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -2770,8 +2770,8 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2791,9 +2791,9 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2838,18 +2838,18 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
@@ -2866,8 +2866,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -2887,9 +2887,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -2950,32 +2950,32 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2991,7 +2991,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
@@ -3008,8 +3008,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3029,9 +3029,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3079,22 +3079,22 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3110,8 +3110,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3131,9 +3131,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3197,32 +3197,32 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -3238,11 +3238,11 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3258,8 +3258,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3279,9 +3279,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3331,25 +3331,25 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3365,8 +3365,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3386,9 +3386,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -3454,35 +3454,35 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.grid(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((b_t * B_t + i_t) < N_t),
+                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
                         T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -3498,11 +3498,11 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                     T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
                     T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -3518,8 +3518,8 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -3539,9 +3539,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 

@@ -49,11 +49,11 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
                     * b0[i_t, i_g, i_c])
@@ -62,11 +62,11 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -76,9 +76,9 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -130,25 +130,25 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
@@ -167,11 +167,11 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -181,9 +181,9 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -223,16 +223,16 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
                     * b0[i_t, i_g, i_c])
@@ -241,11 +241,11 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -255,9 +255,9 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -313,30 +313,30 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -356,11 +356,11 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -370,9 +370,9 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -416,19 +416,19 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -438,11 +438,11 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -452,9 +452,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -514,30 +514,30 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -552,7 +552,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -562,11 +562,11 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -576,9 +576,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -624,22 +624,22 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -649,11 +649,11 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -663,9 +663,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -727,33 +727,33 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -768,7 +768,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -778,11 +778,11 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -792,9 +792,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -833,13 +833,13 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -849,11 +849,11 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -863,9 +863,9 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -921,25 +921,25 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
@@ -952,7 +952,7 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -962,11 +962,11 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -976,9 +976,9 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1021,18 +1021,18 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
@@ -1043,11 +1043,11 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1057,9 +1057,9 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1118,30 +1118,30 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -1155,7 +1155,7 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
@@ -1166,11 +1166,11 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1180,9 +1180,9 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1228,22 +1228,22 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1253,11 +1253,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1267,9 +1267,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1331,30 +1331,30 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -1368,11 +1368,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1382,11 +1382,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1396,9 +1396,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1446,25 +1446,25 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1474,11 +1474,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1488,9 +1488,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1554,33 +1554,33 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -1594,11 +1594,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -1608,11 +1608,11 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -1622,9 +1622,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1664,11 +1664,11 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
                     * b0[i_t, i_g, i_c])
@@ -1681,20 +1681,20 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -1702,9 +1702,9 @@ def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1760,25 +1760,25 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
@@ -1801,20 +1801,20 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -1822,9 +1822,9 @@ def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype,
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1868,16 +1868,16 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
                     * b0[i_t, i_g, i_c])
@@ -1890,20 +1890,20 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -1911,9 +1911,9 @@ def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, 
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -1973,30 +1973,30 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2020,20 +2020,20 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2041,9 +2041,9 @@ def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_fact
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2091,19 +2091,19 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2117,20 +2117,20 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2138,9 +2138,9 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_s
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2204,30 +2204,30 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2242,7 +2242,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2256,20 +2256,20 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2277,9 +2277,9 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, grou
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2329,22 +2329,22 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2358,20 +2358,20 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2379,9 +2379,9 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2447,33 +2447,33 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2488,7 +2488,7 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2502,20 +2502,20 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2523,9 +2523,9 @@ def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2568,13 +2568,13 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2588,20 +2588,20 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2609,9 +2609,9 @@ def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtyp
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2671,25 +2671,25 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
             T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
@@ -2702,7 +2702,7 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), weights[(b_t * B_t + i_t)], T.float32(0.0))
+                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -2716,20 +2716,20 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2737,9 +2737,9 @@ def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, cl
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2786,18 +2786,18 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
@@ -2812,20 +2812,20 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2833,9 +2833,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_fa
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -2898,30 +2898,30 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t0[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -2935,7 +2935,7 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
@@ -2950,20 +2950,20 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -2971,9 +2971,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3023,22 +3023,22 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3052,20 +3052,20 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3073,9 +3073,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, gr
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3141,30 +3141,30 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -3178,11 +3178,11 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3196,20 +3196,20 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3217,9 +3217,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3271,25 +3271,25 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3303,20 +3303,20 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3324,9 +3324,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 
@@ -3394,33 +3394,33 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(pos_to_expert[(b_t * B_t + i_t)], "int32"),
-                    T.int32(0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(pos_to_token_topk[(b_t * B_t + i_t)], "int32"), T.int32(0))
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t in T.Parallel(B_t):
                 keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[(b_t * B_t + i_t), (((N_g + (b_g * B_g + i_g)) * N_c) + i_c)]), T.float32(0.0))
+                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
+                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
             T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
             T.reduce_sum(_t2_by_t, _t2, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
             T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
             T.reduce_sum(_t3_by_t, _t3, dim=0)
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
+                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
                     T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
                     T.int32(0))
             T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
@@ -3434,11 +3434,11 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                 a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
                 b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
             for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & ((b_t * B_t + i_t) < N_t)), weights[(b_t * B_t + i_t)],
+                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
                     T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & ((b_t * B_t + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
@@ -3452,20 +3452,20 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & ((b_t * B_t + i_t) < N_t)):
-                    sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -3473,9 +3473,9 @@ def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t + i_t) < N_t) & (i_c < N_c))):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
-                        "float8_e4m3fn")
+                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
+                            * inv[i_t, i_g]), "float8_e4m3fn")
 
     return kernel
 

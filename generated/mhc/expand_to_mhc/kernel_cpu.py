@@ -38,10 +38,10 @@ def build_base(D, mhc_mult, *, threads, block_t, tile_elems):
             b_s = pid % T.ceildiv(N_s, B_s)
             _t0 = T.alloc_local((B_t, B_d), 'float32')
             for i_t, i_d in T.grid(B_t, B_d):
-                _t0[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(x[(b_t * B_t + i_t), i_d], "uint32")), T.float32(0.0))
+                _t0[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(x[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
             for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_s * B_s + i_s), i_d] = T.cast(encode_bf16(_t0[i_t, i_d]), "uint16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d] = T.cast(encode_bf16(_t0[i_t, i_d]), "uint16")
 
     return kernel

@@ -39,10 +39,11 @@ def build_base(D, mhc_mult, *, threads, block_t, tile_elems):
             b_d = pid % T.ceildiv(N_d, B_d)
             _t0 = T.alloc_fragment((B_t, B_d), 'float32')
             for i_t, i_d in T.Parallel(B_t, B_d):
-                _t0[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(x[(b_t * B_t + i_t), (b_d * B_d + i_d)], "float32"), T.float32(0.0))
+                _t0[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(x[((b_t * B_t) + i_t), ((b_d * B_d) + i_d)], "float32"), T.float32(0.0))
             for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_s * B_s + i_s), (b_d * B_d + i_d)] = T.cast(_t0[i_t, i_d], "bfloat16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), ((b_d * B_d) + i_d)] = T.cast(_t0[i_t, i_d],
+                        "bfloat16")
 
     return kernel

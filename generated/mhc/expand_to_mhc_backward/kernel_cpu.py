@@ -40,10 +40,10 @@ def build_base(M, D, *, threads, block_t):
             for r_s in T.serial(N_s):
                 for i_t, i_d in T.grid(B_t, B_d):
                     x_grad_tile[i_t, i_d] = (x_grad_tile[i_t, i_d]
-                        + T.if_then_else(((b_t * B_t + i_t) < N_t),
-                            decode_bf16(T.cast(grad_out[(b_t * B_t + i_t), r_s, i_d], "uint32")), T.float32(0.0)))
+                        + T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            decode_bf16(T.cast(grad_out[((b_t * B_t) + i_t), r_s, i_d], "uint32")), T.float32(0.0)))
             for i_t, i_d in T.grid(B_t, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), i_d] = T.cast(encode_bf16(x_grad_tile[i_t, i_d]), "uint16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), i_d] = T.cast(encode_bf16(x_grad_tile[i_t, i_d]), "uint16")
 
     return kernel

@@ -42,10 +42,10 @@ def build_base(M, D, *, threads, block_t, tile_elems):
             for r_s in (T.unroll if N_s <= 256 else T.serial)(N_s):
                 for i_t, i_d in T.Parallel(B_t, B_d):
                     x_grad_tile[i_t, i_d] = (x_grad_tile[i_t, i_d]
-                        + T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_s < N_s)),
-                            T.cast(grad_out[(b_t * B_t + i_t), r_s, (b_d * B_d + i_d)], "float32"), T.float32(0.0)))
+                        + T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_s < N_s)),
+                            T.cast(grad_out[((b_t * B_t) + i_t), r_s, ((b_d * B_d) + i_d)], "float32"), T.float32(0.0)))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), (b_d * B_d + i_d)] = T.cast(x_grad_tile[i_t, i_d], "bfloat16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), ((b_d * B_d) + i_d)] = T.cast(x_grad_tile[i_t, i_d], "bfloat16")
 
     return kernel

@@ -39,10 +39,10 @@ def build_base(M3, K, *, threads, block_j, tile_elems):
             _t0 = T.alloc_fragment((B_j, B_k), 'float32')
             _t1 = T.alloc_fragment((B_k,), 'float32')
             for i_j, i_k in T.Parallel(B_j, B_k):
-                _t0[i_j, i_k] = fn[(b_j * B_j + i_j), (b_k * B_k + i_k)]
+                _t0[i_j, i_k] = fn[((b_j * B_j) + i_j), ((b_k * B_k) + i_k)]
             for i_k in T.Parallel(B_k):
-                _t1[i_k] = normw[(b_k * B_k + i_k)]
+                _t1[i_k] = normw[((b_k * B_k) + i_k)]
             for i_j, i_k in T.Parallel(B_j, B_k):
-                out_fn[(b_j * B_j + i_j), (b_k * B_k + i_k)] = (_t0[i_j, i_k] * _t1[i_k])
+                out_fn[((b_j * B_j) + i_j), ((b_k * B_k) + i_k)] = (_t0[i_j, i_k] * _t1[i_k])
 
     return kernel

@@ -42,24 +42,24 @@ def build_base(M3, K, *, threads, tile_elems):
             r = T.alloc_fragment((B_k,), 'float32')
             _t3 = T.alloc_fragment((B_k,), 'float32')
             for i_j, i_k in T.Parallel(B_j, B_k):
-                g[i_j, i_k] = T.if_then_else((i_j < N_j), out_fn_grad[i_j, (b_k * B_k + i_k)], T.float32(0.0))
+                g[i_j, i_k] = T.if_then_else((i_j < N_j), out_fn_grad[i_j, ((b_k * B_k) + i_k)], T.float32(0.0))
             for i_j, i_k in T.Parallel(B_j, B_k):
-                _t0[i_j, i_k] = T.if_then_else((i_j < N_j), fn_grad_acc[i_j, (b_k * B_k + i_k)], T.float32(0.0))
+                _t0[i_j, i_k] = T.if_then_else((i_j < N_j), fn_grad_acc[i_j, ((b_k * B_k) + i_k)], T.float32(0.0))
             for i_k in T.Parallel(B_k):
-                _t1[i_k] = normw[(b_k * B_k + i_k)]
+                _t1[i_k] = normw[((b_k * B_k) + i_k)]
             for i_j, i_k in T.Parallel(B_j, B_k):
                 if (i_j < N_j):
-                    fn_grad[i_j, (b_k * B_k + i_k)] = (_t0[i_j, i_k] + (g[i_j, i_k] * _t1[i_k]))
+                    fn_grad[i_j, ((b_k * B_k) + i_k)] = (_t0[i_j, i_k] + (g[i_j, i_k] * _t1[i_k]))
             for i_k in T.Parallel(B_k):
                 r[i_k] = T.float32(0.0)
             for r_j in (T.unroll if N_j <= 256 else T.serial)(N_j):
                 for i_k in T.Parallel(B_k):
                     r[i_k] = (r[i_k]
-                        + (T.if_then_else((r_j < N_j), out_fn_grad[r_j, (b_k * B_k + i_k)], T.float32(0.0))
-                            * T.if_then_else((r_j < N_j), fn[r_j, (b_k * B_k + i_k)], T.float32(0.0))))
+                        + (T.if_then_else((r_j < N_j), out_fn_grad[r_j, ((b_k * B_k) + i_k)], T.float32(0.0))
+                            * T.if_then_else((r_j < N_j), fn[r_j, ((b_k * B_k) + i_k)], T.float32(0.0))))
             for i_k in T.Parallel(B_k):
-                _t3[i_k] = normw_grad_acc[(b_k * B_k + i_k)]
+                _t3[i_k] = normw_grad_acc[((b_k * B_k) + i_k)]
             for i_k in T.Parallel(B_k):
-                normw_grad[(b_k * B_k + i_k)] = (_t3[i_k] + r[i_k])
+                normw_grad[((b_k * B_k) + i_k)] = (_t3[i_k] + r[i_k])
 
     return kernel

@@ -42,13 +42,13 @@ def build_base(M, mhc_pre_eps, *, threads, block_t, tile_elems):
             _t2 = T.alloc_local((B_j,), 'float32')
             sc[0] = mhc_scale[T.int32(0)]
             for i_t, i_j in T.grid(B_t, B_j):
-                _t1[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    input_mix[(b_t * B_t + i_t), (b_j * B_j + i_j)], T.float32(0.0))
+                _t1[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    input_mix[((b_t * B_t) + i_t), ((b_j * B_j) + i_j)], T.float32(0.0))
             for i_j in T.grid(B_j):
-                _t2[i_j] = mhc_base[(b_j * B_j + i_j)]
+                _t2[i_j] = mhc_base[((b_j * B_j) + i_j)]
             for i_t, i_j in T.grid(B_t, B_j):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_j * B_j + i_j)] = ((T.float32(1.0)
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), ((b_j * B_j) + i_j)] = ((T.float32(1.0)
                             / (T.float32(1.0) + T.exp((-((_t1[i_t, i_j] * sc[0]) + _t2[i_j])))))
                         + T.reinterpret(T.uint32(f32_bits(mhc_pre_eps)), "float32"))
 

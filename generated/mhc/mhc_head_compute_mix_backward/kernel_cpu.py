@@ -66,18 +66,18 @@ def build_base(M, *, threads, block_t, blocks):
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t, i_j in T.grid(B_t, B_j):
-                    xm[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), input_mix[(b_t * B_t + i_t), i_j],
+                    xm[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), input_mix[((b_t * B_t) + i_t), i_j],
                         T.float32(0.0))
                 for i_t, i_j in T.grid(B_t, B_j):
                     s[i_t, i_j] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-((xm[i_t, i_j] * sc[0]) + _t1[i_j])))))
                 for i_t, i_j in T.grid(B_t, B_j):
-                    _t2[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_out[(b_t * B_t + i_t), i_j],
+                    _t2[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_out[((b_t * B_t) + i_t), i_j],
                         T.float32(0.0))
                 for i_t, i_j in T.grid(B_t, B_j):
-                    v[i_t, i_j] = T.Select(((b_t * B_t + i_t) < N_t),
+                    v[i_t, i_j] = T.Select((((b_t * B_t) + i_t) < N_t),
                         (_t2[i_t, i_j] * (s[i_t, i_j] * (T.float32(1.0) - s[i_t, i_j]))), T.float32(0.0))
-                    if ((b_t * B_t + i_t) < N_t):
-                        input_mix_grad[(b_t * B_t + i_t), i_j] = (v[i_t, i_j] * sc[0])
+                    if (((b_t * B_t) + i_t) < N_t):
+                        input_mix_grad[((b_t * B_t) + i_t), i_j] = (v[i_t, i_j] * sc[0])
                 T.reduce_sum(v, mhc_base_grad_tile, dim=0)
                 for i_j in T.grid(B_j):
                     carry_mhc_base_grad[i_j] = (carry_mhc_base_grad[i_j] + mhc_base_grad_tile[i_j])
@@ -85,7 +85,7 @@ def build_base(M, *, threads, block_t, blocks):
                     vx[i_t, i_j] = (v[i_t, i_j] * xm[i_t, i_j])
                 T.reduce_sum(vx, vxj, dim=1)
                 for i_t, i_u in T.grid(B_t, B_u):
-                    vxu[i_t, i_u] = T.Select(((b_t * B_t + i_t) < N_t), vxj[i_t], T.float32(0.0))
+                    vxu[i_t, i_u] = T.Select((((b_t * B_t) + i_t) < N_t), vxj[i_t], T.float32(0.0))
                 T.reduce_sum(vxu, mhc_scale_grad_tile, dim=0)
                 for i_u in T.grid(B_u):
                     carry_mhc_scale_grad[i_u] = (carry_mhc_scale_grad[i_u] + mhc_scale_grad_tile[i_u])
@@ -100,17 +100,17 @@ def build_base(M, *, threads, block_t, blocks):
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_mhc_base_grad in T.grid(B_blocksum_mhc_base_grad):
                     carry_mhc_base_grad[i_blocksum_mhc_base_grad] = (carry_mhc_base_grad[i_blocksum_mhc_base_grad]
-                        + T.if_then_else(((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad
+                        + T.if_then_else((((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad)
                                     + i_blocksum_mhc_base_grad) < N_blocksum_mhc_base_grad),
                             scratch_mhc_base_grad[part,
-                                (b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad + i_blocksum_mhc_base_grad)],
+                                ((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad) + i_blocksum_mhc_base_grad)],
                             T.float32(0.0)))
             for i_blocksum_mhc_base_grad in T.grid(B_blocksum_mhc_base_grad):
-                if ((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad + i_blocksum_mhc_base_grad)
+                if (((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad) + i_blocksum_mhc_base_grad)
                         < N_blocksum_mhc_base_grad):
                     T.atomic_add(
-                        mhc_base_grad[(b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad + i_blocksum_mhc_base_grad)],
-                        carry_mhc_base_grad[i_blocksum_mhc_base_grad])
+                        mhc_base_grad[((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad)
+                                + i_blocksum_mhc_base_grad)], carry_mhc_base_grad[i_blocksum_mhc_base_grad])
         with T.Kernel(T.ceildiv(N_blocksum_mhc_scale_grad, B_blocksum_mhc_scale_grad), threads=
                 B_blocksum_mhc_scale_grad) as (b_blocksum_mhc_scale_grad,):
             carry_mhc_scale_grad = T.alloc_local((B_blocksum_mhc_scale_grad,), 'float32')
@@ -118,16 +118,16 @@ def build_base(M, *, threads, block_t, blocks):
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_mhc_scale_grad in T.grid(B_blocksum_mhc_scale_grad):
                     carry_mhc_scale_grad[i_blocksum_mhc_scale_grad] = (carry_mhc_scale_grad[i_blocksum_mhc_scale_grad]
-                        + T.if_then_else(((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad
+                        + T.if_then_else((((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad)
                                     + i_blocksum_mhc_scale_grad) < N_blocksum_mhc_scale_grad),
                             scratch_mhc_scale_grad[part,
-                                (b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad + i_blocksum_mhc_scale_grad)],
+                                ((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad) + i_blocksum_mhc_scale_grad)],
                             T.float32(0.0)))
             for i_blocksum_mhc_scale_grad in T.grid(B_blocksum_mhc_scale_grad):
-                if ((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad + i_blocksum_mhc_scale_grad)
+                if (((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad) + i_blocksum_mhc_scale_grad)
                         < N_blocksum_mhc_scale_grad):
                     T.atomic_add(
-                        mhc_scale_grad[(b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad
+                        mhc_scale_grad[((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad)
                                 + i_blocksum_mhc_scale_grad)], carry_mhc_scale_grad[i_blocksum_mhc_scale_grad])
 
     return kernel

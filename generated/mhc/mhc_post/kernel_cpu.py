@@ -46,11 +46,11 @@ def build_base(M, D, *, threads, block_t, tile_elems):
             px = T.alloc_local((B_t, B_o, B_d), 'float32')
             out_tile = T.alloc_local((B_t, B_o, B_d), 'float32')
             for i_t, i_o in T.grid(B_t, B_o):
-                _t2[i_t, i_o] = T.if_then_else(((b_t * B_t + i_t) < N_t), post[(b_t * B_t + i_t), (b_o * B_o + i_o)],
-                    T.float32(0.0))
+                _t2[i_t, i_o] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    post[((b_t * B_t) + i_t), ((b_o * B_o) + i_o)], T.float32(0.0))
             for i_t, i_d in T.grid(B_t, B_d):
-                _t3[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(x[(b_t * B_t + i_t), i_d], "uint32")), T.float32(0.0))
+                _t3[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(x[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
             for i_t, i_o, i_d in T.grid(B_t, B_o, B_d):
                 px[i_t, i_o, i_d] = (_t2[i_t, i_o] * _t3[i_t, i_d])
                 out_tile[i_t, i_o, i_d] = px[i_t, i_o, i_d]
@@ -58,13 +58,14 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 for i_t, i_o, i_d in T.grid(B_t, B_o, B_d):
                     out_tile[i_t, i_o, i_d] = (out_tile[i_t, i_o, i_d]
                         + (
-                            T.if_then_else(((b_t * B_t + i_t) < N_t), comb[(b_t * B_t + i_t), r_i, (b_o * B_o + i_o)],
-                                T.float32(0.0))
-                            * T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                decode_bf16(T.cast(residual[(b_t * B_t + i_t), r_i, i_d], "uint32")), T.float32(0.0))))
+                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                comb[((b_t * B_t) + i_t), r_i, ((b_o * B_o) + i_o)], T.float32(0.0))
+                            * T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                decode_bf16(T.cast(residual[((b_t * B_t) + i_t), r_i, i_d], "uint32")),
+                                T.float32(0.0))))
             for i_t, i_o, i_d in T.grid(B_t, B_o, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_o * B_o + i_o), i_d] = T.cast(encode_bf16(out_tile[i_t, i_o, i_d]),
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), ((b_o * B_o) + i_o), i_d] = T.cast(encode_bf16(out_tile[i_t, i_o, i_d]),
                         "uint16")
 
     return kernel

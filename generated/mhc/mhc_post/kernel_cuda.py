@@ -47,11 +47,11 @@ def build_base(M, D, *, threads, block_t, tile_elems):
             px = T.alloc_fragment((B_t, B_o, B_d), 'float32')
             out_tile = T.alloc_fragment((B_t, B_o, B_d), 'float32')
             for i_t, i_o in T.Parallel(B_t, B_o):
-                _t2[i_t, i_o] = T.if_then_else(((b_t * B_t + i_t) < N_t), post[(b_t * B_t + i_t), (b_o * B_o + i_o)],
-                    T.float32(0.0))
+                _t2[i_t, i_o] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    post[((b_t * B_t) + i_t), ((b_o * B_o) + i_o)], T.float32(0.0))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                _t3[i_t, i_d] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(x[(b_t * B_t + i_t), (b_d * B_d + i_d)], "float32"), T.float32(0.0))
+                _t3[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(x[((b_t * B_t) + i_t), ((b_d * B_d) + i_d)], "float32"), T.float32(0.0))
             for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
                 px[i_t, i_o, i_d] = (_t2[i_t, i_o] * _t3[i_t, i_d])
                 out_tile[i_t, i_o, i_d] = px[i_t, i_o, i_d]
@@ -59,14 +59,14 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
                     out_tile[i_t, i_o, i_d] = (out_tile[i_t, i_o, i_d]
                         + (
-                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_i < N_i)),
-                                comb[(b_t * B_t + i_t), r_i, (b_o * B_o + i_o)], T.float32(0.0))
-                            * T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_i < N_i)),
-                                T.cast(residual[(b_t * B_t + i_t), r_i, (b_d * B_d + i_d)], "float32"),
+                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_i < N_i)),
+                                comb[((b_t * B_t) + i_t), r_i, ((b_o * B_o) + i_o)], T.float32(0.0))
+                            * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_i < N_i)),
+                                T.cast(residual[((b_t * B_t) + i_t), r_i, ((b_d * B_d) + i_d)], "float32"),
                                 T.float32(0.0))))
             for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_o * B_o + i_o), (b_d * B_d + i_d)] = T.cast(out_tile[i_t, i_o, i_d],
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), ((b_o * B_o) + i_o), ((b_d * B_d) + i_d)] = T.cast(out_tile[i_t, i_o, i_d],
                         "bfloat16")
 
     return kernel

@@ -56,52 +56,52 @@ def build_base(M, D, *, threads, block_t, tile_elems):
             rg = T.alloc_fragment((B_t, B_i, B_o, B_d), 'float32')
             comb_grad_tile = T.alloc_fragment((B_t, B_i, B_o), 'float32')
             for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
-                g[i_t, i_o, i_d] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_o < N_o)) & (i_d < N_d)),
-                    T.cast(grad_out[(b_t * B_t + i_t), i_o, i_d], "float32"), T.float32(0.0))
+                g[i_t, i_o, i_d] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_o < N_o)) & (i_d < N_d)),
+                    T.cast(grad_out[((b_t * B_t) + i_t), i_o, i_d], "float32"), T.float32(0.0))
             for i_t, i_d in T.Parallel(B_t, B_d):
                 x_grad_tile[i_t, i_d] = T.float32(0.0)
             for r_o in (T.unroll if N_o <= 256 else T.serial)(N_o):
                 for i_t, i_d in T.Parallel(B_t, B_d):
                     x_grad_tile[i_t, i_d] = (x_grad_tile[i_t, i_d]
                         + (
-                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_o < N_o)), post[(b_t * B_t + i_t), r_o],
+                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_o < N_o)), post[((b_t * B_t) + i_t), r_o],
                                 T.float32(0.0))
-                            * T.if_then_else(((((b_t * B_t + i_t) < N_t) & (r_o < N_o)) & (i_d < N_d)),
-                                T.cast(grad_out[(b_t * B_t + i_t), r_o, i_d], "float32"), T.float32(0.0))))
+                            * T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_o < N_o)) & (i_d < N_d)),
+                                T.cast(grad_out[((b_t * B_t) + i_t), r_o, i_d], "float32"), T.float32(0.0))))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    x_grad[(b_t * B_t + i_t), i_d] = T.cast(x_grad_tile[i_t, i_d], "bfloat16")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    x_grad[((b_t * B_t) + i_t), i_d] = T.cast(x_grad_tile[i_t, i_d], "bfloat16")
             for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
                 residual_grad_tile[i_t, i_i, i_d] = T.float32(0.0)
             for r_o in (T.unroll if N_o <= 256 else T.serial)(N_o):
                 for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
                     residual_grad_tile[i_t, i_i, i_d] = (residual_grad_tile[i_t, i_i, i_d]
                         + (
-                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_o < N_o)),
-                                comb[(b_t * B_t + i_t), (b_i * B_i + i_i), r_o], T.float32(0.0))
-                            * T.if_then_else(((((b_t * B_t + i_t) < N_t) & (r_o < N_o)) & (i_d < N_d)),
-                                T.cast(grad_out[(b_t * B_t + i_t), r_o, i_d], "float32"), T.float32(0.0))))
+                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_o < N_o)),
+                                comb[((b_t * B_t) + i_t), ((b_i * B_i) + i_i), r_o], T.float32(0.0))
+                            * T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_o < N_o)) & (i_d < N_d)),
+                                T.cast(grad_out[((b_t * B_t) + i_t), r_o, i_d], "float32"), T.float32(0.0))))
             for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    residual_grad[(b_t * B_t + i_t), (b_i * B_i + i_i), i_d] = T.cast(residual_grad_tile[i_t, i_i, i_d],
-                        "bfloat16")
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    residual_grad[((b_t * B_t) + i_t), ((b_i * B_i) + i_i), i_d] = T.cast(
+                        residual_grad_tile[i_t, i_i, i_d], "bfloat16")
             for i_t, i_d in T.Parallel(B_t, B_d):
-                _t2[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(x[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                _t2[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(x[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
             for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
                 xg[i_t, i_o, i_d] = T.Select((i_d < N_d), (_t2[i_t, i_d] * g[i_t, i_o, i_d]), T.float32(0.0))
             T.reduce_sum(xg, post_grad_tile, dim=2)
             for i_t, i_o in T.Parallel(B_t, B_o):
-                if (((b_t * B_t + i_t) < N_t) & (i_o < N_o)):
-                    post_grad[(b_t * B_t + i_t), i_o] = post_grad_tile[i_t, i_o]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_o < N_o)):
+                    post_grad[((b_t * B_t) + i_t), i_o] = post_grad_tile[i_t, i_o]
             for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
-                _t3[i_t, i_i, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(residual[(b_t * B_t + i_t), (b_i * B_i + i_i), i_d], "float32"), T.float32(0.0))
+                _t3[i_t, i_i, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(residual[((b_t * B_t) + i_t), ((b_i * B_i) + i_i), i_d], "float32"), T.float32(0.0))
             for i_t, i_i, i_o, i_d in T.Parallel(B_t, B_i, B_o, B_d):
                 rg[i_t, i_i, i_o, i_d] = T.Select((i_d < N_d), (_t3[i_t, i_i, i_d] * g[i_t, i_o, i_d]), T.float32(0.0))
             T.reduce_sum(rg, comb_grad_tile, dim=3)
             for i_t, i_i, i_o in T.Parallel(B_t, B_i, B_o):
-                if (((b_t * B_t + i_t) < N_t) & (i_o < N_o)):
-                    comb_grad[(b_t * B_t + i_t), (b_i * B_i + i_i), i_o] = comb_grad_tile[i_t, i_i, i_o]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_o < N_o)):
+                    comb_grad[((b_t * B_t) + i_t), ((b_i * B_i) + i_i), i_o] = comb_grad_tile[i_t, i_i, i_o]
 
     return kernel

@@ -44,12 +44,12 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 for i_t, i_d in T.Parallel(B_t, B_d):
                     y_tile[i_t, i_d] = (y_tile[i_t, i_d]
                         + (
-                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_s < N_s)), mix[(b_t * B_t + i_t), r_s],
+                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_s < N_s)), mix[((b_t * B_t) + i_t), r_s],
                                 T.float32(0.0))
-                            * T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_s < N_s)),
-                                T.cast(x[(b_t * B_t + i_t), r_s, (b_d * B_d + i_d)], "float32"), T.float32(0.0))))
+                            * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_s < N_s)),
+                                T.cast(x[((b_t * B_t) + i_t), r_s, ((b_d * B_d) + i_d)], "float32"), T.float32(0.0))))
             for i_t, i_d in T.Parallel(B_t, B_d):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), (b_d * B_d + i_d)] = T.cast(y_tile[i_t, i_d], "bfloat16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    y[((b_t * B_t) + i_t), ((b_d * B_d) + i_d)] = T.cast(y_tile[i_t, i_d], "bfloat16")
 
     return kernel

@@ -45,24 +45,24 @@ def build_base(M, D, *, threads, block_t, tile_elems):
             gx = T.alloc_fragment((B_t, B_s, B_d), 'float32')
             mix_grad_tile = T.alloc_fragment((B_t, B_s), 'float32')
             for i_t, i_d in T.Parallel(B_t, B_d):
-                g[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(grad_out[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                g[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(grad_out[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
             for i_t, i_s in T.Parallel(B_t, B_s):
-                _t0[i_t, i_s] = T.if_then_else(((b_t * B_t + i_t) < N_t), mix[(b_t * B_t + i_t), (b_s * B_s + i_s)],
-                    T.float32(0.0))
+                _t0[i_t, i_s] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    mix[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)], T.float32(0.0))
             for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    x_grad[(b_t * B_t + i_t), (b_s * B_s + i_s), i_d] = T.cast((_t0[i_t, i_s] * g[i_t, i_d]),
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    x_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d] = T.cast((_t0[i_t, i_s] * g[i_t, i_d]),
                         "bfloat16")
             for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                _t2[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(x[(b_t * B_t + i_t), (b_s * B_s + i_s), i_d], "float32"), T.float32(0.0))
+                _t2[i_t, i_s, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(x[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "float32"), T.float32(0.0))
             for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
                 gx[i_t, i_s, i_d] = T.Select((i_d < N_d), (g[i_t, i_d] * _t2[i_t, i_s, i_d]), T.float32(0.0))
             T.reduce_sum(gx, mix_grad_tile, dim=2)
             for i_t, i_s in T.Parallel(B_t, B_s):
-                if ((b_t * B_t + i_t) < N_t):
-                    mix_grad[(b_t * B_t + i_t), (b_s * B_s + i_s)] = mix_grad_tile[i_t, i_s]
+                if (((b_t * B_t) + i_t) < N_t):
+                    mix_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = mix_grad_tile[i_t, i_s]
 
     return kernel
 
@@ -96,26 +96,26 @@ def build_with_x_grad_acc(M, D, *, threads, block_t, tile_elems):
             gx = T.alloc_fragment((B_t, B_s, B_d), 'float32')
             mix_grad_tile = T.alloc_fragment((B_t, B_s), 'float32')
             for i_t, i_d in T.Parallel(B_t, B_d):
-                g[i_t, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(grad_out[(b_t * B_t + i_t), i_d], "float32"), T.float32(0.0))
+                g[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(grad_out[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
             for i_t, i_s in T.Parallel(B_t, B_s):
-                _t0[i_t, i_s] = T.if_then_else(((b_t * B_t + i_t) < N_t), mix[(b_t * B_t + i_t), (b_s * B_s + i_s)],
-                    T.float32(0.0))
+                _t0[i_t, i_s] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    mix[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)], T.float32(0.0))
             for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                _t1[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(x_grad_acc[(b_t * B_t + i_t), (b_s * B_s + i_s), i_d], "float32"), T.float32(0.0))
+                _t1[i_t, i_s, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(x_grad_acc[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "float32"), T.float32(0.0))
             for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                if (((b_t * B_t + i_t) < N_t) & (i_d < N_d)):
-                    x_grad[(b_t * B_t + i_t), (b_s * B_s + i_s), i_d] = T.cast(((_t0[i_t, i_s] * g[i_t, i_d])
+                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
+                    x_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d] = T.cast(((_t0[i_t, i_s] * g[i_t, i_d])
                             + _t1[i_t, i_s, i_d]), "bfloat16")
             for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                _t2[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(x[(b_t * B_t + i_t), (b_s * B_s + i_s), i_d], "float32"), T.float32(0.0))
+                _t2[i_t, i_s, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
+                    T.cast(x[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "float32"), T.float32(0.0))
             for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
                 gx[i_t, i_s, i_d] = T.Select((i_d < N_d), (g[i_t, i_d] * _t2[i_t, i_s, i_d]), T.float32(0.0))
             T.reduce_sum(gx, mix_grad_tile, dim=2)
             for i_t, i_s in T.Parallel(B_t, B_s):
-                if ((b_t * B_t + i_t) < N_t):
-                    mix_grad[(b_t * B_t + i_t), (b_s * B_s + i_s)] = mix_grad_tile[i_t, i_s]
+                if (((b_t * B_t) + i_t) < N_t):
+                    mix_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = mix_grad_tile[i_t, i_s]
 
     return kernel

@@ -48,10 +48,11 @@ def build_base(K, N, eps, *, threads, block_t, chunk_k):
             T.fill(sqrsum_tile, T.float32(0.0))
             for b_k in T.serial(T.floordiv(N_k, B_k)):
                 for i_t, i_k in T.grid(B_t, B_k):
-                    r[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        decode_bf16(T.cast(residual[(b_t * B_t + i_t), (b_k * B_k + i_k)], "uint32")), T.float32(0.0))
+                    r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        decode_bf16(T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "uint32")),
+                        T.float32(0.0))
                 for i_n, i_k in T.grid(B_n, B_k):
-                    _t0[i_n, i_k] = fn[i_n, (b_k * B_k + i_k)]
+                    _t0[i_n, i_k] = fn[i_n, ((b_k * B_k) + i_k)]
                 for i_n, i_k in T.grid(B_n, B_k):
                     f[i_n, i_k] = T.reinterpret(
                         T.cast(((T.reinterpret(T.reinterpret(_t0[i_n, i_k], "uint32"), "int32") + T.int32(4096))
@@ -63,14 +64,14 @@ def build_base(K, N, eps, *, threads, block_t, chunk_k):
                     r2[i_t, i_k] = (r[i_t, i_k] * r[i_t, i_k])
                 T.reduce_sum(r2, sqrsum_tile, dim=1, clear=False)
             for i_t, i_n in T.grid(B_t, B_n):
-                if ((b_t * B_t + i_t) < N_t):
-                    out_mul[(b_t * B_t + i_t), i_n] = out_mul_tile[i_t, i_n]
+                if (((b_t * B_t) + i_t) < N_t):
+                    out_mul[((b_t * B_t) + i_t), i_n] = out_mul_tile[i_t, i_n]
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sqrsum[(b_t * B_t + i_t)] = sqrsum_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sqrsum[((b_t * B_t) + i_t)] = sqrsum_tile[i_t]
             for i_t, i_n in T.grid(B_t, B_n):
-                if ((b_t * B_t + i_t) < N_t):
-                    mixes[(b_t * B_t + i_t), i_n] = (out_mul_tile[i_t, i_n]
+                if (((b_t * B_t) + i_t) < N_t):
+                    mixes[((b_t * B_t) + i_t), i_n] = (out_mul_tile[i_t, i_n]
                         * T.rsqrt(((sqrsum_tile[i_t] / T.reinterpret(T.uint32(f32_bits(K)), "float32"))
                                 + T.reinterpret(T.uint32(f32_bits(eps)), "float32"))))
 
@@ -108,12 +109,13 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, chunk_k):
             T.fill(sqrsum_tile, T.float32(0.0))
             for b_k in T.serial(T.floordiv(N_k, B_k)):
                 for i_t, i_k in T.grid(B_t, B_k):
-                    r[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        decode_bf16(T.cast(residual[(b_t * B_t + i_t), (b_k * B_k + i_k)], "uint32")), T.float32(0.0))
+                    r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        decode_bf16(T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "uint32")),
+                        T.float32(0.0))
                 for i_n, i_k in T.grid(B_n, B_k):
-                    _t0[i_n, i_k] = fn[i_n, (b_k * B_k + i_k)]
+                    _t0[i_n, i_k] = fn[i_n, ((b_k * B_k) + i_k)]
                 for i_k in T.grid(B_k):
-                    _t1[i_k] = norm_weight[(b_k * B_k + i_k)]
+                    _t1[i_k] = norm_weight[((b_k * B_k) + i_k)]
                 for i_n, i_k in T.grid(B_n, B_k):
                     w[i_n, i_k] = (_t0[i_n, i_k] * _t1[i_k])
                     f[i_n, i_k] = T.reinterpret(
@@ -126,14 +128,14 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, chunk_k):
                     r2[i_t, i_k] = (r[i_t, i_k] * r[i_t, i_k])
                 T.reduce_sum(r2, sqrsum_tile, dim=1, clear=False)
             for i_t, i_n in T.grid(B_t, B_n):
-                if ((b_t * B_t + i_t) < N_t):
-                    out_mul[(b_t * B_t + i_t), i_n] = out_mul_tile[i_t, i_n]
+                if (((b_t * B_t) + i_t) < N_t):
+                    out_mul[((b_t * B_t) + i_t), i_n] = out_mul_tile[i_t, i_n]
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sqrsum[(b_t * B_t + i_t)] = sqrsum_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sqrsum[((b_t * B_t) + i_t)] = sqrsum_tile[i_t]
             for i_t, i_n in T.grid(B_t, B_n):
-                if ((b_t * B_t + i_t) < N_t):
-                    mixes[(b_t * B_t + i_t), i_n] = (out_mul_tile[i_t, i_n]
+                if (((b_t * B_t) + i_t) < N_t):
+                    mixes[((b_t * B_t) + i_t), i_n] = (out_mul_tile[i_t, i_n]
                         * T.rsqrt(((sqrsum_tile[i_t] / T.reinterpret(T.uint32(f32_bits(K)), "float32"))
                                 + T.reinterpret(T.uint32(f32_bits(eps)), "float32"))))
 

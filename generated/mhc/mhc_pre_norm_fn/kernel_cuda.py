@@ -49,10 +49,10 @@ def build_base(K, N, eps, *, threads, block_t, chunk_k):
             T.fill(sqrsum_tile, T.float32(0.0))
             for b_k in T.Pipelined(T.floordiv(N_k, B_k), num_stages=2):
                 for i_t, i_k in T.Parallel(B_t, B_k):
-                    r[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        T.cast(residual[(b_t * B_t + i_t), (b_k * B_k + i_k)], "float32"), T.float32(0.0))
+                    r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "float32"), T.float32(0.0))
                 for i_n, i_k in T.Parallel(B_n, B_k):
-                    _t0[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, (b_k * B_k + i_k)], T.float32(0.0))
+                    _t0[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, ((b_k * B_k) + i_k)], T.float32(0.0))
                 for i_n, i_k in T.Parallel(B_n, B_k):
                     f[i_n, i_k] = T.reinterpret(
                         T.cast(((T.reinterpret(T.reinterpret(_t0[i_n, i_k], "uint32"), "int32") + T.int32(4096))
@@ -64,14 +64,14 @@ def build_base(K, N, eps, *, threads, block_t, chunk_k):
             for i_t, i_n in T.Parallel(B_t, B_n):
                 out_mul_tile_shared[i_t, i_n] = out_mul_tile[i_t, i_n]
             for i_t, i_n in T.Parallel(B_t, B_n):
-                if (((b_t * B_t + i_t) < N_t) & (i_n < N_n)):
-                    out_mul[(b_t * B_t + i_t), i_n] = out_mul_tile_shared[i_t, i_n]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)):
+                    out_mul[((b_t * B_t) + i_t), i_n] = out_mul_tile_shared[i_t, i_n]
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sqrsum[(b_t * B_t + i_t)] = sqrsum_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sqrsum[((b_t * B_t) + i_t)] = sqrsum_tile[i_t]
             for i_t, i_n in T.Parallel(B_t, B_n):
-                if (((b_t * B_t + i_t) < N_t) & (i_n < N_n)):
-                    mixes[(b_t * B_t + i_t), i_n] = (out_mul_tile_shared[i_t, i_n]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)):
+                    mixes[((b_t * B_t) + i_t), i_n] = (out_mul_tile_shared[i_t, i_n]
                         * T.rsqrt(((sqrsum_tile[i_t] / T.float32(K)) + T.float32(eps))))
 
     return kernel
@@ -111,12 +111,12 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, chunk_k):
             T.fill(sqrsum_tile, T.float32(0.0))
             for b_k in T.Pipelined(T.floordiv(N_k, B_k), num_stages=2):
                 for i_t, i_k in T.Parallel(B_t, B_k):
-                    r[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        T.cast(residual[(b_t * B_t + i_t), (b_k * B_k + i_k)], "float32"), T.float32(0.0))
+                    r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "float32"), T.float32(0.0))
                 for i_n, i_k in T.Parallel(B_n, B_k):
-                    _t0[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, (b_k * B_k + i_k)], T.float32(0.0))
+                    _t0[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, ((b_k * B_k) + i_k)], T.float32(0.0))
                 for i_k in T.Parallel(B_k):
-                    _t1[i_k] = norm_weight[(b_k * B_k + i_k)]
+                    _t1[i_k] = norm_weight[((b_k * B_k) + i_k)]
                 for i_n, i_k in T.Parallel(B_n, B_k):
                     w[i_n, i_k] = (_t0[i_n, i_k] * _t1[i_k])
                     f[i_n, i_k] = T.reinterpret(
@@ -129,14 +129,14 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, chunk_k):
             for i_t, i_n in T.Parallel(B_t, B_n):
                 out_mul_tile_shared[i_t, i_n] = out_mul_tile[i_t, i_n]
             for i_t, i_n in T.Parallel(B_t, B_n):
-                if (((b_t * B_t + i_t) < N_t) & (i_n < N_n)):
-                    out_mul[(b_t * B_t + i_t), i_n] = out_mul_tile_shared[i_t, i_n]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)):
+                    out_mul[((b_t * B_t) + i_t), i_n] = out_mul_tile_shared[i_t, i_n]
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sqrsum[(b_t * B_t + i_t)] = sqrsum_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sqrsum[((b_t * B_t) + i_t)] = sqrsum_tile[i_t]
             for i_t, i_n in T.Parallel(B_t, B_n):
-                if (((b_t * B_t + i_t) < N_t) & (i_n < N_n)):
-                    mixes[(b_t * B_t + i_t), i_n] = (out_mul_tile_shared[i_t, i_n]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)):
+                    mixes[((b_t * B_t) + i_t), i_n] = (out_mul_tile_shared[i_t, i_n]
                         * T.rsqrt(((sqrsum_tile[i_t] / T.float32(K)) + T.float32(eps))))
 
     return kernel

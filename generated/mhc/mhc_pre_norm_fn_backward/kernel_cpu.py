@@ -60,22 +60,22 @@ def build_base(K, N, eps, *, threads, block_t, block_k):
             r = T.alloc_local((B_t, B_k), 'float32')
             fn_grad_tile = T.alloc_local((B_n, B_k), 'float32')
             for i_t, i_n in T.grid(B_t, B_n):
-                g[i_t, i_n] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_mixes[(b_t * B_t + i_t), i_n],
+                g[i_t, i_n] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_mixes[((b_t * B_t) + i_t), i_n],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), sqrsum[(b_t * B_t + i_t)], T.float32(0.0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sqrsum[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 s[i_t] = T.max(_t0[i_t], (-_t0[i_t]))
                 rho[i_t] = T.rsqrt(((s[i_t] / T.reinterpret(T.uint32(f32_bits(K)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             for i_t, i_n in T.grid(B_t, B_n):
                 gr[i_t, i_n] = (g[i_t, i_n] * rho[i_t])
-                da[i_t, i_n] = T.Select(((b_t * B_t + i_t) < N_t),
+                da[i_t, i_n] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.reinterpret(
                         T.cast(((T.reinterpret(T.reinterpret(gr[i_t, i_n], "uint32"), "int32") + T.int32(4096))
                                 & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
             for i_t, i_n in T.grid(B_t, B_n):
-                _t1[i_t, i_n] = T.if_then_else(((b_t * B_t + i_t) < N_t), out_mul[(b_t * B_t + i_t), i_n],
+                _t1[i_t, i_n] = T.if_then_else((((b_t * B_t) + i_t) < N_t), out_mul[((b_t * B_t) + i_t), i_n],
                     T.float32(0.0))
             for i_t, i_n in T.grid(B_t, B_n):
                 ga[i_t, i_n] = (g[i_t, i_n] * _t1[i_t, i_n])
@@ -87,7 +87,7 @@ def build_base(K, N, eps, *, threads, block_t, block_k):
                             + (T.reinterpret(T.uint32(f32_bits(eps)), "float32")
                                 * T.reinterpret(T.uint32(f32_bits(K)), "float32")))))
             for i_n, i_k in T.grid(B_n, B_k):
-                fv[i_n, i_k] = fn[i_n, (b_k * B_k + i_k)]
+                fv[i_n, i_k] = fn[i_n, ((b_k * B_k) + i_k)]
             for i_n, i_k in T.grid(B_n, B_k):
                 f[i_n, i_k] = T.reinterpret(
                     T.cast(((T.reinterpret(T.reinterpret(fv[i_n, i_k], "uint32"), "int32") + T.int32(4096))
@@ -97,18 +97,18 @@ def build_base(K, N, eps, *, threads, block_t, block_k):
                 for i_t, i_k in T.grid(B_t, B_k):
                     dr[i_t, i_k] = (dr[i_t, i_k] + (da[i_t, r_n] * f[r_n, i_k]))
             for i_t, i_k in T.grid(B_t, B_k):
-                r[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(residual[(b_t * B_t + i_t), (b_k * B_k + i_k)], "uint32")), T.float32(0.0))
+                r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "uint32")), T.float32(0.0))
             for i_t, i_k in T.grid(B_t, B_k):
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_grad[(b_t * B_t + i_t), (b_k * B_k + i_k)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast(
                         encode_bf16((dr[i_t, i_k] + ((T.float32(2.0) * r[i_t, i_k]) * ds[i_t]))), "uint16")
             T.fill(fn_grad_tile, T.float32(0.0))
             for r_t in T.serial(B_t):
                 for i_n, i_k in T.grid(B_n, B_k):
                     fn_grad_tile[i_n, i_k] = (fn_grad_tile[i_n, i_k] + (da[r_t, i_n] * r[r_t, i_k]))
             for i_n, i_k in T.grid(B_n, B_k):
-                T.atomic_add(fn_grad[i_n, (b_k * B_k + i_k)], fn_grad_tile[i_n, i_k])
+                T.atomic_add(fn_grad[i_n, ((b_k * B_k) + i_k)], fn_grad_tile[i_n, i_k])
 
     return kernel
 
@@ -162,22 +162,22 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, block_k):
             p = T.alloc_local((B_t, B_k), 'float32')
             norm_weight_grad_tile = T.alloc_local((B_k,), 'float32')
             for i_t, i_n in T.grid(B_t, B_n):
-                g[i_t, i_n] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_mixes[(b_t * B_t + i_t), i_n],
+                g[i_t, i_n] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_mixes[((b_t * B_t) + i_t), i_n],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), sqrsum[(b_t * B_t + i_t)], T.float32(0.0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sqrsum[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.grid(B_t):
                 s[i_t] = T.max(_t0[i_t], (-_t0[i_t]))
                 rho[i_t] = T.rsqrt(((s[i_t] / T.reinterpret(T.uint32(f32_bits(K)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             for i_t, i_n in T.grid(B_t, B_n):
                 gr[i_t, i_n] = (g[i_t, i_n] * rho[i_t])
-                da[i_t, i_n] = T.Select(((b_t * B_t + i_t) < N_t),
+                da[i_t, i_n] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.reinterpret(
                         T.cast(((T.reinterpret(T.reinterpret(gr[i_t, i_n], "uint32"), "int32") + T.int32(4096))
                                 & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
             for i_t, i_n in T.grid(B_t, B_n):
-                _t1[i_t, i_n] = T.if_then_else(((b_t * B_t + i_t) < N_t), out_mul[(b_t * B_t + i_t), i_n],
+                _t1[i_t, i_n] = T.if_then_else((((b_t * B_t) + i_t) < N_t), out_mul[((b_t * B_t) + i_t), i_n],
                     T.float32(0.0))
             for i_t, i_n in T.grid(B_t, B_n):
                 ga[i_t, i_n] = (g[i_t, i_n] * _t1[i_t, i_n])
@@ -189,9 +189,9 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, block_k):
                             + (T.reinterpret(T.uint32(f32_bits(eps)), "float32")
                                 * T.reinterpret(T.uint32(f32_bits(K)), "float32")))))
             for i_n, i_k in T.grid(B_n, B_k):
-                fv[i_n, i_k] = fn[i_n, (b_k * B_k + i_k)]
+                fv[i_n, i_k] = fn[i_n, ((b_k * B_k) + i_k)]
             for i_k in T.grid(B_k):
-                _t2[i_k] = norm_weight[(b_k * B_k + i_k)]
+                _t2[i_k] = norm_weight[((b_k * B_k) + i_k)]
             for i_n, i_k in T.grid(B_n, B_k):
                 w[i_n, i_k] = (fv[i_n, i_k] * _t2[i_k])
                 f[i_n, i_k] = T.reinterpret(
@@ -202,30 +202,30 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, block_k):
                 for i_t, i_k in T.grid(B_t, B_k):
                     dr[i_t, i_k] = (dr[i_t, i_k] + (da[i_t, r_n] * f[r_n, i_k]))
             for i_t, i_k in T.grid(B_t, B_k):
-                r[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    decode_bf16(T.cast(residual[(b_t * B_t + i_t), (b_k * B_k + i_k)], "uint32")), T.float32(0.0))
+                r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    decode_bf16(T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "uint32")), T.float32(0.0))
             for i_t, i_k in T.grid(B_t, B_k):
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_grad[(b_t * B_t + i_t), (b_k * B_k + i_k)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast(
                         encode_bf16((dr[i_t, i_k] + ((T.float32(2.0) * r[i_t, i_k]) * ds[i_t]))), "uint16")
             for i_k in T.grid(B_k):
-                _t3[i_k] = norm_weight[(b_k * B_k + i_k)]
+                _t3[i_k] = norm_weight[((b_k * B_k) + i_k)]
             for i_t, i_k in T.grid(B_t, B_k):
-                rw[i_t, i_k] = T.Select(((b_t * B_t + i_t) < N_t), (r[i_t, i_k] * _t3[i_k]), T.float32(0.0))
+                rw[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * _t3[i_k]), T.float32(0.0))
             T.fill(fn_grad_tile, T.float32(0.0))
             for r_t in T.serial(B_t):
                 for i_n, i_k in T.grid(B_n, B_k):
                     fn_grad_tile[i_n, i_k] = (fn_grad_tile[i_n, i_k] + (da[r_t, i_n] * rw[r_t, i_k]))
             for i_n, i_k in T.grid(B_n, B_k):
-                T.atomic_add(fn_grad[i_n, (b_k * B_k + i_k)], fn_grad_tile[i_n, i_k])
+                T.atomic_add(fn_grad[i_n, ((b_k * B_k) + i_k)], fn_grad_tile[i_n, i_k])
             T.fill(q, T.float32(0.0))
             for r_n in T.serial(B_n):
                 for i_t, i_k in T.grid(B_t, B_k):
                     q[i_t, i_k] = (q[i_t, i_k] + (da[i_t, r_n] * fv[r_n, i_k]))
             for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.Select(((b_t * B_t + i_t) < N_t), (r[i_t, i_k] * q[i_t, i_k]), T.float32(0.0))
+                p[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * q[i_t, i_k]), T.float32(0.0))
             T.reduce_sum(p, norm_weight_grad_tile, dim=0)
             for i_k in T.grid(B_k):
-                T.atomic_add(norm_weight_grad[(b_k * B_k + i_k)], norm_weight_grad_tile[i_k])
+                T.atomic_add(norm_weight_grad[((b_k * B_k) + i_k)], norm_weight_grad_tile[i_k])
 
     return kernel

@@ -63,29 +63,29 @@ def build_base(K, N, eps, *, threads, block_t, tile_elems):
             fn_grad_tile = T.alloc_fragment((B_n, B_k), 'float32')
             fn_grad_tile_shared = T.alloc_shared((B_n, B_k), 'float32')
             for i_t, i_n in T.Parallel(B_t, B_n):
-                g[i_t, i_n] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_n < N_n)),
-                    grad_mixes[(b_t * B_t + i_t), i_n], T.float32(0.0))
+                g[i_t, i_n] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
+                    grad_mixes[((b_t * B_t) + i_t), i_n], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), sqrsum[(b_t * B_t + i_t)], T.float32(0.0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sqrsum[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 s[i_t] = T.max(_t0[i_t], (-_t0[i_t]))
                 rho[i_t] = T.rsqrt(((s[i_t] / T.float32(K)) + T.float32(eps)))
             for i_t, i_n in T.Parallel(B_t, B_n):
                 gr[i_t, i_n] = (g[i_t, i_n] * rho[i_t])
-                da[i_t, i_n] = T.Select((((b_t * B_t + i_t) < N_t) & (i_n < N_n)),
+                da[i_t, i_n] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
                     T.reinterpret(
                         T.cast(((T.reinterpret(T.reinterpret(gr[i_t, i_n], "uint32"), "int32") + T.int32(4096))
                                 & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
             for i_t, i_n in T.Parallel(B_t, B_n):
-                _t1[i_t, i_n] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_n < N_n)),
-                    out_mul[(b_t * B_t + i_t), i_n], T.float32(0.0))
+                _t1[i_t, i_n] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
+                    out_mul[((b_t * B_t) + i_t), i_n], T.float32(0.0))
             for i_t, i_n in T.Parallel(B_t, B_n):
                 ga[i_t, i_n] = T.Select((i_n < N_n), (g[i_t, i_n] * _t1[i_t, i_n]), T.float32(0.0))
             T.reduce_sum(ga, gsum, dim=1)
             for i_t in T.Parallel(B_t):
                 ds[i_t] = (-(((T.float32(0.5) * rho[i_t]) * gsum[i_t]) / (s[i_t] + (T.float32(eps) * T.float32(K)))))
             for i_n, i_k in T.Parallel(B_n, B_k):
-                fv[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, (b_k * B_k + i_k)], T.float32(0.0))
+                fv[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, ((b_k * B_k) + i_k)], T.float32(0.0))
             for i_n, i_k in T.Parallel(B_n, B_k):
                 f[i_n, i_k] = T.Select((i_n < N_n),
                     T.reinterpret(
@@ -95,18 +95,18 @@ def build_base(K, N, eps, *, threads, block_t, tile_elems):
             for i_t, i_k in T.Parallel(B_t, B_k):
                 dr_shared[i_t, i_k] = dr[i_t, i_k]
             for i_t, i_k in T.Parallel(B_t, B_k):
-                r[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(residual[(b_t * B_t + i_t), (b_k * B_k + i_k)], "float32"), T.float32(0.0))
+                r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "float32"), T.float32(0.0))
             for i_t, i_k in T.Parallel(B_t, B_k):
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_grad[(b_t * B_t + i_t), (b_k * B_k + i_k)] = T.cast((dr_shared[i_t, i_k]
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast((dr_shared[i_t, i_k]
                             + ((T.float32(2.0) * r[i_t, i_k]) * ds[i_t])), "bfloat16")
             T.gemm(da, r, fn_grad_tile, transpose_A=True, transpose_B=False, clear_accum=True)
             for i_n, i_k in T.Parallel(B_n, B_k):
                 fn_grad_tile_shared[i_n, i_k] = fn_grad_tile[i_n, i_k]
             for i_n, i_k in T.Parallel(B_n, B_k):
                 if (i_n < N_n):
-                    T.atomic_add(fn_grad[i_n, (b_k * B_k + i_k)], fn_grad_tile_shared[i_n, i_k])
+                    T.atomic_add(fn_grad[i_n, ((b_k * B_k) + i_k)], fn_grad_tile_shared[i_n, i_k])
 
     return kernel
 
@@ -166,31 +166,31 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, tile_elems):
             p = T.alloc_fragment((B_t, B_k), 'float32')
             norm_weight_grad_tile = T.alloc_fragment((B_k,), 'float32')
             for i_t, i_n in T.Parallel(B_t, B_n):
-                g[i_t, i_n] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_n < N_n)),
-                    grad_mixes[(b_t * B_t + i_t), i_n], T.float32(0.0))
+                g[i_t, i_n] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
+                    grad_mixes[((b_t * B_t) + i_t), i_n], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), sqrsum[(b_t * B_t + i_t)], T.float32(0.0))
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sqrsum[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 s[i_t] = T.max(_t0[i_t], (-_t0[i_t]))
                 rho[i_t] = T.rsqrt(((s[i_t] / T.float32(K)) + T.float32(eps)))
             for i_t, i_n in T.Parallel(B_t, B_n):
                 gr[i_t, i_n] = (g[i_t, i_n] * rho[i_t])
-                da[i_t, i_n] = T.Select((((b_t * B_t + i_t) < N_t) & (i_n < N_n)),
+                da[i_t, i_n] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
                     T.reinterpret(
                         T.cast(((T.reinterpret(T.reinterpret(gr[i_t, i_n], "uint32"), "int32") + T.int32(4096))
                                 & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
             for i_t, i_n in T.Parallel(B_t, B_n):
-                _t1[i_t, i_n] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_n < N_n)),
-                    out_mul[(b_t * B_t + i_t), i_n], T.float32(0.0))
+                _t1[i_t, i_n] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
+                    out_mul[((b_t * B_t) + i_t), i_n], T.float32(0.0))
             for i_t, i_n in T.Parallel(B_t, B_n):
                 ga[i_t, i_n] = T.Select((i_n < N_n), (g[i_t, i_n] * _t1[i_t, i_n]), T.float32(0.0))
             T.reduce_sum(ga, gsum, dim=1)
             for i_t in T.Parallel(B_t):
                 ds[i_t] = (-(((T.float32(0.5) * rho[i_t]) * gsum[i_t]) / (s[i_t] + (T.float32(eps) * T.float32(K)))))
             for i_n, i_k in T.Parallel(B_n, B_k):
-                fv[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, (b_k * B_k + i_k)], T.float32(0.0))
+                fv[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, ((b_k * B_k) + i_k)], T.float32(0.0))
             for i_k in T.Parallel(B_k):
-                _t2[i_k] = norm_weight[(b_k * B_k + i_k)]
+                _t2[i_k] = norm_weight[((b_k * B_k) + i_k)]
             for i_n, i_k in T.Parallel(B_n, B_k):
                 w[i_n, i_k] = (fv[i_n, i_k] * _t2[i_k])
                 f[i_n, i_k] = T.Select((i_n < N_n),
@@ -201,29 +201,29 @@ def build_with_norm_weight(K, N, eps, *, threads, block_t, tile_elems):
             for i_t, i_k in T.Parallel(B_t, B_k):
                 dr_shared[i_t, i_k] = dr[i_t, i_k]
             for i_t, i_k in T.Parallel(B_t, B_k):
-                r[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(residual[(b_t * B_t + i_t), (b_k * B_k + i_k)], "float32"), T.float32(0.0))
+                r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "float32"), T.float32(0.0))
             for i_t, i_k in T.Parallel(B_t, B_k):
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_grad[(b_t * B_t + i_t), (b_k * B_k + i_k)] = T.cast((dr_shared[i_t, i_k]
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast((dr_shared[i_t, i_k]
                             + ((T.float32(2.0) * r[i_t, i_k]) * ds[i_t])), "bfloat16")
             for i_k in T.Parallel(B_k):
-                _t3[i_k] = norm_weight[(b_k * B_k + i_k)]
+                _t3[i_k] = norm_weight[((b_k * B_k) + i_k)]
             for i_t, i_k in T.Parallel(B_t, B_k):
-                rw[i_t, i_k] = T.Select(((b_t * B_t + i_t) < N_t), (r[i_t, i_k] * _t3[i_k]), T.float32(0.0))
+                rw[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * _t3[i_k]), T.float32(0.0))
             T.gemm(da, rw, fn_grad_tile, transpose_A=True, transpose_B=False, clear_accum=True)
             for i_n, i_k in T.Parallel(B_n, B_k):
                 fn_grad_tile_shared[i_n, i_k] = fn_grad_tile[i_n, i_k]
             for i_n, i_k in T.Parallel(B_n, B_k):
                 if (i_n < N_n):
-                    T.atomic_add(fn_grad[i_n, (b_k * B_k + i_k)], fn_grad_tile_shared[i_n, i_k])
+                    T.atomic_add(fn_grad[i_n, ((b_k * B_k) + i_k)], fn_grad_tile_shared[i_n, i_k])
             T.gemm(da, fv, q, transpose_A=False, transpose_B=False, clear_accum=True)
             for i_t, i_k in T.Parallel(B_t, B_k):
                 q_shared[i_t, i_k] = q[i_t, i_k]
             for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.Select(((b_t * B_t + i_t) < N_t), (r[i_t, i_k] * q_shared[i_t, i_k]), T.float32(0.0))
+                p[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * q_shared[i_t, i_k]), T.float32(0.0))
             T.reduce_sum(p, norm_weight_grad_tile, dim=0)
             for i_k in T.Parallel(B_k):
-                T.atomic_add(norm_weight_grad[(b_k * B_k + i_k)], norm_weight_grad_tile[i_k])
+                T.atomic_add(norm_weight_grad[((b_k * B_k) + i_k)], norm_weight_grad_tile[i_k])
 
     return kernel

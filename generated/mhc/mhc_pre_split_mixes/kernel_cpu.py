@@ -58,32 +58,33 @@ def build_base(mhc_mult, mhc_post_mult_value, mhc_pre_eps, *, threads, block_t, 
             s1[0] = mhc_scale[T.int32(1)]
             s2[0] = mhc_scale[T.int32(2)]
             for i_t, i_j in T.grid(B_t, B_j):
-                _t3[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    input_mixes[(b_t * B_t + i_t), (b_j * B_j + i_j)], T.float32(0.0))
+                _t3[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    input_mixes[((b_t * B_t) + i_t), ((b_j * B_j) + i_j)], T.float32(0.0))
             for i_j in T.grid(B_j):
-                _t4[i_j] = mhc_base[(b_j * B_j + i_j)]
+                _t4[i_j] = mhc_base[((b_j * B_j) + i_j)]
             for i_t, i_j in T.grid(B_t, B_j):
-                if ((b_t * B_t + i_t) < N_t):
-                    pre[(b_t * B_t + i_t), (b_j * B_j + i_j)] = ((T.float32(1.0)
+                if (((b_t * B_t) + i_t) < N_t):
+                    pre[((b_t * B_t) + i_t), ((b_j * B_j) + i_j)] = ((T.float32(1.0)
                             / (T.float32(1.0) + T.exp((-((_t3[i_t, i_j] * s0[0]) + _t4[i_j])))))
                         + T.reinterpret(T.uint32(f32_bits(mhc_pre_eps)), "float32"))
             for i_t, i_j in T.grid(B_t, B_j):
-                _t5[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    input_mixes[(b_t * B_t + i_t), (N_j + (b_j * B_j + i_j))], T.float32(0.0))
+                _t5[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    input_mixes[((b_t * B_t) + i_t), (N_j + ((b_j * B_j) + i_j))], T.float32(0.0))
             for i_j in T.grid(B_j):
-                _t6[i_j] = mhc_base[(N_j + (b_j * B_j + i_j))]
+                _t6[i_j] = mhc_base[(N_j + ((b_j * B_j) + i_j))]
             for i_t, i_j in T.grid(B_t, B_j):
-                if ((b_t * B_t + i_t) < N_t):
-                    post[(b_t * B_t + i_t), (b_j * B_j + i_j)] = ((T.float32(1.0)
+                if (((b_t * B_t) + i_t) < N_t):
+                    post[((b_t * B_t) + i_t), ((b_j * B_j) + i_j)] = ((T.float32(1.0)
                             / (T.float32(1.0) + T.exp((-((_t5[i_t, i_j] * s1[0]) + _t6[i_j])))))
                         * T.reinterpret(T.uint32(f32_bits(mhc_post_mult_value)), "float32"))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                _t7[i_t, i_i, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    input_mixes[(b_t * B_t + i_t), ((N_j + N_j) + ((i_i * N_j) + (b_j * B_j + i_j)))], T.float32(0.0))
+                _t7[i_t, i_i, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    input_mixes[((b_t * B_t) + i_t), ((N_j + N_j) + ((i_i * N_j) + ((b_j * B_j) + i_j)))],
+                    T.float32(0.0))
             for i_i, i_j in T.grid(B_i, B_j):
-                _t8[i_i, i_j] = mhc_base[((N_j + N_j) + ((i_i * N_j) + (b_j * B_j + i_j)))]
+                _t8[i_i, i_j] = mhc_base[((N_j + N_j) + ((i_i * N_j) + ((b_j * B_j) + i_j)))]
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                if ((b_t * B_t + i_t) < N_t):
-                    comb[(b_t * B_t + i_t), i_i, (b_j * B_j + i_j)] = ((_t7[i_t, i_i, i_j] * s2[0]) + _t8[i_i, i_j])
+                if (((b_t * B_t) + i_t) < N_t):
+                    comb[((b_t * B_t) + i_t), i_i, ((b_j * B_j) + i_j)] = ((_t7[i_t, i_i, i_j] * s2[0]) + _t8[i_i, i_j])
 
     return kernel

@@ -96,30 +96,30 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t, i_q, i_j in T.grid(B_t, B_q, B_j):
-                    xm[i_t, i_q, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        input_mixes[(b_t * B_t + i_t), ((i_q * N_j) + i_j)], T.float32(0.0))
+                    xm[i_t, i_q, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        input_mixes[((b_t * B_t) + i_t), ((i_q * N_j) + i_j)], T.float32(0.0))
                 for i_t, i_q, i_j in T.grid(B_t, B_q, B_j):
                     s[i_t, i_q, i_j] = (T.float32(1.0)
                         / (T.float32(1.0) + T.exp((-((xm[i_t, i_q, i_j] * sq[i_q]) + _t0[i_q, i_j])))))
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                    gc[i_t, i_i, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        grad_comb[(b_t * B_t + i_t), i_i, i_j], T.float32(0.0))
+                    gc[i_t, i_i, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        grad_comb[((b_t * B_t) + i_t), i_i, i_j], T.float32(0.0))
                 for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                     gc_by_i[i_t, i_i, i_j] = gc[i_t, i_i, i_j]
                 for i_t, i_q, i_j in T.grid(B_t, B_q, B_j):
                     gq[i_t, i_q, i_j] = T.if_then_else(((crow[i_q] >= T.int32(0)) & (crow[i_q] < N_i)),
                         gc_by_i[i_t, crow[i_q], i_j], T.float32(0.0))
                 for i_t, i_j in T.grid(B_t, B_j):
-                    p[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), post[(b_t * B_t + i_t), i_j],
+                    p[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), post[((b_t * B_t) + i_t), i_j],
                         T.float32(0.0))
                 for i_t, i_j in T.grid(B_t, B_j):
-                    _t1[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_pre[(b_t * B_t + i_t), i_j],
+                    _t1[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_pre[((b_t * B_t) + i_t), i_j],
                         T.float32(0.0))
                 for i_t, i_j in T.grid(B_t, B_j):
-                    _t2[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_post[(b_t * B_t + i_t), i_j],
+                    _t2[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_post[((b_t * B_t) + i_t), i_j],
                         T.float32(0.0))
                 for i_t, i_q, i_j in T.grid(B_t, B_q, B_j):
-                    v[i_t, i_q, i_j] = T.Select(((b_t * B_t + i_t) < N_t),
+                    v[i_t, i_q, i_j] = T.Select((((b_t * B_t) + i_t) < N_t),
                         T.Select((row[i_q] == T.int32(0)),
                             (_t1[i_t, i_j] * (s[i_t, i_q, i_j] * (T.float32(1.0) - s[i_t, i_q, i_j]))),
                             T.Select((row[i_q] == T.int32(1)),
@@ -129,8 +129,8 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
                                             - (p[i_t, i_j]
                                             / T.reinterpret(T.uint32(f32_bits(mhc_post_mult_value)), "float32"))))),
                                 gq[i_t, i_q, i_j])), T.float32(0.0))
-                    if ((b_t * B_t + i_t) < N_t):
-                        input_mixes_grad[(b_t * B_t + i_t), ((i_q * N_j) + i_j)] = (v[i_t, i_q, i_j] * sq[i_q])
+                    if (((b_t * B_t) + i_t) < N_t):
+                        input_mixes_grad[((b_t * B_t) + i_t), ((i_q * N_j) + i_j)] = (v[i_t, i_q, i_j] * sq[i_q])
                 T.reduce_sum(v, mhc_base_grad_tile, dim=0)
                 for i_q, i_j in T.grid(B_q, B_j):
                     carry_mhc_base_grad[i_q, i_j] = (carry_mhc_base_grad[i_q, i_j] + mhc_base_grad_tile[i_q, i_j])
@@ -138,7 +138,7 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
                     vx[i_t, i_q, i_j] = (v[i_t, i_q, i_j] * xm[i_t, i_q, i_j])
                 T.reduce_sum(vx, vxq, dim=2)
                 for i_t, i_q, i_g in T.grid(B_t, B_q, B_g):
-                    vxg[i_t, i_q, i_g] = T.Select(((b_t * B_t + i_t) < N_t),
+                    vxg[i_t, i_q, i_g] = T.Select((((b_t * B_t) + i_t) < N_t),
                         T.Select((grp[i_q] == i_g), vxq[i_t, i_q], T.float32(0.0)), T.float32(0.0))
                 T.reduce_sum(vxg, vg, dim=1)
                 T.reduce_sum(vg, mhc_scale_grad_tile, dim=0)
@@ -155,17 +155,17 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_mhc_base_grad in T.grid(B_blocksum_mhc_base_grad):
                     carry_mhc_base_grad[i_blocksum_mhc_base_grad] = (carry_mhc_base_grad[i_blocksum_mhc_base_grad]
-                        + T.if_then_else(((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad
+                        + T.if_then_else((((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad)
                                     + i_blocksum_mhc_base_grad) < N_blocksum_mhc_base_grad),
                             scratch_mhc_base_grad[part,
-                                (b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad + i_blocksum_mhc_base_grad)],
+                                ((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad) + i_blocksum_mhc_base_grad)],
                             T.float32(0.0)))
             for i_blocksum_mhc_base_grad in T.grid(B_blocksum_mhc_base_grad):
-                if ((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad + i_blocksum_mhc_base_grad)
+                if (((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad) + i_blocksum_mhc_base_grad)
                         < N_blocksum_mhc_base_grad):
                     T.atomic_add(
-                        mhc_base_grad[(b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad + i_blocksum_mhc_base_grad)],
-                        carry_mhc_base_grad[i_blocksum_mhc_base_grad])
+                        mhc_base_grad[((b_blocksum_mhc_base_grad * B_blocksum_mhc_base_grad)
+                                + i_blocksum_mhc_base_grad)], carry_mhc_base_grad[i_blocksum_mhc_base_grad])
         with T.Kernel(T.ceildiv(N_blocksum_mhc_scale_grad, B_blocksum_mhc_scale_grad), threads=
                 B_blocksum_mhc_scale_grad) as (b_blocksum_mhc_scale_grad,):
             carry_mhc_scale_grad = T.alloc_local((B_blocksum_mhc_scale_grad,), 'float32')
@@ -173,16 +173,16 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_mhc_scale_grad in T.grid(B_blocksum_mhc_scale_grad):
                     carry_mhc_scale_grad[i_blocksum_mhc_scale_grad] = (carry_mhc_scale_grad[i_blocksum_mhc_scale_grad]
-                        + T.if_then_else(((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad
+                        + T.if_then_else((((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad)
                                     + i_blocksum_mhc_scale_grad) < N_blocksum_mhc_scale_grad),
                             scratch_mhc_scale_grad[part,
-                                (b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad + i_blocksum_mhc_scale_grad)],
+                                ((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad) + i_blocksum_mhc_scale_grad)],
                             T.float32(0.0)))
             for i_blocksum_mhc_scale_grad in T.grid(B_blocksum_mhc_scale_grad):
-                if ((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad + i_blocksum_mhc_scale_grad)
+                if (((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad) + i_blocksum_mhc_scale_grad)
                         < N_blocksum_mhc_scale_grad):
                     T.atomic_add(
-                        mhc_scale_grad[(b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad
+                        mhc_scale_grad[((b_blocksum_mhc_scale_grad * B_blocksum_mhc_scale_grad)
                                 + i_blocksum_mhc_scale_grad)], carry_mhc_scale_grad[i_blocksum_mhc_scale_grad])
 
     return kernel

@@ -52,21 +52,21 @@ def build_base(G, N, n_splits, group_size, eps, *, threads, block_t, tile_elems)
             for r_s in T.serial(N_s):
                 for i_t, i_g, i_n in T.grid(B_t, B_g, B_n):
                     out_mul_tile[i_t, i_g, i_n] = (out_mul_tile[i_t, i_g, i_n]
-                        + T.if_then_else(((b_t * B_t + i_t) < N_t),
-                            out_mul_split[r_s, (b_t * B_t + i_t), i_g, (b_n * B_n + i_n)], T.float32(0.0)))
+                        + T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            out_mul_split[r_s, ((b_t * B_t) + i_t), i_g, ((b_n * B_n) + i_n)], T.float32(0.0)))
             for i_t, i_g, i_n in T.grid(B_t, B_g, B_n):
-                if ((b_t * B_t + i_t) < N_t):
-                    out_mul[(b_t * B_t + i_t), i_g, (b_n * B_n + i_n)] = out_mul_tile[i_t, i_g, i_n]
+                if (((b_t * B_t) + i_t) < N_t):
+                    out_mul[((b_t * B_t) + i_t), i_g, ((b_n * B_n) + i_n)] = out_mul_tile[i_t, i_g, i_n]
             for i_t, i_g in T.grid(B_t, B_g):
                 sqrsum_tile[i_t, i_g] = T.float32(0.0)
             for r_s in T.serial(N_s):
                 for i_t, i_g in T.grid(B_t, B_g):
                     sqrsum_tile[i_t, i_g] = (sqrsum_tile[i_t, i_g]
-                        + T.if_then_else(((b_t * B_t + i_t) < N_t), sqrsum_split[r_s, (b_t * B_t + i_t), i_g],
+                        + T.if_then_else((((b_t * B_t) + i_t) < N_t), sqrsum_split[r_s, ((b_t * B_t) + i_t), i_g],
                             T.float32(0.0)))
             for i_t, i_g in T.grid(B_t, B_g):
-                if ((b_t * B_t + i_t) < N_t):
-                    sqrsum[(b_t * B_t + i_t), i_g] = sqrsum_tile[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sqrsum[((b_t * B_t) + i_t), i_g] = sqrsum_tile[i_t, i_g]
                 rstd[i_t, i_g] = T.rsqrt(((T.max(sqrsum_tile[i_t, i_g], (-sqrsum_tile[i_t, i_g]))
                             / T.reinterpret(T.uint32(f32_bits(group_size)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
@@ -80,7 +80,7 @@ def build_base(G, N, n_splits, group_size, eps, *, threads, block_t, tile_elems)
                 for i_t, i_n in T.grid(B_t, B_n):
                     out_tile[i_t, i_n] = (out_tile[i_t, i_n] + y_by_g[i_t, r_g, i_n])
             for i_t, i_n in T.grid(B_t, B_n):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_n * B_n + i_n)] = out_tile[i_t, i_n]
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), ((b_n * B_n) + i_n)] = out_tile[i_t, i_n]
 
     return kernel

@@ -52,21 +52,21 @@ def build_base(G, N, n_splits, group_size, eps, *, threads, block_t, tile_elems)
             for r_s in (T.unroll if N_s <= 256 else T.serial)(N_s):
                 for i_t, i_g, i_n in T.Parallel(B_t, B_g, B_n):
                     out_mul_tile[i_t, i_g, i_n] = (out_mul_tile[i_t, i_g, i_n]
-                        + T.if_then_else(((((b_t * B_t + i_t) < N_t) & (r_s < N_s)) & (i_g < N_g)),
-                            out_mul_split[r_s, (b_t * B_t + i_t), i_g, (b_n * B_n + i_n)], T.float32(0.0)))
+                        + T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_s < N_s)) & (i_g < N_g)),
+                            out_mul_split[r_s, ((b_t * B_t) + i_t), i_g, ((b_n * B_n) + i_n)], T.float32(0.0)))
             for i_t, i_g, i_n in T.Parallel(B_t, B_g, B_n):
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    out_mul[(b_t * B_t + i_t), i_g, (b_n * B_n + i_n)] = out_mul_tile[i_t, i_g, i_n]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
+                    out_mul[((b_t * B_t) + i_t), i_g, ((b_n * B_n) + i_n)] = out_mul_tile[i_t, i_g, i_n]
             for i_t, i_g in T.Parallel(B_t, B_g):
                 sqrsum_tile[i_t, i_g] = T.float32(0.0)
             for r_s in (T.unroll if N_s <= 256 else T.serial)(N_s):
                 for i_t, i_g in T.Parallel(B_t, B_g):
                     sqrsum_tile[i_t, i_g] = (sqrsum_tile[i_t, i_g]
-                        + T.if_then_else(((((b_t * B_t + i_t) < N_t) & (r_s < N_s)) & (i_g < N_g)),
-                            sqrsum_split[r_s, (b_t * B_t + i_t), i_g], T.float32(0.0)))
+                        + T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_s < N_s)) & (i_g < N_g)),
+                            sqrsum_split[r_s, ((b_t * B_t) + i_t), i_g], T.float32(0.0)))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
-                    sqrsum[(b_t * B_t + i_t), i_g] = sqrsum_tile[i_t, i_g]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
+                    sqrsum[((b_t * B_t) + i_t), i_g] = sqrsum_tile[i_t, i_g]
                 rstd[i_t, i_g] = T.rsqrt(((T.max(sqrsum_tile[i_t, i_g], (-sqrsum_tile[i_t, i_g]))
                             / T.float32(group_size)) + T.float32(eps)))
             for i_t, i_g, i_n in T.Parallel(B_t, B_g, B_n):
@@ -79,7 +79,7 @@ def build_base(G, N, n_splits, group_size, eps, *, threads, block_t, tile_elems)
                 for i_t, i_n in T.Parallel(B_t, B_n):
                     out_tile[i_t, i_n] = (out_tile[i_t, i_n] + y_by_g[i_t, r_g, i_n])
             for i_t, i_n in T.Parallel(B_t, B_n):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), (b_n * B_n + i_n)] = out_tile[i_t, i_n]
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), ((b_n * B_n) + i_n)] = out_tile[i_t, i_n]
 
     return kernel

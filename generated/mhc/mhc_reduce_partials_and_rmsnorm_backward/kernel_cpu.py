@@ -50,11 +50,11 @@ def build_base(G, N, n_splits, group_size, eps, *, threads, block_t, tile_elems)
             dot = T.alloc_local((B_t, B_g), 'float32')
             dsq = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_n in T.grid(B_t, B_n):
-                go[i_t, i_n] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_out[(b_t * B_t + i_t), i_n],
+                go[i_t, i_n] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_out[((b_t * B_t) + i_t), i_n],
                     T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sqrsum[(b_t * B_t + i_t), (b_g * B_g + i_g)],
-                    T.float32(0.0))
+                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    sqrsum[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)], T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
                 sq[i_t, i_g] = T.max(_t0[i_t, i_g], (-_t0[i_t, i_g]))
                 rstd[i_t, i_g] = T.rsqrt(((sq[i_t, i_g] / T.reinterpret(T.uint32(f32_bits(group_size)), "float32"))
@@ -66,9 +66,11 @@ def build_base(G, N, n_splits, group_size, eps, *, threads, block_t, tile_elems)
             for r_n in T.serial(N_n):
                 for i_t, i_g in T.grid(B_t, B_g):
                     dot[i_t, i_g] = (dot[i_t, i_g]
-                        + (T.if_then_else(((b_t * B_t + i_t) < N_t), grad_out[(b_t * B_t + i_t), r_n], T.float32(0.0))
-                            * T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                out_mul[(b_t * B_t + i_t), (b_g * B_g + i_g), r_n], T.float32(0.0))))
+                        + (
+                            T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_out[((b_t * B_t) + i_t), r_n],
+                                T.float32(0.0))
+                            * T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                out_mul[((b_t * B_t) + i_t), ((b_g * B_g) + i_g), r_n], T.float32(0.0))))
             for i_t, i_g in T.grid(B_t, B_g):
                 dsq[i_t, i_g] = (
                     -(((T.float32(0.5) * rstd[i_t, i_g]) * dot[i_t, i_g])
@@ -76,11 +78,11 @@ def build_base(G, N, n_splits, group_size, eps, *, threads, block_t, tile_elems)
                             + (T.reinterpret(T.uint32(f32_bits(eps)), "float32")
                                 * T.reinterpret(T.uint32(f32_bits(group_size)), "float32")))))
             for i_t, i_s, i_g, i_n in T.grid(B_t, B_s, B_g, B_n):
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    out_mul_split_grad[(b_s * B_s + i_s), (b_t * B_t + i_t), (b_g * B_g + i_g), i_n] = dom[i_t, i_g,
-                        i_n]
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    out_mul_split_grad[((b_s * B_s) + i_s), ((b_t * B_t) + i_t), ((b_g * B_g) + i_g), i_n] = dom[i_t,
+                        i_g, i_n]
             for i_t, i_s, i_g in T.grid(B_t, B_s, B_g):
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    sqrsum_split_grad[(b_s * B_s + i_s), (b_t * B_t + i_t), (b_g * B_g + i_g)] = dsq[i_t, i_g]
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    sqrsum_split_grad[((b_s * B_s) + i_s), ((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = dsq[i_t, i_g]
 
     return kernel

@@ -45,7 +45,7 @@ def build_base(M, repeat, eps, *, threads, block_t):
             out_tile_sum_i = T.alloc_local((B_t, B_j), 'float32')
             out_tile_sum_j = T.alloc_local((B_t, B_i), 'float32')
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                xf[i_t, i_i, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), x[(b_t * B_t + i_t), i_i, i_j],
+                xf[i_t, i_i, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), x[((b_t * B_t) + i_t), i_i, i_j],
                     T.float32(0.0))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                 xf_for_max_over_j[i_t, i_i, i_j] = T.Select(T.isnan(xf[i_t, i_i, i_j]), T.float32(-float('inf')),
@@ -75,7 +75,7 @@ def build_base(M, repeat, eps, *, threads, block_t):
                     out_tile[i_t, i_i, i_j] = (out_tile[i_t, i_i, i_j]
                         / (out_tile_sum_i[i_t, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_i, i_j] = out_tile[i_t, i_i, i_j]
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), i_i, i_j] = out_tile[i_t, i_i, i_j]
 
     return kernel

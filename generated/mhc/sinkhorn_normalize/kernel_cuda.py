@@ -44,8 +44,8 @@ def build_base(M, repeat, eps, *, threads, block_t):
             out_tile_sum_j = T.alloc_fragment((B_t, B_i), 'float32')
             for i_t, i_i, i_j in T.Parallel(B_t, B_i, B_j):
                 xf[i_t, i_i, i_j] = T.Select((i_j < N_j),
-                    T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)),
-                        x[(b_t * B_t + i_t), i_i, i_j], T.float32(0.0)), T.float32(-float('inf')))
+                    T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)),
+                        x[((b_t * B_t) + i_t), i_i, i_j], T.float32(0.0)), T.float32(-float('inf')))
             T.reduce_max(xf, mx, dim=2)
             for i_t, i_i in T.Parallel(B_t, B_i):
                 mx[i_t, i_i] = (mx[i_t, i_i] + T.reinterpret(T.uint32(0x0), "float32"))
@@ -70,7 +70,7 @@ def build_base(M, repeat, eps, *, threads, block_t):
                     out_tile[i_t, i_i, i_j] = T.Select(((i_i < N_i) & (i_j < N_j)),
                         (out_tile[i_t, i_i, i_j] / (out_tile_sum_i[i_t, i_j] + T.float32(eps))), T.float32(0.0))
             for i_t, i_i, i_j in T.Parallel(B_t, B_i, B_j):
-                if ((((b_t * B_t + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)):
-                    out[(b_t * B_t + i_t), i_i, i_j] = out_tile[i_t, i_i, i_j]
+                if (((((b_t * B_t) + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)):
+                    out[((b_t * B_t) + i_t), i_i, i_j] = out_tile[i_t, i_i, i_j]
 
     return kernel

@@ -55,7 +55,7 @@ def build_base(M, repeat, eps, *, threads, block_t):
             dps = T.alloc_local((B_t, B_i, B_j), 'float32')
             sd = T.alloc_local((B_t, B_i), 'float32')
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                xf[i_t, i_i, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), x[(b_t * B_t + i_t), i_i, i_j],
+                xf[i_t, i_i, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), x[((b_t * B_t) + i_t), i_i, i_j],
                     T.float32(0.0))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                 xf_for_max_over_j[i_t, i_i, i_j] = T.Select(T.isnan(xf[i_t, i_i, i_j]), T.float32(-float('inf')),
@@ -70,7 +70,7 @@ def build_base(M, repeat, eps, *, threads, block_t):
                 sm[i_t, i_i, i_j] = (ex[i_t, i_i, i_j] / se[i_t, i_i])
                 p0[i_t, i_i, i_j] = (sm[i_t, i_i, i_j] + T.reinterpret(T.uint32(f32_bits(eps)), "float32"))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                g[i_t, i_i, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_out[(b_t * B_t + i_t), i_i, i_j],
+                g[i_t, i_i, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_out[((b_t * B_t) + i_t), i_i, i_j],
                     T.float32(0.0))
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
                 dp[i_t, i_i, i_j] = g[i_t, i_i, i_j]
@@ -135,7 +135,7 @@ def build_base(M, repeat, eps, *, threads, block_t):
                 dps[i_t, i_i, i_j] = (dp[i_t, i_i, i_j] * sm[i_t, i_i, i_j])
             T.reduce_sum(dps, sd, dim=2)
             for i_t, i_i, i_j in T.grid(B_t, B_i, B_j):
-                if ((b_t * B_t + i_t) < N_t):
-                    x_grad[(b_t * B_t + i_t), i_i, i_j] = ((dp[i_t, i_i, i_j] - sd[i_t, i_i]) * sm[i_t, i_i, i_j])
+                if (((b_t * B_t) + i_t) < N_t):
+                    x_grad[((b_t * B_t) + i_t), i_i, i_j] = ((dp[i_t, i_i, i_j] - sd[i_t, i_i]) * sm[i_t, i_i, i_j])
 
     return kernel

@@ -54,8 +54,8 @@ def build_base(M, repeat, eps, *, threads, block_t):
             sd = T.alloc_fragment((B_t, B_i), 'float32')
             for i_t, i_i, i_j in T.Parallel(B_t, B_i, B_j):
                 xf[i_t, i_i, i_j] = T.Select((i_j < N_j),
-                    T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)),
-                        x[(b_t * B_t + i_t), i_i, i_j], T.float32(0.0)), T.float32(-float('inf')))
+                    T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)),
+                        x[((b_t * B_t) + i_t), i_i, i_j], T.float32(0.0)), T.float32(-float('inf')))
             T.reduce_max(xf, mx, dim=2)
             for i_t, i_i in T.Parallel(B_t, B_i):
                 mx[i_t, i_i] = (mx[i_t, i_i] + T.reinterpret(T.uint32(0x0), "float32"))
@@ -66,8 +66,8 @@ def build_base(M, repeat, eps, *, threads, block_t):
                 sm[i_t, i_i, i_j] = (ex[i_t, i_i, i_j] / se[i_t, i_i])
                 p0[i_t, i_i, i_j] = (sm[i_t, i_i, i_j] + T.float32(eps))
             for i_t, i_i, i_j in T.Parallel(B_t, B_i, B_j):
-                g[i_t, i_i, i_j] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)),
-                    grad_out[(b_t * B_t + i_t), i_i, i_j], T.float32(0.0))
+                g[i_t, i_i, i_j] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)),
+                    grad_out[((b_t * B_t) + i_t), i_i, i_j], T.float32(0.0))
             for i_t, i_i, i_j in T.Parallel(B_t, B_i, B_j):
                 dp[i_t, i_i, i_j] = g[i_t, i_i, i_j]
             for last_k in T.serial(T.floormod(N_k, T.int32(2))):
@@ -131,7 +131,7 @@ def build_base(M, repeat, eps, *, threads, block_t):
                 dps[i_t, i_i, i_j] = T.Select((i_j < N_j), (dp[i_t, i_i, i_j] * sm[i_t, i_i, i_j]), T.float32(0.0))
             T.reduce_sum(dps, sd, dim=2)
             for i_t, i_i, i_j in T.Parallel(B_t, B_i, B_j):
-                if ((((b_t * B_t + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)):
-                    x_grad[(b_t * B_t + i_t), i_i, i_j] = ((dp[i_t, i_i, i_j] - sd[i_t, i_i]) * sm[i_t, i_i, i_j])
+                if (((((b_t * B_t) + i_t) < N_t) & (i_i < N_i)) & (i_j < N_j)):
+                    x_grad[((b_t * B_t) + i_t), i_i, i_j] = ((dp[i_t, i_i, i_j] - sd[i_t, i_i]) * sm[i_t, i_i, i_j])
 
     return kernel

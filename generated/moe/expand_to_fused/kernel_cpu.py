@@ -46,30 +46,30 @@ def build_base(K, H, x_dtype, *, threads, block_t, tile_elems):
             b_padrow_out = pid // (T.ceildiv(N_padcol_out, B_padcol_out))
             b_padcol_out = pid % T.ceildiv(N_padcol_out, B_padcol_out)
             for i_padrow_out, i_padcol_out in T.grid(B_padrow_out, B_padcol_out):
-                if (((b_padcol_out * B_padcol_out + i_padcol_out) < N_padcol_out)
-                        & (((b_padrow_out * B_padrow_out + i_padrow_out) < n_out)
+                if ((((b_padcol_out * B_padcol_out) + i_padcol_out) < N_padcol_out)
+                        & ((((b_padrow_out * B_padrow_out) + i_padrow_out) < n_out)
                             & (
-                                T.if_then_else(((b_padrow_out * B_padrow_out + i_padrow_out) < n_out),
-                                    T.cast(pos_to_expert[(b_padrow_out * B_padrow_out + i_padrow_out)], "int32"),
+                                T.if_then_else((((b_padrow_out * B_padrow_out) + i_padrow_out) < n_out),
+                                    T.cast(pos_to_expert[((b_padrow_out * B_padrow_out) + i_padrow_out)], "int32"),
                                     T.int32(0)) < T.int32(0)))):
-                    out[(b_padrow_out * B_padrow_out + i_padrow_out), (b_padcol_out * B_padcol_out + i_padcol_out)
+                    out[((b_padrow_out * B_padrow_out) + i_padrow_out), ((b_padcol_out * B_padcol_out) + i_padcol_out)
                         ] = T.if_then_else(False,
-                        out[(b_padrow_out * B_padrow_out + i_padrow_out), (b_padcol_out * B_padcol_out + i_padcol_out)],
-                        T.cast(0, STORAGE_x))
+                        out[((b_padrow_out * B_padrow_out) + i_padrow_out),
+                            ((b_padcol_out * B_padcol_out) + i_padcol_out)], T.cast(0, STORAGE_x))
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_k, B_k), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_k, B_k))
             b_k = pid % T.ceildiv(N_k, B_k)
             _at_token_topk_to_pos = T.alloc_local((B_t, B_k), 'int32')
             xc = T.alloc_local((B_t, B_h), STORAGE_x)
             for i_t, i_k in T.grid(B_t, B_k):
-                _at_token_topk_to_pos[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), (b_k * B_k + i_k)], "int32"), T.int32(0))
+                _at_token_topk_to_pos[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "int32"), T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                xc[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), x[(b_t * B_t + i_t), i_h],
+                xc[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), x[((b_t * B_t) + i_t), i_h],
                     T.cast(0, STORAGE_x))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
                 if (((_at_token_topk_to_pos[i_t, i_k] >= T.int32(0)) & (_at_token_topk_to_pos[i_t, i_k] < n_out))
-                        & ((b_t * B_t + i_t) < N_t)):
+                        & (((b_t * B_t) + i_t) < N_t)):
                     out[_at_token_topk_to_pos[i_t, i_k], i_h] = xc[i_t, i_h]
 
     return kernel

@@ -64,7 +64,7 @@ def build_base(E, alignment, *, threads, block_p):
                                     T.int32(1), T.int32(alignment))))) * T.int32(alignment))
                 end[i_f] = T.if_then_else(((ff[i_f] >= T.int32(0)) & (ff[i_f] < N_e)), hi_by_e[ff[i_f]], T.int32(0))
             for i_p in T.Parallel(B_p):
-                row[i_p] = (b_p * B_p + i_p)
+                row[i_p] = ((b_p * B_p) + i_p)
             for i_p, i_f in T.Parallel(B_p, B_f):
                 inside[i_p, i_f] = ((row[i_p] >= lo[i_f]) & (row[i_p] < end[i_f]))
                 mark[i_p, i_f] = T.Select((i_f < N_f),
@@ -73,7 +73,7 @@ def build_base(E, alignment, *, threads, block_p):
                     T.int32(-2147483648))
             T.reduce_max(mark, pos_to_expert_tile, dim=1)
             for i_p in T.Parallel(B_p):
-                if ((b_p * B_p + i_p) < N_p):
-                    pos_to_expert[(b_p * B_p + i_p)] = T.cast(pos_to_expert_tile[i_p], "int32")
+                if (((b_p * B_p) + i_p) < N_p):
+                    pos_to_expert[((b_p * B_p) + i_p)] = T.cast(pos_to_expert_tile[i_p], "int32")
 
     return kernel

@@ -38,10 +38,10 @@ def build_base(K, num_groups, *, threads, block_t):
             count_by_g = T.alloc_local((B_t, B_g), 'int32')
             count_tile = T.alloc_local((B_g,), 'int32')
             for i_t, i_k in T.grid(B_t, B_k):
-                ids[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(group_idx[(b_t * B_t + i_t), i_k], "int64"), T.int64(0))
+                ids[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(group_idx[((b_t * B_t) + i_t), i_k], "int64"), T.int64(0))
             for i_t, i_k, i_g in T.grid(B_t, B_k, B_g):
-                count_ones[i_t, i_k, i_g] = T.Select(((b_t * B_t + i_t) < N_t),
+                count_ones[i_t, i_k, i_g] = T.Select((((b_t * B_t) + i_t) < N_t),
                     T.Select((ids[i_t, i_k] == T.cast(i_g, "int64")), T.int32(1), T.int32(0)), T.int32(0))
             T.reduce_sum(count_ones, count_by_g, dim=1)
             T.reduce_sum(count_by_g, count_tile, dim=0)

@@ -40,8 +40,8 @@ def build_base(K, *, threads, block_t):
             repeat = T.alloc_fragment((B_t, B_k, B_j), 'float32')
             seen = T.alloc_fragment((B_t, B_k), 'float32')
             for i_t, i_k in T.Parallel(B_t, B_k):
-                g[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)),
-                    T.cast(group_indices[(b_t * B_t + i_t), i_k], "int64"), T.int64(0))
+                g[i_t, i_k] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)),
+                    T.cast(group_indices[((b_t * B_t) + i_t), i_k], "int64"), T.int64(0))
             for i_j in T.Parallel(B_j):
                 at[i_j] = i_j
             for i_t, i_k in T.Parallel(B_t, B_k):
@@ -57,8 +57,8 @@ def build_base(K, *, threads, block_t):
             T.reduce_max(repeat, seen, dim=2)
             for i_t, i_k in T.Parallel(B_t, B_k):
                 seen[i_t, i_k] = (seen[i_t, i_k] + T.reinterpret(T.uint32(0x0), "float32"))
-                if (((b_t * B_t + i_t) < N_t) & (i_k < N_k)):
-                    unique[(b_t * B_t + i_t), i_k] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)):
+                    unique[((b_t * B_t) + i_t), i_k] = T.cast(
                         T.Select((seen[i_t, i_k] > T.float32(0.0)), T.int64(-1), g[i_t, i_k]), "int64")
 
     return kernel

@@ -46,25 +46,25 @@ def build_base(E, group, *, threads, block_u, tile_elems):
                     offsets_tile[i_u, r_c, i_e] = offsets_tile_run[i_u, i_e]
                 for i_u, i_e in T.Parallel(B_u, B_e):
                     offsets_tile_run[i_u, i_e] = (offsets_tile_run[i_u, i_e]
-                        + T.Select(((((b_u * B_u + i_u) * N_c) + r_c) < NB),
-                            T.if_then_else((((((b_u * B_u + i_u) * N_c) + r_c) < NB) & (r_c < N_c)),
-                                T.cast(counts[(((b_u * B_u + i_u) * N_c) + r_c), (b_e * B_e + i_e)], "int32"),
+                        + T.Select((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),
+                            T.if_then_else(((((((b_u * B_u) + i_u) * N_c) + r_c) < NB) & (r_c < N_c)),
+                                T.cast(counts[((((b_u * B_u) + i_u) * N_c) + r_c), ((b_e * B_e) + i_e)], "int32"),
                                 T.int32(0)), T.int32(0)))
             for i_u, i_c, i_e in T.Parallel(B_u, B_c, B_e):
-                if (((((b_u * B_u + i_u) * N_c) + i_c) < NB) & (i_c < N_c)):
-                    offsets[(((b_u * B_u + i_u) * N_c) + i_c), (b_e * B_e + i_e)] = T.cast(offsets_tile[i_u, i_c, i_e],
-                        "int32")
+                if ((((((b_u * B_u) + i_u) * N_c) + i_c) < NB) & (i_c < N_c)):
+                    offsets[((((b_u * B_u) + i_u) * N_c) + i_c), ((b_e * B_e) + i_e)] = T.cast(
+                        offsets_tile[i_u, i_c, i_e], "int32")
             for i_u, i_e in T.Parallel(B_u, B_e):
                 totals_tile[i_u, i_e] = T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))
             for r_c in (T.unroll if N_c <= 256 else T.serial)(N_c):
                 for i_u, i_e in T.Parallel(B_u, B_e):
-                    totals_tile[i_u, i_e] = T.Select(((((b_u * B_u + i_u) * N_c) + r_c) < NB),
+                    totals_tile[i_u, i_e] = T.Select((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),
                         (totals_tile[i_u, i_e]
-                            + T.if_then_else((((((b_u * B_u + i_u) * N_c) + r_c) < NB) & (r_c < N_c)),
-                                T.cast(counts[(((b_u * B_u + i_u) * N_c) + r_c), (b_e * B_e + i_e)], "int32"),
+                            + T.if_then_else(((((((b_u * B_u) + i_u) * N_c) + r_c) < NB) & (r_c < N_c)),
+                                T.cast(counts[((((b_u * B_u) + i_u) * N_c) + r_c), ((b_e * B_e) + i_e)], "int32"),
                                 T.int32(0))), totals_tile[i_u, i_e])
             for i_u, i_e in T.Parallel(B_u, B_e):
-                if ((b_u * B_u + i_u) < N_u):
-                    totals[(b_u * B_u + i_u), (b_e * B_e + i_e)] = T.cast(totals_tile[i_u, i_e], "int32")
+                if (((b_u * B_u) + i_u) < N_u):
+                    totals[((b_u * B_u) + i_u), ((b_e * B_e) + i_e)] = T.cast(totals_tile[i_u, i_e], "int32")
 
     return kernel

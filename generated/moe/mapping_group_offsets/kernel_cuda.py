@@ -40,14 +40,14 @@ def build_base(E, group, *, threads, block_u, tile_elems):
             _t0 = T.alloc_fragment((B_u, B_c, B_e), 'int32')
             _t1 = T.alloc_fragment((B_u, B_e), 'int32')
             for i_u, i_c, i_e in T.Parallel(B_u, B_c, B_e):
-                _t0[i_u, i_c, i_e] = T.if_then_else(((((b_u * B_u + i_u) * N_c) + i_c) < NB),
-                    T.cast(offsets[(((b_u * B_u + i_u) * N_c) + i_c), (b_e * B_e + i_e)], "int32"), T.int32(0))
+                _t0[i_u, i_c, i_e] = T.if_then_else((((((b_u * B_u) + i_u) * N_c) + i_c) < NB),
+                    T.cast(offsets[((((b_u * B_u) + i_u) * N_c) + i_c), ((b_e * B_e) + i_e)], "int32"), T.int32(0))
             for i_u, i_e in T.Parallel(B_u, B_e):
-                _t1[i_u, i_e] = T.if_then_else(((b_u * B_u + i_u) < N_u),
-                    T.cast(group_offsets[(b_u * B_u + i_u), (b_e * B_e + i_e)], "int32"), T.int32(0))
+                _t1[i_u, i_e] = T.if_then_else((((b_u * B_u) + i_u) < N_u),
+                    T.cast(group_offsets[((b_u * B_u) + i_u), ((b_e * B_e) + i_e)], "int32"), T.int32(0))
             for i_u, i_c, i_e in T.Parallel(B_u, B_c, B_e):
-                if ((((b_u * B_u + i_u) * N_c) + i_c) < NB):
-                    chunk_offsets[(((b_u * B_u + i_u) * N_c) + i_c), (b_e * B_e + i_e)] = T.cast((_t0[i_u, i_c, i_e]
+                if (((((b_u * B_u) + i_u) * N_c) + i_c) < NB):
+                    chunk_offsets[((((b_u * B_u) + i_u) * N_c) + i_c), ((b_e * B_e) + i_e)] = T.cast((_t0[i_u, i_c, i_e]
                             + _t1[i_u, i_e]), "int32")
 
     return kernel

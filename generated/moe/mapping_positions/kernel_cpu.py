@@ -47,11 +47,11 @@ def build_base(E, chunk, *, threads, block_b):
             ids_by_r = T.alloc_local((B_b, B_r), 'int64')
             rank = T.alloc_local((B_b, B_r), 'int32')
             for i_b, i_r in T.grid(B_b, B_r):
-                ids[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    T.cast(topk_idx[(((b_b * B_b + i_b) * N_r) + i_r)], "int64"), T.int64(0))
+                ids[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
+                    T.cast(topk_idx[((((b_b * B_b) + i_b) * N_r) + i_r)], "int64"), T.int64(0))
             for i_b, i_e in T.grid(B_b, B_e):
-                _t0[i_b, i_e] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                    T.cast(offsets[(b_b * B_b + i_b), i_e], "int32"), T.int32(0))
+                _t0[i_b, i_e] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                    T.cast(offsets[((b_b * B_b) + i_b), i_e], "int32"), T.int32(0))
             for i_e in T.grid(B_e):
                 _t1[i_e] = T.cast(expert_start[i_e], "int32")
             for i_b, i_e in T.grid(B_b, B_e):
@@ -73,8 +73,8 @@ def build_base(E, chunk, *, threads, block_b):
                             T.Select(T.isnan(T.float32(1.0)), T.int32(0), T.cast(T.float32(1.0), "int32")),
                             T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))))
             for i_b, i_r in T.grid(B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
-                    token_topk_to_pos[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
+                    token_topk_to_pos[((((b_b * B_b) + i_b) * N_r) + i_r)] = T.cast(
                         T.Select((ids[i_b, i_r] >= T.int64(0)), (first[i_b, i_r] + rank[i_b, i_r]),
                             T.Select(T.isnan(T.float32(-1.0)), T.int32(0), T.cast(T.float32(-1.0), "int32"))), "int32")
 

@@ -39,8 +39,8 @@ def build_base(E, alignment, *, threads, block_u):
             start_run = T.alloc_local((B_u,), 'int32')
             start = T.alloc_local((B_u, B_e), 'int32')
             for i_u, i_e in T.grid(B_u, B_e):
-                n[i_u, i_e] = T.if_then_else(((b_u * B_u + i_u) < N_u), T.cast(totals[(b_u * B_u + i_u), i_e], "int32"),
-                    T.int32(0))
+                n[i_u, i_e] = T.if_then_else((((b_u * B_u) + i_u) < N_u),
+                    T.cast(totals[((b_u * B_u) + i_u), i_e], "int32"), T.int32(0))
             for i_u, i_e in T.grid(B_u, B_e):
                 aligned[i_u, i_e] = (
                     T.Select((T.int32(alignment) == T.int32(0)), T.int32(0),
@@ -60,21 +60,21 @@ def build_base(E, alignment, *, threads, block_u):
                                 T.Select((T.int32(alignment) == T.int32(-1)),
                                     (
                                         -((
-                                            T.if_then_else(((b_u * B_u + i_u) < N_u),
-                                            T.cast(totals[(b_u * B_u + i_u), r_e], "int32"), T.int32(0))
+                                            T.if_then_else((((b_u * B_u) + i_u) < N_u),
+                                            T.cast(totals[((b_u * B_u) + i_u), r_e], "int32"), T.int32(0))
                                             + T.int32(alignment)) - T.int32(1))),
                                     T.floordiv(((
-                                            T.if_then_else(((b_u * B_u + i_u) < N_u),
-                                            T.cast(totals[(b_u * B_u + i_u), r_e], "int32"), T.int32(0))
+                                            T.if_then_else((((b_u * B_u) + i_u) < N_u),
+                                            T.cast(totals[((b_u * B_u) + i_u), r_e], "int32"), T.int32(0))
                                             + T.int32(alignment)) - T.int32(1)),
                                         T.Select(((T.int32(alignment) == T.int32(0))
                                             | (T.int32(alignment) == T.int32(-1))), T.int32(1), T.int32(alignment)))))
                             * T.int32(alignment)))
             for i_u, i_e in T.grid(B_u, B_e):
-                if ((b_u * B_u + i_u) < N_u):
-                    num_tokens_per_expert[(b_u * B_u + i_u), i_e] = T.cast(aligned[i_u, i_e], "int32")
-                    expert_start[(b_u * B_u + i_u), i_e] = T.cast(start[i_u, i_e], "int32")
-                    expert_end[(b_u * B_u + i_u), i_e] = T.cast((start[i_u, i_e] + aligned[i_u, i_e]), "int32")
-                    psum[(b_u * B_u + i_u), i_e] = T.cast((start[i_u, i_e] + n[i_u, i_e]), "int32")
+                if (((b_u * B_u) + i_u) < N_u):
+                    num_tokens_per_expert[((b_u * B_u) + i_u), i_e] = T.cast(aligned[i_u, i_e], "int32")
+                    expert_start[((b_u * B_u) + i_u), i_e] = T.cast(start[i_u, i_e], "int32")
+                    expert_end[((b_u * B_u) + i_u), i_e] = T.cast((start[i_u, i_e] + aligned[i_u, i_e]), "int32")
+                    psum[((b_u * B_u) + i_u), i_e] = T.cast((start[i_u, i_e] + n[i_u, i_e]), "int32")
 
     return kernel

@@ -44,8 +44,8 @@ def build_base(K, n, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, t
             r = T.alloc_local((B_t, B_k), 'int64')
             mine = T.alloc_local((B_t, B_k), 'bool')
             for i_t, i_k in T.grid(B_t, B_k):
-                v[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(indices[(b_t * B_t + i_t), (b_k * B_k + i_k)], "int64"), T.int64(0))
+                v[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(indices[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "int64"), T.int64(0))
             for i_t, i_k in T.grid(B_t, B_k):
                 local[i_t, i_k] = (v[i_t, i_k] - T.cast((T.int32(tp_rank) * T.int32(per_gpu)), "int64"))
                 r[i_t, i_k] = (local[i_t, i_k]
@@ -71,8 +71,8 @@ def build_base(K, n, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, t
                                 T.Select(((T.int64(num_tp_ranks) == T.int64(0))
                                         | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
                         == T.int64(tp_rank)))
-                if ((b_t * B_t + i_t) < N_t):
-                    masked[(b_t * B_t + i_t), (b_k * B_k + i_k)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    masked[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast(
                         T.Select((mine[i_t, i_k] & (r[i_t, i_k] >= T.int64(0))), r[i_t, i_k], T.int64(-1)), "int64")
 
     return kernel

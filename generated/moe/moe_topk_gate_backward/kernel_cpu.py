@@ -56,14 +56,15 @@ def build_base(E, K, routed_scaling_factor, *, threads, block_t):
             near_zero = T.alloc_local((B_t, B_e), 'float32')
             far = T.alloc_local((B_t, B_e), 'float32')
             for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), scores[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                u[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), scores[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t, i_j in T.grid(B_t, B_j):
-                ids[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(topk_idx[(b_t * B_t + i_t), i_j], "int64"), T.int64(0))
+                ids[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
             for i_t, i_j in T.grid(B_t, B_j):
                 valid[i_t, i_j] = (ids[i_t, i_j] >= T.int64(0))
             for i_t, i_j in T.grid(B_t, B_j):
-                g[i_t, i_j] = T.if_then_else(((b_t * B_t + i_t) < N_t), grad_topk_weights[(b_t * B_t + i_t), i_j],
+                g[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_topk_weights[((b_t * B_t) + i_t), i_j],
                     T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):
                 u_by_e[i_t, i_e] = u[i_t, i_e]
@@ -87,12 +88,12 @@ def build_base(E, K, routed_scaling_factor, *, threads, block_t):
                 for i_t in T.grid(B_t):
                     rho[i_t] = (rho[i_t]
                         + T.Select((
-                                T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                    T.cast(topk_idx[(b_t * B_t + i_t), r_j], "int64"), T.int64(0)) >= T.int64(0)),
+                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                    T.cast(topk_idx[((b_t * B_t) + i_t), r_j], "int64"), T.int64(0)) >= T.int64(0)),
                             (
-                                T.if_then_else(((b_t * B_t + i_t) < N_t), grad_topk_weights[(b_t * B_t + i_t), r_j],
+                                T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_topk_weights[((b_t * B_t) + i_t), r_j],
                                     T.float32(0.0))
-                                * T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_j],
+                                * T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_j],
                                     T.float32(0.0))), T.float32(0.0)))
             for i_t, i_j in T.grid(B_t, B_j):
                 per_slot[i_t, i_j] = T.Select(valid[i_t, i_j],
@@ -105,8 +106,8 @@ def build_base(E, K, routed_scaling_factor, *, threads, block_t):
                 for i_t, i_e in T.grid(B_t, B_e):
                     du[i_t, i_e] = (du[i_t, i_e]
                         + T.Select((
-                                T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                    T.cast(topk_idx[(b_t * B_t + i_t), r_j], "int64"), T.int64(0))
+                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                    T.cast(topk_idx[((b_t * B_t) + i_t), r_j], "int64"), T.int64(0))
                                 == T.cast(i_e, "int64")), per_slot_shared[i_t, r_j], T.float32(0.0)))
             for i_t, i_e in T.grid(B_t, B_e):
                 u2[i_t, i_e] = (u[i_t, i_e] * u[i_t, i_e])
@@ -118,8 +119,8 @@ def build_base(E, K, routed_scaling_factor, *, threads, block_t):
                         * u2[i_t, i_e]) - T.reinterpret(T.uint32(0x3efffffa), "float32"))
                 near_zero[i_t, i_e] = ((u[i_t, i_e] * T.float32(0.5)) * (T.float32(1.0) + (u2[i_t, i_e] * q[i_t, i_e])))
                 far[i_t, i_e] = ((T.float32(0.5) * (T.float32(1.0) - T.exp((-u2[i_t, i_e])))) / u[i_t, i_e])
-                if ((b_t * B_t + i_t) < N_t):
-                    grad_logits[(b_t * B_t + i_t), i_e] = (
+                if (((b_t * B_t) + i_t) < N_t):
+                    grad_logits[((b_t * B_t) + i_t), i_e] = (
                         T.Select((u2[i_t, i_e] < T.float32(1.0)), near_zero[i_t, i_e], far[i_t, i_e]) * du[i_t, i_e])
 
     return kernel

@@ -55,16 +55,16 @@ def build_base(E, K, routed_scaling_factor, *, threads, block_t):
             near_zero = T.alloc_fragment((B_t, B_e), 'float32')
             far = T.alloc_fragment((B_t, B_e), 'float32')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                u[i_t, i_e] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), scores[(b_t * B_t + i_t), i_e],
-                    T.float32(0.0))
+                u[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    scores[((b_t * B_t) + i_t), i_e], T.float32(0.0))
             for i_t, i_j in T.Parallel(B_t, B_j):
-                ids[i_t, i_j] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_j < N_j)),
-                    T.cast(topk_idx[(b_t * B_t + i_t), i_j], "int64"), T.int64(0))
+                ids[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
+                    T.cast(topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
             for i_t, i_j in T.Parallel(B_t, B_j):
                 valid[i_t, i_j] = (ids[i_t, i_j] >= T.int64(0))
             for i_t, i_j in T.Parallel(B_t, B_j):
-                g[i_t, i_j] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_j < N_j)),
-                    grad_topk_weights[(b_t * B_t + i_t), i_j], T.float32(0.0))
+                g[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
+                    grad_topk_weights[((b_t * B_t) + i_t), i_j], T.float32(0.0))
             for i_t, i_e in T.Parallel(B_t, B_e):
                 u_by_e[i_t, i_e] = u[i_t, i_e]
             for i_t, i_j in T.Parallel(B_t, B_j):
@@ -87,13 +87,13 @@ def build_base(E, K, routed_scaling_factor, *, threads, block_t):
                 for i_t in T.Parallel(B_t):
                     rho[i_t] = (rho[i_t]
                         + T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_j < N_j)),
-                                    T.cast(topk_idx[(b_t * B_t + i_t), r_j], "int64"), T.int64(0)) >= T.int64(0)),
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
+                                    T.cast(topk_idx[((b_t * B_t) + i_t), r_j], "int64"), T.int64(0)) >= T.int64(0)),
                             (
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_j < N_j)),
-                                    grad_topk_weights[(b_t * B_t + i_t), r_j], T.float32(0.0))
-                                * T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_j < N_j)),
-                                    topk_weights[(b_t * B_t + i_t), r_j], T.float32(0.0))), T.float32(0.0)))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
+                                    grad_topk_weights[((b_t * B_t) + i_t), r_j], T.float32(0.0))
+                                * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
+                                    topk_weights[((b_t * B_t) + i_t), r_j], T.float32(0.0))), T.float32(0.0)))
             for i_t, i_j in T.Parallel(B_t, B_j):
                 per_slot[i_t, i_j] = T.Select(valid[i_t, i_j],
                     (((T.float32(routed_scaling_factor) * g[i_t, i_j]) - rho[i_t]) / den[i_t]), T.float32(0.0))
@@ -104,8 +104,8 @@ def build_base(E, K, routed_scaling_factor, *, threads, block_t):
                 for i_t, i_e in T.Parallel(B_t, B_e):
                     du[i_t, i_e] = (du[i_t, i_e]
                         + T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_j < N_j)),
-                                    T.cast(topk_idx[(b_t * B_t + i_t), r_j], "int64"), T.int64(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
+                                    T.cast(topk_idx[((b_t * B_t) + i_t), r_j], "int64"), T.int64(0))
                                 == T.cast(i_e, "int64")), per_slot_shared[i_t, r_j], T.float32(0.0)))
             for i_t, i_e in T.Parallel(B_t, B_e):
                 u2[i_t, i_e] = (u[i_t, i_e] * u[i_t, i_e])
@@ -117,8 +117,8 @@ def build_base(E, K, routed_scaling_factor, *, threads, block_t):
                         * u2[i_t, i_e]) - T.reinterpret(T.uint32(0x3efffffa), "float32"))
                 near_zero[i_t, i_e] = ((u[i_t, i_e] * T.float32(0.5)) * (T.float32(1.0) + (u2[i_t, i_e] * q[i_t, i_e])))
                 far[i_t, i_e] = ((T.float32(0.5) * (T.float32(1.0) - T.exp((-u2[i_t, i_e])))) / u[i_t, i_e])
-                if (((b_t * B_t + i_t) < N_t) & (i_e < N_e)):
-                    grad_logits[(b_t * B_t + i_t), i_e] = (
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    grad_logits[((b_t * B_t) + i_t), i_e] = (
                         T.Select((u2[i_t, i_e] < T.float32(1.0)), near_zero[i_t, i_e], far[i_t, i_e]) * du[i_t, i_e])
 
     return kernel

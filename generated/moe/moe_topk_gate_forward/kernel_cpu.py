@@ -62,7 +62,8 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads, block_
             _t4 = T.alloc_local((B_t, B_s), 'float32')
             weight = T.alloc_local((B_t, B_s), 'float32')
             for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), logits[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):
                 u[i_t, i_e] = T.sqrt(
                     T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
@@ -96,7 +97,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads, block_
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_s in T.grid(B_s):
-                slot[i_s] = (b_s * B_s + i_s)
+                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.grid(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.grid(B_t, B_s):
@@ -110,12 +111,12 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads, block_
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
-                    topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = weight[i_t, i_s]
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
             for i_t, i_e in T.grid(B_t, B_e):
-                if ((b_t * B_t + i_t) < N_t):
-                    scores[(b_t * B_t + i_t), i_e] = u[i_t, i_e]
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
 
     return kernel
 
@@ -165,7 +166,8 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
             _t4 = T.alloc_local((B_t, B_s), 'float32')
             weight = T.alloc_local((B_t, B_s), 'float32')
             for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), logits[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):
                 u[i_t, i_e] = T.sqrt(
                     T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
@@ -203,7 +205,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_s in T.grid(B_s):
-                slot[i_s] = (b_s * B_s + i_s)
+                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.grid(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.grid(B_t, B_s):
@@ -217,12 +219,12 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
-                    topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = weight[i_t, i_s]
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
             for i_t, i_e in T.grid(B_t, B_e):
-                if ((b_t * B_t + i_t) < N_t):
-                    scores[(b_t * B_t + i_t), i_e] = u[i_t, i_e]
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
 
     return kernel
 
@@ -272,9 +274,10 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
             _t4 = T.alloc_local((B_t, B_s), 'float32')
             weight = T.alloc_local((B_t, B_s), 'float32')
             for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), logits[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(mask[(b_t * B_t + i_t)], "int32"),
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.grid(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
@@ -311,7 +314,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_s in T.grid(B_s):
-                slot[i_s] = (b_s * B_s + i_s)
+                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.grid(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.grid(B_t, B_s):
@@ -325,14 +328,14 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
                         T.Select(routed[i_t], T.cast(idx[i_t, i_s], "int64"), T.int64(-1)), "int64")
-                    topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
                         T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):
-                if ((b_t * B_t + i_t) < N_t):
-                    scores[(b_t * B_t + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
 
     return kernel
 
@@ -385,9 +388,10 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
             _t4 = T.alloc_local((B_t, B_s), 'float32')
             weight = T.alloc_local((B_t, B_s), 'float32')
             for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), logits[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(mask[(b_t * B_t + i_t)], "int32"),
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.grid(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
@@ -428,7 +432,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
             for i_s in T.grid(B_s):
-                slot[i_s] = (b_s * B_s + i_s)
+                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.grid(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.grid(B_t, B_s):
@@ -442,13 +446,13 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
                         T.Select(routed[i_t], T.cast(idx[i_t, i_s], "int64"), T.int64(-1)), "int64")
-                    topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
                         T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):
-                if ((b_t * B_t + i_t) < N_t):
-                    scores[(b_t * B_t + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
 
     return kernel

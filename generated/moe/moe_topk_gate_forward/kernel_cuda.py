@@ -62,8 +62,8 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads, block_
             _t4 = T.alloc_fragment((B_t, B_s), 'float32')
             weight = T.alloc_fragment((B_t, B_s), 'float32')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), logits[(b_t * B_t + i_t), i_e],
-                    T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
             for i_t, i_e in T.Parallel(B_t, B_e):
                 u[i_t, i_e] = T.sqrt(
                     T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
@@ -96,7 +96,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads, block_
             for i_t, i_j in T.Parallel(B_t, B_j):
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
             for i_s in T.Parallel(B_s):
-                slot[i_s] = (b_s * B_s + i_s)
+                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.Parallel(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.Parallel(B_t, B_s):
@@ -110,12 +110,12 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, *, threads, block_
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
-                    topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = weight[i_t, i_s]
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
             for i_t, i_e in T.Parallel(B_t, B_e):
-                if (((b_t * B_t + i_t) < N_t) & (i_e < N_e)):
-                    scores[(b_t * B_t + i_t), i_e] = u[i_t, i_e]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
 
     return kernel
 
@@ -166,8 +166,8 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
             _t4 = T.alloc_fragment((B_t, B_s), 'float32')
             weight = T.alloc_fragment((B_t, B_s), 'float32')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), logits[(b_t * B_t + i_t), i_e],
-                    T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
             for i_t, i_e in T.Parallel(B_t, B_e):
                 u[i_t, i_e] = T.sqrt(
                     T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
@@ -204,7 +204,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
             for i_t, i_j in T.Parallel(B_t, B_j):
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
             for i_s in T.Parallel(B_s):
-                slot[i_s] = (b_s * B_s + i_s)
+                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.Parallel(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.Parallel(B_t, B_s):
@@ -218,12 +218,12 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
-                    topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = weight[i_t, i_s]
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(T.cast(idx[i_t, i_s], "int64"), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
             for i_t, i_e in T.Parallel(B_t, B_e):
-                if (((b_t * B_t + i_t) < N_t) & (i_e < N_e)):
-                    scores[(b_t * B_t + i_t), i_e] = u[i_t, i_e]
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
 
     return kernel
 
@@ -274,10 +274,10 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
             _t4 = T.alloc_fragment((B_t, B_s), 'float32')
             weight = T.alloc_fragment((B_t, B_s), 'float32')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), logits[(b_t * B_t + i_t), i_e],
-                    T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(mask[(b_t * B_t + i_t)], "int32"),
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.Parallel(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
@@ -313,7 +313,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
             for i_t, i_j in T.Parallel(B_t, B_j):
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
             for i_s in T.Parallel(B_s):
-                slot[i_s] = (b_s * B_s + i_s)
+                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.Parallel(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.Parallel(B_t, B_s):
@@ -327,14 +327,14 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, *, threads, b
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
                         T.Select(routed[i_t], T.cast(idx[i_t, i_s], "int64"), T.int64(-1)), "int64")
-                    topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
                         T.float32(0.0))
             for i_t, i_e in T.Parallel(B_t, B_e):
-                if (((b_t * B_t + i_t) < N_t) & (i_e < N_e)):
-                    scores[(b_t * B_t + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
 
     return kernel
 
@@ -388,10 +388,10 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
             _t4 = T.alloc_fragment((B_t, B_s), 'float32')
             weight = T.alloc_fragment((B_t, B_s), 'float32')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), logits[(b_t * B_t + i_t), i_e],
-                    T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(mask[(b_t * B_t + i_t)], "int32"),
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.Parallel(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
@@ -431,7 +431,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
             for i_t, i_j in T.Parallel(B_t, B_j):
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
             for i_s in T.Parallel(B_s):
-                slot[i_s] = (b_s * B_s + i_s)
+                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.Parallel(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.Parallel(B_t, B_s):
@@ -445,13 +445,13 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, *, 
                 _t4[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
                     T.float32(0.0))
                 weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t4[i_t, i_s], T.float32(1.0))
-                if (((b_t * B_t + i_t) < N_t) & ((b_s * B_s + i_s) < N_s)):
-                    topk_idx[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
                         T.Select(routed[i_t], T.cast(idx[i_t, i_s], "int64"), T.int64(-1)), "int64")
-                    topk_weights[(b_t * B_t + i_t), (b_s * B_s + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
                         T.float32(0.0))
             for i_t, i_e in T.Parallel(B_t, B_e):
-                if (((b_t * B_t + i_t) < N_t) & (i_e < N_e)):
-                    scores[(b_t * B_t + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
 
     return kernel

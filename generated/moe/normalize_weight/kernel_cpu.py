@@ -37,7 +37,7 @@ def build_base(K, *, threads, block_t):
             _t0 = T.alloc_local((B_t,), 'float32')
             denominator_tile = T.alloc_local((B_t,), 'float32')
             for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k],
+                w[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), i_k],
                     T.float32(0.0))
             for i_t, i_k in T.grid(B_t, B_k):
                 _t0_tree[i_t, i_k] = w[i_t, i_k]
@@ -51,10 +51,10 @@ def build_base(K, *, threads, block_t):
             for i_t in T.grid(B_t):
                 _t0[i_t] = _t0_tree[i_t, T.int32(0)]
                 denominator_tile[i_t] = (_t0[i_t] + T.float32(1e-20))
-                if ((b_t * B_t + i_t) < N_t):
-                    denominator[(b_t * B_t + i_t)] = denominator_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    denominator[((b_t * B_t) + i_t)] = denominator_tile[i_t]
             for i_t, i_k in T.grid(B_t, B_k):
-                if ((b_t * B_t + i_t) < N_t):
-                    normalized[(b_t * B_t + i_t), i_k] = (w[i_t, i_k] / denominator_tile[i_t])
+                if (((b_t * B_t) + i_t) < N_t):
+                    normalized[((b_t * B_t) + i_t), i_k] = (w[i_t, i_k] / denominator_tile[i_t])
 
     return kernel

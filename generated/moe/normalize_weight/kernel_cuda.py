@@ -37,8 +37,8 @@ def build_base(K, *, threads, block_t):
             _t0 = T.alloc_fragment((B_t,), 'float32')
             denominator_tile = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)),
-                    topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
+                w[i_t, i_k] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)),
+                    topk_weights[((b_t * B_t) + i_t), i_k], T.float32(0.0))
             for i_t, i_k in T.Parallel(B_t, B_k):
                 _t0_tree[i_t, i_k] = w[i_t, i_k]
             for l_k in T.serial(T.int32(31)):
@@ -51,10 +51,10 @@ def build_base(K, *, threads, block_t):
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = _t0_tree[i_t, T.int32(0)]
                 denominator_tile[i_t] = (_t0[i_t] + T.float32(1e-20))
-                if ((b_t * B_t + i_t) < N_t):
-                    denominator[(b_t * B_t + i_t)] = denominator_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    denominator[((b_t * B_t) + i_t)] = denominator_tile[i_t]
             for i_t, i_k in T.Parallel(B_t, B_k):
-                if (((b_t * B_t + i_t) < N_t) & (i_k < N_k)):
-                    normalized[(b_t * B_t + i_t), i_k] = (w[i_t, i_k] / denominator_tile[i_t])
+                if ((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)):
+                    normalized[((b_t * B_t) + i_t), i_k] = (w[i_t, i_k] / denominator_tile[i_t])
 
     return kernel

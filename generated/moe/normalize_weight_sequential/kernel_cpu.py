@@ -35,20 +35,20 @@ def build_base(K, *, threads, block_t):
             w = T.alloc_local((B_t, B_k), 'float32')
             denominator_tile = T.alloc_local((B_t,), 'float32')
             for i_t, i_k in T.grid(B_t, B_k):
-                w[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), i_k],
+                w[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), i_k],
                     T.float32(0.0))
             for i_t in T.grid(B_t):
                 denominator_tile[i_t] = T.float32(1e-20)
             for r_k in T.serial(N_k):
                 for i_t in T.grid(B_t):
                     denominator_tile[i_t] = (denominator_tile[i_t]
-                        + T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k],
+                        + T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
                             T.float32(0.0)))
             for i_t in T.grid(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    denominator[(b_t * B_t + i_t)] = denominator_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    denominator[((b_t * B_t) + i_t)] = denominator_tile[i_t]
             for i_t, i_k in T.grid(B_t, B_k):
-                if ((b_t * B_t + i_t) < N_t):
-                    normalized[(b_t * B_t + i_t), i_k] = (w[i_t, i_k] / denominator_tile[i_t])
+                if (((b_t * B_t) + i_t) < N_t):
+                    normalized[((b_t * B_t) + i_t), i_k] = (w[i_t, i_k] / denominator_tile[i_t])
 
     return kernel

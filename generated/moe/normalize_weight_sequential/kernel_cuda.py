@@ -35,20 +35,20 @@ def build_base(K, *, threads, block_t):
             w = T.alloc_fragment((B_t, B_k), 'float32')
             denominator_tile = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_k in T.Parallel(B_t, B_k):
-                w[i_t, i_k] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_k < N_k)),
-                    topk_weights[(b_t * B_t + i_t), i_k], T.float32(0.0))
+                w[i_t, i_k] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)),
+                    topk_weights[((b_t * B_t) + i_t), i_k], T.float32(0.0))
             for i_t in T.Parallel(B_t):
                 denominator_tile[i_t] = T.float32(1e-20)
             for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t in T.Parallel(B_t):
                     denominator_tile[i_t] = (denominator_tile[i_t]
-                        + T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                            topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)))
+                        + T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                            topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0)))
             for i_t in T.Parallel(B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    denominator[(b_t * B_t + i_t)] = denominator_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    denominator[((b_t * B_t) + i_t)] = denominator_tile[i_t]
             for i_t, i_k in T.Parallel(B_t, B_k):
-                if (((b_t * B_t + i_t) < N_t) & (i_k < N_k)):
-                    normalized[(b_t * B_t + i_t), i_k] = (w[i_t, i_k] / denominator_tile[i_t])
+                if ((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)):
+                    normalized[((b_t * B_t) + i_t), i_k] = (w[i_t, i_k] / denominator_tile[i_t])
 
     return kernel

@@ -53,32 +53,32 @@ def make_base(out_format, K, H, x_dtype, *, threads, block_t):
                     acc[i_t, i_h] = T.cast(
                         T.cast(
                             T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
                                 LOAD_x(
                                     x[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         i_h]), T.float32(0.0)), "float64")
                         * T.cast(
                             T.Select((
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                     >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64")
                         + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = acc[i_t, i_h]
+                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
 
     return kernel
 
@@ -119,33 +119,33 @@ def make_with_sf(out_format, K, H, x_dtype, *, threads, block_t):
                     acc[i_t, i_h] = T.cast(
                         T.cast(
                             T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
                                 LOAD_x(
                                     x[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         i_h]), T.float32(0.0)), "float64")
                         * T.cast(
                             T.Select((
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                     >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64")
                         + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
+                        out[((b_t * B_t) + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
 
     return kernel
 
@@ -186,44 +186,44 @@ def make_with_x_sf(out_format, K, H, x_dtype, *, threads, block_t):
                     acc[i_t, i_h] = T.cast(
                         T.cast(
                             T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
                                 LOAD_x(
                                     x[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         i_h]), T.float32(0.0)), "float64")
                         * T.cast(
                             T.Select((
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                     >= T.int32(0)),
                                 T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                             & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
                                     x_sf[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))],
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
                                     T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
                         "float32")
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = acc[i_t, i_h]
+                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
 
     return kernel
 
@@ -266,45 +266,45 @@ def make_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threads, block_t):
                     acc[i_t, i_h] = T.cast(
                         T.cast(
                             T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
                                 LOAD_x(
                                     x[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         i_h]), T.float32(0.0)), "float64")
                         * T.cast(
                             T.Select((
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                     >= T.int32(0)),
                                 T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                             & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
                                     x_sf[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))],
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
                                     T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
                         "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
+                        out[((b_t * B_t) + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
 
     return kernel
 
@@ -344,34 +344,34 @@ def make_with_topk_weights(out_format, K, H, x_dtype, *, threads, block_t):
                     acc[i_t, i_h] = T.cast(
                         T.cast(
                             T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
                                 LOAD_x(
                                     x[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         i_h]), T.float32(0.0)), "float64")
                         * T.cast(
                             T.Select((
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                     >= T.int32(0)),
-                                T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k],
+                                T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
                                     T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
                         "float32")
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = acc[i_t, i_h]
+                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
 
     return kernel
 
@@ -413,35 +413,35 @@ def make_with_topk_weights_with_sf(out_format, K, H, x_dtype, *, threads, block_
                     acc[i_t, i_h] = T.cast(
                         T.cast(
                             T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
                                 LOAD_x(
                                     x[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         i_h]), T.float32(0.0)), "float64")
                         * T.cast(
                             T.Select((
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                     >= T.int32(0)),
-                                T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k],
+                                T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
                                     T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
                         "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
+                        out[((b_t * B_t) + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
 
     return kernel
 
@@ -483,47 +483,47 @@ def make_with_topk_weights_with_x_sf(out_format, K, H, x_dtype, *, threads, bloc
                     acc[i_t, i_h] = T.cast(
                         T.cast(
                             T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
                                 LOAD_x(
                                     x[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         i_h]), T.float32(0.0)), "float64")
                         * T.cast(
                             T.Select((
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                     >= T.int32(0)),
                                 (
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k],
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
                                         T.float32(0.0))
                                     * T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                             & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
                                         x_sf[
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))],
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
                                         T.float32(0.0))), T.float32(0.0)), "float64")
                         + T.cast(acc[i_t, i_h], "float64"), "float32")
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = acc[i_t, i_h]
+                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
 
     return kernel
 
@@ -567,48 +567,48 @@ def make_with_topk_weights_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threa
                     acc[i_t, i_h] = T.cast(
                         T.cast(
                             T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
                                 LOAD_x(
                                     x[
-                                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         i_h]), T.float32(0.0)), "float64")
                         * T.cast(
                             T.Select((
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                     >= T.int32(0)),
                                 (
-                                    T.if_then_else(((b_t * B_t + i_t) < N_t), topk_weights[(b_t * B_t + i_t), r_k],
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
                                         T.float32(0.0))
                                     * T.if_then_else((((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                             & (
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & ((b_t * B_t + i_t) < N_t)),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
                                         x_sf[
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))],
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
                                         T.float32(0.0))), T.float32(0.0)), "float64")
                         + T.cast(acc[i_t, i_h], "float64"), "float32")
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
+                        out[((b_t * B_t) + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
 
     return kernel
 

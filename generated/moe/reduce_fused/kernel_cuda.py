@@ -54,30 +54,30 @@ def make_base(out_format, K, H, x_dtype, *, threads, block_t, tile_elems):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                         >= T.int32(0))
                                     & (
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                        < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        < n_x)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                             LOAD_x(
                                 x[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
-                                    (b_h * B_h + i_h)]), T.float32(0.0)),
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
+                                    ((b_h * B_h) + i_h)]), T.float32(0.0)),
                         T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                 >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = acc[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = acc[i_t, i_h]
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
 
     return kernel
 
@@ -120,31 +120,32 @@ def make_with_sf(out_format, K, H, x_dtype, *, threads, block_t, tile_elems):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                         >= T.int32(0))
                                     & (
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                        < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        < n_x)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                             LOAD_x(
                                 x[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
-                                    (b_h * B_h + i_h)]), T.float32(0.0)),
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
+                                    ((b_h * B_h) + i_h)]), T.float32(0.0)),
                         T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                 >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "bfloat16")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "bfloat16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (acc[i_t, i_h] * _t3[0])
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (acc[i_t, i_h] * _t3[0])
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "float8_e4m3fn")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]),
+                            "float8_e4m3fn")
 
     return kernel
 
@@ -187,42 +188,42 @@ def make_with_x_sf(out_format, K, H, x_dtype, *, threads, block_t, tile_elems):
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                         >= T.int32(0))
                                     & (
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                        < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        < n_x)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                             LOAD_x(
                                 x[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
-                                    (b_h * B_h + i_h)]), T.float32(0.0)),
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
+                                    ((b_h * B_h) + i_h)]), T.float32(0.0)),
                         T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                 >= T.int32(0)),
                             T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x_sf)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                                 x_sf[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))],
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
                                 T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = acc[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = acc[i_t, i_h]
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
 
     return kernel
 
@@ -267,43 +268,44 @@ def make_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threads, block_t, tile_
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                         >= T.int32(0))
                                     & (
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                        < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        < n_x)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                             LOAD_x(
                                 x[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
-                                    (b_h * B_h + i_h)]), T.float32(0.0)),
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
+                                    ((b_h * B_h) + i_h)]), T.float32(0.0)),
                         T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                 >= T.int32(0)),
                             T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                         & (
-                                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x_sf)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                                 x_sf[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))],
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
                                 T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "bfloat16")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "bfloat16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (acc[i_t, i_h] * _t3[0])
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (acc[i_t, i_h] * _t3[0])
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "float8_e4m3fn")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]),
+                            "float8_e4m3fn")
 
     return kernel
 
@@ -345,32 +347,32 @@ def make_with_topk_weights(out_format, K, H, x_dtype, *, threads, block_t, tile_
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                         >= T.int32(0))
                                     & (
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                        < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        < n_x)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                             LOAD_x(
                                 x[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
-                                    (b_h * B_h + i_h)]), T.float32(0.0)),
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
+                                    ((b_h * B_h) + i_h)]), T.float32(0.0)),
                         T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                 >= T.int32(0)),
-                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
+                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = acc[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = acc[i_t, i_h]
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
 
     return kernel
 
@@ -414,33 +416,34 @@ def make_with_topk_weights_with_sf(out_format, K, H, x_dtype, *, threads, block_
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                         >= T.int32(0))
                                     & (
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                        < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        < n_x)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                             LOAD_x(
                                 x[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
-                                    (b_h * B_h + i_h)]), T.float32(0.0)),
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
+                                    ((b_h * B_h) + i_h)]), T.float32(0.0)),
                         T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                 >= T.int32(0)),
-                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
+                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "bfloat16")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "bfloat16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (acc[i_t, i_h] * _t3[0])
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (acc[i_t, i_h] * _t3[0])
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "float8_e4m3fn")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]),
+                            "float8_e4m3fn")
 
     return kernel
 
@@ -484,45 +487,45 @@ def make_with_topk_weights_with_x_sf(out_format, K, H, x_dtype, *, threads, bloc
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                         >= T.int32(0))
                                     & (
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                        < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        < n_x)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                             LOAD_x(
                                 x[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
-                                    (b_h * B_h + i_h)]), T.float32(0.0)),
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
+                                    ((b_h * B_h) + i_h)]), T.float32(0.0)),
                         T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                 >= T.int32(0)),
                             (
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0))
                                 * T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                             & (
-                                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x_sf)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                                     x_sf[
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))],
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
                                     T.float32(0.0))), T.float32(0.0)), acc[i_t, i_h])
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(acc[i_t, i_h], "bfloat16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = acc[i_t, i_h]
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = acc[i_t, i_h]
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(acc[i_t, i_h], "float8_e4m3fn")
 
     return kernel
 
@@ -568,46 +571,47 @@ def make_with_topk_weights_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threa
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     acc[i_t, i_h] = T.fma(
                         T.if_then_else((((
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                         >= T.int32(0))
                                     & (
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                        < n_x)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        < n_x)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                             LOAD_x(
                                 x[
-                                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0)),
-                                    (b_h * B_h + i_h)]), T.float32(0.0)),
+                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
+                                    ((b_h * B_h) + i_h)]), T.float32(0.0)),
                         T.Select((
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                 >= T.int32(0)),
                             (
-                                T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                    topk_weights[(b_t * B_t + i_t), r_k], T.float32(0.0))
+                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                    topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0))
                                 * T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
+                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
                                             >= T.int32(0))
                                             & (
-                                            T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & (((b_t * B_t + i_t) < N_t) & (r_k < N_k))),
+                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                            < n_x_sf)) & ((((b_t * B_t) + i_t) < N_t) & (r_k < N_k))),
                                     x_sf[
-                                        T.if_then_else((((b_t * B_t + i_t) < N_t) & (r_k < N_k)),
-                                            T.cast(token_topk_to_pos[(b_t * B_t + i_t), r_k], "int32"), T.int32(0))],
+                                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
                                     T.float32(0.0))), T.float32(0.0)), acc[i_t, i_h])
             _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out_format == 'bf16':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "bfloat16")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "bfloat16")
                     if out_format == 'fp32':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = (acc[i_t, i_h] * _t3[0])
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (acc[i_t, i_h] * _t3[0])
                     if out_format == 'e4m3':
-                        out[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]), "float8_e4m3fn")
+                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((acc[i_t, i_h] * _t3[0]),
+                            "float8_e4m3fn")
 
     return kernel
 

@@ -52,16 +52,16 @@ def build_base(K, H, grad_out_dtype, *, threads, block_t, tile_elems):
             b_padrow_x_grad = pid // (T.ceildiv(N_padcol_x_grad, B_padcol_x_grad))
             b_padcol_x_grad = pid % T.ceildiv(N_padcol_x_grad, B_padcol_x_grad)
             for i_padrow_x_grad, i_padcol_x_grad in T.grid(B_padrow_x_grad, B_padcol_x_grad):
-                if (((b_padcol_x_grad * B_padcol_x_grad + i_padcol_x_grad) < N_padcol_x_grad)
-                        & (((b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad) < n_x_grad)
+                if ((((b_padcol_x_grad * B_padcol_x_grad) + i_padcol_x_grad) < N_padcol_x_grad)
+                        & ((((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad) < n_x_grad)
                             & (
-                                T.if_then_else(((b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad) < n_x_grad),
-                                    T.cast(pos_to_expert[(b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad)],
+                                T.if_then_else((((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad) < n_x_grad),
+                                    T.cast(pos_to_expert[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad)],
                                         "int32"), T.int32(0)) < T.int32(0)))):
-                    x_grad[(b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad), (b_padcol_x_grad * B_padcol_x_grad
+                    x_grad[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad), ((b_padcol_x_grad * B_padcol_x_grad)
                             + i_padcol_x_grad)] = T.if_then_else(False,
-                        x_grad[(b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad),
-                            (b_padcol_x_grad * B_padcol_x_grad + i_padcol_x_grad)], T.cast(0, STORAGE_grad_out))
+                        x_grad[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad),
+                            ((b_padcol_x_grad * B_padcol_x_grad) + i_padcol_x_grad)], T.cast(0, STORAGE_grad_out))
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_k, B_k), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_k, B_k))
             b_k = pid % T.ceildiv(N_k, B_k)
@@ -71,24 +71,24 @@ def build_base(K, H, grad_out_dtype, *, threads, block_t, tile_elems):
             gx = T.alloc_local((B_t, B_k, B_h), 'float32')
             topk_weights_grad_tile = T.alloc_local((B_t, B_k), 'float32')
             for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), (b_k * B_k + i_k)], "int32"), T.int32(0))
+                p[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "int32"), T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]),
-                    T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                if (((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     x_grad[p[i_t, i_k], i_h] = STORE_grad_out(
                         T.Select((p[i_t, i_k] >= T.int32(0)), g[i_t, i_h], T.float32(0.0)))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
                 xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x))
-                        & ((b_t * B_t + i_t) < N_t)), LOAD_grad_out(x[p[i_t, i_k], i_h]), T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), LOAD_grad_out(x[p[i_t, i_k], i_h]), T.float32(0.0))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
                 gx[i_t, i_k, i_h] = (g[i_t, i_h] * xv[i_t, i_k, i_h])
             T.reduce_sum(gx, topk_weights_grad_tile, dim=2)
             for i_t, i_k in T.grid(B_t, B_k):
-                if ((b_t * B_t + i_t) < N_t):
-                    topk_weights_grad[(b_t * B_t + i_t), (b_k * B_k + i_k)] = topk_weights_grad_tile[i_t, i_k]
+                if (((b_t * B_t) + i_t) < N_t):
+                    topk_weights_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = topk_weights_grad_tile[i_t, i_k]
 
     return kernel
 
@@ -127,16 +127,16 @@ def build_with_topk_weights(K, H, grad_out_dtype, *, threads, block_t, tile_elem
             b_padrow_x_grad = pid // (T.ceildiv(N_padcol_x_grad, B_padcol_x_grad))
             b_padcol_x_grad = pid % T.ceildiv(N_padcol_x_grad, B_padcol_x_grad)
             for i_padrow_x_grad, i_padcol_x_grad in T.grid(B_padrow_x_grad, B_padcol_x_grad):
-                if (((b_padcol_x_grad * B_padcol_x_grad + i_padcol_x_grad) < N_padcol_x_grad)
-                        & (((b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad) < n_x_grad)
+                if ((((b_padcol_x_grad * B_padcol_x_grad) + i_padcol_x_grad) < N_padcol_x_grad)
+                        & ((((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad) < n_x_grad)
                             & (
-                                T.if_then_else(((b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad) < n_x_grad),
-                                    T.cast(pos_to_expert[(b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad)],
+                                T.if_then_else((((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad) < n_x_grad),
+                                    T.cast(pos_to_expert[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad)],
                                         "int32"), T.int32(0)) < T.int32(0)))):
-                    x_grad[(b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad), (b_padcol_x_grad * B_padcol_x_grad
+                    x_grad[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad), ((b_padcol_x_grad * B_padcol_x_grad)
                             + i_padcol_x_grad)] = T.if_then_else(False,
-                        x_grad[(b_padrow_x_grad * B_padrow_x_grad + i_padrow_x_grad),
-                            (b_padcol_x_grad * B_padcol_x_grad + i_padcol_x_grad)], T.cast(0, STORAGE_grad_out))
+                        x_grad[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad),
+                            ((b_padcol_x_grad * B_padcol_x_grad) + i_padcol_x_grad)], T.cast(0, STORAGE_grad_out))
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_k, B_k), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_k, B_k))
             b_k = pid % T.ceildiv(N_k, B_k)
@@ -147,26 +147,26 @@ def build_with_topk_weights(K, H, grad_out_dtype, *, threads, block_t, tile_elem
             gx = T.alloc_local((B_t, B_k, B_h), 'float32')
             topk_weights_grad_tile = T.alloc_local((B_t, B_k), 'float32')
             for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    T.cast(token_topk_to_pos[(b_t * B_t + i_t), (b_k * B_k + i_k)], "int32"), T.int32(0))
+                p[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "int32"), T.int32(0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]),
-                    T.float32(0.0))
+                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    topk_weights[(b_t * B_t + i_t), (b_k * B_k + i_k)], T.float32(0.0))
+                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    topk_weights[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], T.float32(0.0))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                if (((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_grad)) & ((b_t * B_t + i_t) < N_t)):
+                if (((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_grad)) & (((b_t * B_t) + i_t) < N_t)):
                     x_grad[p[i_t, i_k], i_h] = STORE_grad_out(
                         T.Select((p[i_t, i_k] >= T.int32(0)), (g[i_t, i_h] * _t0[i_t, i_k]), T.float32(0.0)))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
                 xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x))
-                        & ((b_t * B_t + i_t) < N_t)), LOAD_grad_out(x[p[i_t, i_k], i_h]), T.float32(0.0))
+                        & (((b_t * B_t) + i_t) < N_t)), LOAD_grad_out(x[p[i_t, i_k], i_h]), T.float32(0.0))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
                 gx[i_t, i_k, i_h] = (g[i_t, i_h] * xv[i_t, i_k, i_h])
             T.reduce_sum(gx, topk_weights_grad_tile, dim=2)
             for i_t, i_k in T.grid(B_t, B_k):
-                if ((b_t * B_t + i_t) < N_t):
-                    topk_weights_grad[(b_t * B_t + i_t), (b_k * B_k + i_k)] = topk_weights_grad_tile[i_t, i_k]
+                if (((b_t * B_t) + i_t) < N_t):
+                    topk_weights_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = topk_weights_grad_tile[i_t, i_k]
 
     return kernel

@@ -104,7 +104,8 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
             remapped = T.alloc_local((B_t, B_j), 'int32')
             mine = T.alloc_local((B_t, B_j), 'bool')
             for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), logits[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):
                 if scoring == 'sigmoid':
                     s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
@@ -237,11 +238,11 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
                                 T.Select(((T.int32(num_tp_ranks) == T.int32(0))
                                         | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
                         == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if ((b_t * B_t + i_t) < N_t):
-                    topk_idx[(b_t * B_t + i_t), i_j] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select(mine[i_t, i_j], T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)), "int64")
-                    topk_weights[(b_t * B_t + i_t), i_j] = w[i_t, i_j]
-                    unmapped[(b_t * B_t + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
+                    topk_weights[((b_t * B_t) + i_t), i_j] = w[i_t, i_j]
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
 
     return kernel
 
@@ -333,9 +334,10 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             remapped = T.alloc_local((B_t, B_j), 'int32')
             mine = T.alloc_local((B_t, B_j), 'bool')
             for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), logits[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(mask[(b_t * B_t + i_t)], "int32"),
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.grid(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
@@ -471,12 +473,12 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
                                 T.Select(((T.int32(num_tp_ranks) == T.int32(0))
                                         | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
                         == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if ((b_t * B_t + i_t) < N_t):
-                    topk_idx[(b_t * B_t + i_t), i_j] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select((routed[i_t] & mine[i_t, i_j]), T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)),
                         "int64")
-                    topk_weights[(b_t * B_t + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
-                    unmapped[(b_t * B_t + i_t), i_j] = T.cast(
+                    topk_weights[((b_t * B_t) + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select(routed[i_t], T.cast(sel[i_t, i_j], "int64"), T.int64(-1)), "int64")
 
     return kernel
@@ -565,7 +567,8 @@ def build_softmax(E, num_topk, num_groups, num_topk_groups, routed_scaling_facto
             remapped = T.alloc_local((B_t, B_j), 'int32')
             mine = T.alloc_local((B_t, B_j), 'bool')
             for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), logits[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):
                 l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
             T.reduce_max(l_for_max_over_e, _t1, dim=1)
@@ -698,11 +701,11 @@ def build_softmax(E, num_topk, num_groups, num_topk_groups, routed_scaling_facto
                                 T.Select(((T.int32(num_tp_ranks) == T.int32(0))
                                         | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
                         == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if ((b_t * B_t + i_t) < N_t):
-                    topk_idx[(b_t * B_t + i_t), i_j] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select(mine[i_t, i_j], T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)), "int64")
-                    topk_weights[(b_t * B_t + i_t), i_j] = w[i_t, i_j]
-                    unmapped[(b_t * B_t + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
+                    topk_weights[((b_t * B_t) + i_t), i_j] = w[i_t, i_j]
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
 
     return kernel
 
@@ -793,9 +796,10 @@ def build_softmax_with_mask(E, num_topk, num_groups, num_topk_groups, routed_sca
             remapped = T.alloc_local((B_t, B_j), 'int32')
             mine = T.alloc_local((B_t, B_j), 'bool')
             for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), logits[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(mask[(b_t * B_t + i_t)], "int32"),
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.grid(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
@@ -931,12 +935,12 @@ def build_softmax_with_mask(E, num_topk, num_groups, num_topk_groups, routed_sca
                                 T.Select(((T.int32(num_tp_ranks) == T.int32(0))
                                         | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
                         == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if ((b_t * B_t + i_t) < N_t):
-                    topk_idx[(b_t * B_t + i_t), i_j] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select((routed[i_t] & mine[i_t, i_j]), T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)),
                         "int64")
-                    topk_weights[(b_t * B_t + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
-                    unmapped[(b_t * B_t + i_t), i_j] = T.cast(
+                    topk_weights[((b_t * B_t) + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select(routed[i_t], T.cast(sel[i_t, i_j], "int64"), T.int64(-1)), "int64")
 
     return kernel

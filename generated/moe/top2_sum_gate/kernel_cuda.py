@@ -103,8 +103,8 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
             remapped = T.alloc_fragment((B_t, B_j), 'int32')
             mine = T.alloc_fragment((B_t, B_j), 'bool')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), logits[(b_t * B_t + i_t), i_e],
-                    T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
             for i_t, i_e in T.Parallel(B_t, B_e):
                 if scoring == 'sigmoid':
                     s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
@@ -236,11 +236,11 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
                                 T.Select(((T.int32(num_tp_ranks) == T.int32(0))
                                         | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
                         == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if (((b_t * B_t + i_t) < N_t) & (i_j < N_j)):
-                    topk_idx[(b_t * B_t + i_t), i_j] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select(mine[i_t, i_j], T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)), "int64")
-                    topk_weights[(b_t * B_t + i_t), i_j] = w[i_t, i_j]
-                    unmapped[(b_t * B_t + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
+                    topk_weights[((b_t * B_t) + i_t), i_j] = w[i_t, i_j]
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
 
     return kernel
 
@@ -332,10 +332,10 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             remapped = T.alloc_fragment((B_t, B_j), 'int32')
             mine = T.alloc_fragment((B_t, B_j), 'bool')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), logits[(b_t * B_t + i_t), i_e],
-                    T.float32(0.0))
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(mask[(b_t * B_t + i_t)], "int32"),
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.Parallel(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
@@ -470,12 +470,12 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
                                 T.Select(((T.int32(num_tp_ranks) == T.int32(0))
                                         | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
                         == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if (((b_t * B_t + i_t) < N_t) & (i_j < N_j)):
-                    topk_idx[(b_t * B_t + i_t), i_j] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select((routed[i_t] & mine[i_t, i_j]), T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)),
                         "int64")
-                    topk_weights[(b_t * B_t + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
-                    unmapped[(b_t * B_t + i_t), i_j] = T.cast(
+                    topk_weights[((b_t * B_t) + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select(routed[i_t], T.cast(sel[i_t, i_j], "int64"), T.int64(-1)), "int64")
 
     return kernel
@@ -564,7 +564,7 @@ def build_softmax(E, num_topk, num_groups, num_topk_groups, routed_scaling_facto
             mine = T.alloc_fragment((B_t, B_j), 'bool')
             for i_t, i_e in T.Parallel(B_t, B_e):
                 l[i_t, i_e] = T.Select((i_e < N_e),
-                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), logits[(b_t * B_t + i_t), i_e],
+                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)), logits[((b_t * B_t) + i_t), i_e],
                         T.float32(0.0)), T.float32(-float('inf')))
             T.reduce_max(l, _t1, dim=1)
             for i_t in T.Parallel(B_t):
@@ -695,11 +695,11 @@ def build_softmax(E, num_topk, num_groups, num_topk_groups, routed_scaling_facto
                                 T.Select(((T.int32(num_tp_ranks) == T.int32(0))
                                         | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
                         == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if (((b_t * B_t + i_t) < N_t) & (i_j < N_j)):
-                    topk_idx[(b_t * B_t + i_t), i_j] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select(mine[i_t, i_j], T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)), "int64")
-                    topk_weights[(b_t * B_t + i_t), i_j] = w[i_t, i_j]
-                    unmapped[(b_t * B_t + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
+                    topk_weights[((b_t * B_t) + i_t), i_j] = w[i_t, i_j]
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
 
     return kernel
 
@@ -790,10 +790,10 @@ def build_softmax_with_mask(E, num_topk, num_groups, num_topk_groups, routed_sca
             mine = T.alloc_fragment((B_t, B_j), 'bool')
             for i_t, i_e in T.Parallel(B_t, B_e):
                 l[i_t, i_e] = T.Select((i_e < N_e),
-                    T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_e < N_e)), logits[(b_t * B_t + i_t), i_e],
+                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)), logits[((b_t * B_t) + i_t), i_e],
                         T.float32(0.0)), T.float32(-float('inf')))
             for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), T.cast(mask[(b_t * B_t + i_t)], "int32"),
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.Parallel(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
@@ -926,12 +926,12 @@ def build_softmax_with_mask(E, num_topk, num_groups, num_topk_groups, routed_sca
                                 T.Select(((T.int32(num_tp_ranks) == T.int32(0))
                                         | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
                         == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if (((b_t * B_t + i_t) < N_t) & (i_j < N_j)):
-                    topk_idx[(b_t * B_t + i_t), i_j] = T.cast(
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select((routed[i_t] & mine[i_t, i_j]), T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)),
                         "int64")
-                    topk_weights[(b_t * B_t + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
-                    unmapped[(b_t * B_t + i_t), i_j] = T.cast(
+                    topk_weights[((b_t * B_t) + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(
                         T.Select(routed[i_t], T.cast(sel[i_t, i_j], "int64"), T.int64(-1)), "int64")
 
     return kernel

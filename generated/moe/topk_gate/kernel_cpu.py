@@ -40,7 +40,8 @@ def build_base(E, k, *, threads, block_t):
             idx_tile_cand = T.alloc_local((B_t, B_e), 'int32')
             idx_tile_pick = T.alloc_local((B_t,), 'int32')
             for i_t, i_e in T.grid(B_t, B_e):
-                s[i_t, i_e] = T.if_then_else(((b_t * B_t + i_t) < N_t), scores[(b_t * B_t + i_t), i_e], T.float32(0.0))
+                s[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), scores[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
             for i_t, i_e in T.grid(B_t, B_e):
                 idx_tile_key[i_t, i_e] = T.Select((i_e < N_e), order_key(s[i_t, i_e]), T.int32(-2147483648))
             for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
@@ -49,8 +50,8 @@ def build_base(E, k, *, threads, block_t):
                     idx_tile_cand[i_t, i_e] = T.Select((idx_tile_key[i_t, i_e] == idx_tile_best[i_t]), i_e, N_e)
                 T.reduce_min(idx_tile_cand, idx_tile_pick, dim=1)
                 for i_t in T.grid(B_t):
-                    if ((b_t * B_t + i_t) < N_t):
-                        idx[(b_t * B_t + i_t), r_j] = T.cast(idx_tile_pick[i_t], "int64")
+                    if (((b_t * B_t) + i_t) < N_t):
+                        idx[((b_t * B_t) + i_t), r_j] = T.cast(idx_tile_pick[i_t], "int64")
                 for i_t, i_e in T.grid(B_t, B_e):
                     idx_tile_key[i_t, i_e] = T.Select((i_e == idx_tile_pick[i_t]), T.int32(-2147483648),
                         idx_tile_key[i_t, i_e])

@@ -53,8 +53,8 @@ def build_base(G, E_pg, num_topk_sum, num_topk_groups, *, threads, block_t):
             group_idx_tile_cand = T.alloc_fragment((B_t, B_g), 'int32')
             group_idx_tile_pick = T.alloc_fragment((B_t,), 'int32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    scores[(b_t * B_t + i_t), i_g, i_c], T.float32(0.0))
+                s[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    scores[((b_t * B_t) + i_t), i_g, i_c], T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _best_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(s[i_t, i_g, i_c]),
                     T.int32(-2147483648))
@@ -92,8 +92,8 @@ def build_base(G, E_pg, num_topk_sum, num_topk_groups, *, threads, block_t):
                         i_g, N_g)
                 T.reduce_min(group_idx_tile_cand, group_idx_tile_pick, dim=1)
                 for i_t in T.Parallel(B_t):
-                    if ((b_t * B_t + i_t) < N_t):
-                        group_idx[(b_t * B_t + i_t), r_j] = T.cast(group_idx_tile_pick[i_t], "int64")
+                    if (((b_t * B_t) + i_t) < N_t):
+                        group_idx[((b_t * B_t) + i_t), r_j] = T.cast(group_idx_tile_pick[i_t], "int64")
                 for i_t, i_g in T.Parallel(B_t, B_g):
                     group_idx_tile_key[i_t, i_g] = T.Select((i_g == group_idx_tile_pick[i_t]), T.int32(-2147483648),
                         group_idx_tile_key[i_t, i_g])

@@ -58,28 +58,28 @@ def build_base(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t in T.grid(B_t):
-                    r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
+                    r[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd[((b_t * B_t) + i_t)], T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]),
-                        T.float32(0.0))
+                    _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                    _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     g[i_t, i_h] = (_t1[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))
                     p[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
                 T.reduce_sum(p, dot_tile, dim=1)
                 for i_t in T.grid(B_t):
-                    if ((b_t * B_t + i_t) < N_t):
-                        dot[(b_t * B_t + i_t)] = dot_tile[i_t]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        dot[((b_t * B_t) + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.grid(B_t, B_h):
-                    if ((b_t * B_t + i_t) < N_t):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((g[i_t, i_h]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out(((g[i_t, i_h]
                                     - (xhat[i_t, i_h]
                                         * (dot_tile[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")))) * r[i_t]))
-                    q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+                    q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.grid(B_h):
                     carry_weight_grad[i_h] = (carry_weight_grad[i_h] + weight_grad_tile[i_h])
@@ -92,16 +92,16 @@ def build_base(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_weight_grad in T.grid(B_blocksum_weight_grad):
                     carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else(((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                        + T.if_then_else((((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
                                 < N_blocksum_weight_grad),
                             scratch_weight_grad[part,
-                                (b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
+                                ((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
                             T.float32(0.0)))
             for i_blocksum_weight_grad in T.grid(B_blocksum_weight_grad):
-                if ((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                if (((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
                         < N_blocksum_weight_grad):
                     T.atomic_add(
-                        weight_grad[(b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
+                        weight_grad[((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
                         carry_weight_grad[i_blocksum_weight_grad])
 
     return kernel
@@ -147,32 +147,32 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads, block_t, 
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t in T.grid(B_t):
-                    r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
+                    r[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd[((b_t * B_t) + i_t)], T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]),
-                        T.float32(0.0))
+                    _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                    _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     g[i_t, i_h] = (_t1[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))
                     p[i_t, i_h] = (xhat[i_t, i_h] * g[i_t, i_h])
                 T.reduce_sum(p, dot_tile, dim=1)
                 for i_t in T.grid(B_t):
-                    if ((b_t * B_t + i_t) < N_t):
-                        dot[(b_t * B_t + i_t)] = dot_tile[i_t]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        dot[((b_t * B_t) + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t3[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                    _t3[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(grad_residual[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    if ((b_t * B_t + i_t) < N_t):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((g[i_t, i_h]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out((((g[i_t, i_h]
                                         - (xhat[i_t, i_h]
                                             * (dot_tile[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))))
                                     * r[i_t]) + _t3[i_t, i_h]))
-                    q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+                    q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.grid(B_h):
                     carry_weight_grad[i_h] = (carry_weight_grad[i_h] + weight_grad_tile[i_h])
@@ -185,16 +185,16 @@ def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads, block_t, 
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_weight_grad in T.grid(B_blocksum_weight_grad):
                     carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else(((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                        + T.if_then_else((((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
                                 < N_blocksum_weight_grad),
                             scratch_weight_grad[part,
-                                (b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
+                                ((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
                             T.float32(0.0)))
             for i_blocksum_weight_grad in T.grid(B_blocksum_weight_grad):
-                if ((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                if (((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
                         < N_blocksum_weight_grad):
                     T.atomic_add(
-                        weight_grad[(b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
+                        weight_grad[((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
                         carry_weight_grad[i_blocksum_weight_grad])
 
     return kernel
@@ -243,29 +243,29 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads, block_t, blocks)
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t in T.grid(B_t):
-                    r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
+                    r[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd[((b_t * B_t) + i_t)], T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]),
-                        T.float32(0.0))
+                    _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                    _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     g[i_t, i_h] = (_t1[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))
                     gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
                     p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
                 T.reduce_sum(p, dot_tile, dim=1)
                 for i_t in T.grid(B_t):
-                    if ((b_t * B_t + i_t) < N_t):
-                        dot[(b_t * B_t + i_t)] = dot_tile[i_t]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        dot[((b_t * B_t) + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.grid(B_t, B_h):
-                    if ((b_t * B_t + i_t) < N_t):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h]
                                     - (xhat[i_t, i_h]
                                         * (dot_tile[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32")))) * r[i_t]))
-                    q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+                    q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.grid(B_h):
                     carry_weight_grad[i_h] = (carry_weight_grad[i_h] + weight_grad_tile[i_h])
@@ -278,16 +278,16 @@ def build_with_weight(H, out_scale, grad_out_dtype, *, threads, block_t, blocks)
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_weight_grad in T.grid(B_blocksum_weight_grad):
                     carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else(((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                        + T.if_then_else((((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
                                 < N_blocksum_weight_grad),
                             scratch_weight_grad[part,
-                                (b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
+                                ((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
                             T.float32(0.0)))
             for i_blocksum_weight_grad in T.grid(B_blocksum_weight_grad):
-                if ((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                if (((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
                         < N_blocksum_weight_grad):
                     T.atomic_add(
-                        weight_grad[(b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
+                        weight_grad[((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
                         carry_weight_grad[i_blocksum_weight_grad])
 
     return kernel
@@ -338,33 +338,33 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
                 b_t = (bid + (tile * blocks))
                 for i_t in T.grid(B_t):
-                    r[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t), rstd[(b_t * B_t + i_t)], T.float32(0.0))
+                    r[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd[((b_t * B_t) + i_t)], T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_grad_out(x[(b_t * B_t + i_t), i_h]),
-                        T.float32(0.0))
+                    _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_grad_out(grad_out[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                    _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
                     g[i_t, i_h] = (_t1[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))
                     gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
                     p[i_t, i_h] = (xhat[i_t, i_h] * gw[i_t, i_h])
                 T.reduce_sum(p, dot_tile, dim=1)
                 for i_t in T.grid(B_t):
-                    if ((b_t * B_t + i_t) < N_t):
-                        dot[(b_t * B_t + i_t)] = dot_tile[i_t]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        dot[((b_t * B_t) + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.grid(B_t, B_h):
-                    _t3[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_grad_out(grad_residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                    _t3[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_grad_out(grad_residual[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.grid(B_t, B_h):
-                    if ((b_t * B_t + i_t) < N_t):
-                        x_grad[(b_t * B_t + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h]
+                    if (((b_t * B_t) + i_t) < N_t):
+                        x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h]
                                         - (xhat[i_t, i_h]
                                             * (dot_tile[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))))
                                     * r[i_t]) + _t3[i_t, i_h]))
-                    q[i_t, i_h] = T.Select(((b_t * B_t + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+                    q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.grid(B_h):
                     carry_weight_grad[i_h] = (carry_weight_grad[i_h] + weight_grad_tile[i_h])
@@ -377,16 +377,16 @@ def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, thread
             for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
                 for i_blocksum_weight_grad in T.grid(B_blocksum_weight_grad):
                     carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else(((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                        + T.if_then_else((((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
                                 < N_blocksum_weight_grad),
                             scratch_weight_grad[part,
-                                (b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
+                                ((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
                             T.float32(0.0)))
             for i_blocksum_weight_grad in T.grid(B_blocksum_weight_grad):
-                if ((b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)
+                if (((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
                         < N_blocksum_weight_grad):
                     T.atomic_add(
-                        weight_grad[(b_blocksum_weight_grad * B_blocksum_weight_grad + i_blocksum_weight_grad)],
+                        weight_grad[((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
                         carry_weight_grad[i_blocksum_weight_grad])
 
     return kernel

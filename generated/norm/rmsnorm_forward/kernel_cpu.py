@@ -43,7 +43,7 @@ def build_base(H, eps, out_scale, x_dtype, *, threads, block_t):
             _t2 = T.alloc_local((B_t,), 'float32')
             rstd_tile = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
@@ -52,11 +52,11 @@ def build_base(H, eps, out_scale, x_dtype, *, threads, block_t):
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
                             * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))
 
     return kernel
@@ -88,25 +88,25 @@ def build_with_residual(H, eps, out_scale, x_dtype, *, threads, block_t):
             _t2 = T.alloc_local((B_t,), 'float32')
             rstd_tile = T.alloc_local((B_t,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), i_h]),
+                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(residual[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_out[(b_t * B_t + i_t), i_h] = STORE_x(s[i_t, i_h])
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_out[((b_t * B_t) + i_t), i_h] = STORE_x(s[i_t, i_h])
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
                             * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))
 
     return kernel
@@ -137,7 +137,7 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads, block_t):
             rstd_tile = T.alloc_local((B_t,), 'float32')
             _t3 = T.alloc_local((B_h,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
@@ -146,13 +146,13 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads, block_t):
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_h in T.grid(B_h):
                 _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
                             * (_t3[i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
 
     return kernel
@@ -186,27 +186,27 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads, bloc
             rstd_tile = T.alloc_local((B_t,), 'float32')
             _t3 = T.alloc_local((B_h,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(x[(b_t * B_t + i_t), i_h]),
+                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else(((b_t * B_t + i_t) < N_t), LOAD_x(residual[(b_t * B_t + i_t), i_h]),
+                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(residual[((b_t * B_t) + i_t), i_h]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
                 s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_out[(b_t * B_t + i_t), i_h] = STORE_x(s[i_t, i_h])
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_out[((b_t * B_t) + i_t), i_h] = STORE_x(s[i_t, i_h])
                 s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_h in T.grid(B_h):
                 _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                if (((b_t * B_t) + i_t) < N_t):
+                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
                             * (_t3[i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
 
     return kernel

@@ -41,19 +41,19 @@ def build_base(H, eps, out_scale, x_dtype, *, threads, block_t):
             _t2 = T.alloc_fragment((B_t,), 'float32')
             rstd_tile = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
                 s2[i_t, i_h] = T.Select((i_h < N_h), (s[i_t, i_h] * s[i_t, i_h]), T.float32(0.0))
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.float32(out_scale)))
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.float32(out_scale)))
 
     return kernel
 
@@ -84,24 +84,24 @@ def build_with_residual(H, eps, out_scale, x_dtype, *, threads, block_t):
             _t2 = T.alloc_fragment((B_t,), 'float32')
             rstd_tile = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(residual[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    residual_out[(b_t * B_t + i_t), i_h] = STORE_x(s[i_t, i_h])
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    residual_out[((b_t * B_t) + i_t), i_h] = STORE_x(s[i_t, i_h])
                 s2[i_t, i_h] = T.Select((i_h < N_h), (s[i_t, i_h] * s[i_t, i_h]), T.float32(0.0))
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.float32(out_scale)))
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t]) * T.float32(out_scale)))
 
     return kernel
 
@@ -131,21 +131,21 @@ def build_with_weight(H, eps, out_scale, x_dtype, *, threads, block_t):
             rstd_tile = T.alloc_fragment((B_t,), 'float32')
             _t3 = T.alloc_fragment((B_h,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
                 s2[i_t, i_h] = T.Select((i_h < N_h), (s[i_t, i_h] * s[i_t, i_h]), T.float32(0.0))
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_h in T.Parallel(B_h):
                 _t3[i_h] = T.if_then_else((i_h < N_h), LOAD_x(weight[i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
                             * (_t3[i_h] * T.float32(out_scale))))
 
     return kernel
@@ -179,26 +179,26 @@ def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads, bloc
             rstd_tile = T.alloc_fragment((B_t,), 'float32')
             _t3 = T.alloc_fragment((B_h,), 'float32')
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(residual[(b_t * B_t + i_t), i_h]), T.float32(0.0))
+                _t1[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                    LOAD_x(residual[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    residual_out[(b_t * B_t + i_t), i_h] = STORE_x(s[i_t, i_h])
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    residual_out[((b_t * B_t) + i_t), i_h] = STORE_x(s[i_t, i_h])
                 s2[i_t, i_h] = T.Select((i_h < N_h), (s[i_t, i_h] * s[i_t, i_h]), T.float32(0.0))
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_h in T.Parallel(B_h):
                 _t3[i_h] = T.if_then_else((i_h < N_h), LOAD_x(weight[i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t + i_t) < N_t) & (i_h < N_h)):
-                    out[(b_t * B_t + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
                             * (_t3[i_h] * T.float32(out_scale))))
 
     return kernel

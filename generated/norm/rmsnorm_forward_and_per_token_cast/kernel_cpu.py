@@ -52,8 +52,8 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
@@ -62,8 +62,8 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = LOAD_x(
                     STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
@@ -73,11 +73,11 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -87,9 +87,9 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -129,23 +129,23 @@ def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = LOAD_x(
                     STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
@@ -155,11 +155,11 @@ def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -169,9 +169,9 @@ def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -210,8 +210,8 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, 
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
@@ -220,8 +220,8 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, 
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -233,11 +233,11 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, 
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -247,9 +247,9 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, 
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -291,23 +291,23 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -319,11 +319,11 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -333,9 +333,9 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -376,8 +376,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads, block_t):
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
@@ -386,8 +386,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads, block_t):
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = LOAD_x(
                     STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
@@ -401,8 +401,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads, block_t):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -422,9 +422,9 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads, block_t):
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -468,23 +468,23 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = LOAD_x(
                     STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
@@ -498,8 +498,8 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -519,9 +519,9 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -564,8 +564,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads, 
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
@@ -574,8 +574,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads, 
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -591,8 +591,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads, 
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -612,9 +612,9 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads, 
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
@@ -660,23 +660,23 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((b_t * B_t + i_t) < N_t):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                if (((b_t * B_t) + i_t) < N_t):
+                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.grid(B_g, B_c):
                 _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
@@ -692,8 +692,8 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -713,9 +713,9 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])),
-                        "uint8")
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 

@@ -49,8 +49,8 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
@@ -59,19 +59,19 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = T.Select((i_c < N_c),
                     LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
             T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -81,8 +81,8 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
                         "float8_e4m3fn")
 
     return kernel
@@ -122,34 +122,34 @@ def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = T.Select((i_c < N_c),
                     LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
             T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -159,8 +159,8 @@ def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
                         "float8_e4m3fn")
 
     return kernel
@@ -199,8 +199,8 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, 
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
@@ -209,8 +209,8 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, 
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
                 _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]),
                     T.float32(0.0))
@@ -221,11 +221,11 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, 
             T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -235,8 +235,8 @@ def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, 
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
                         "float8_e4m3fn")
 
     return kernel
@@ -278,23 +278,23 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
                 _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]),
                     T.float32(0.0))
@@ -305,11 +305,11 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
             T.reduce_absmax(y, _t5, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t + i_t) < N_t) & (i_g < N_g)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
                     if scale == 'fp32':
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -319,8 +319,8 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
                         "float8_e4m3fn")
 
     return kernel
@@ -361,8 +361,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads, block_t):
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
@@ -371,8 +371,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads, block_t):
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = T.Select((i_c < N_c),
                     LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
@@ -383,8 +383,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads, block_t):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -404,8 +404,8 @@ def build_e4m3_ue8m0(H, eps, out_scale, group, x_dtype, *, threads, block_t):
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
                         "float8_e4m3fn")
 
     return kernel
@@ -449,23 +449,23 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 y[i_t, i_g, i_c] = T.Select((i_c < N_c),
                     LOAD_x(STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t]) * T.float32(out_scale)))), T.float32(0.0))
@@ -476,8 +476,8 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -497,8 +497,8 @@ def build_e4m3_ue8m0_with_residual(H, eps, out_scale, group, x_dtype, *, threads
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
                         "float8_e4m3fn")
 
     return kernel
@@ -541,8 +541,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads, 
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
                 s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
@@ -551,8 +551,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads, 
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
                 _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]),
                     T.float32(0.0))
@@ -567,8 +567,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads, 
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -588,8 +588,8 @@ def build_e4m3_ue8m0_with_weight(H, eps, out_scale, group, x_dtype, *, threads, 
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
                         "float8_e4m3fn")
 
     return kernel
@@ -635,23 +635,23 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_x(residual[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                _t1[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
+                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    residual_out[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
                 s2[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (s[i_t, i_g, i_c] * s[i_t, i_g, i_c]),
                     T.float32(0.0))
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.Parallel(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.float32(H)) + T.float32(eps)))
-                if ((b_t * B_t + i_t) < N_t):
-                    rstd[(b_t * B_t + i_t)] = rstd_tile[i_t]
+                if (((b_t * B_t) + i_t) < N_t):
+                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
             for i_g, i_c in T.Parallel(B_g, B_c):
                 _t4[i_g, i_c] = T.if_then_else(((i_g < N_g) & (i_c < N_c)), LOAD_x(weight[((i_g * N_c) + i_c)]),
                     T.float32(0.0))
@@ -666,8 +666,8 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -687,8 +687,8 @@ def build_e4m3_ue8m0_with_weight_with_residual(H, eps, out_scale, group, x_dtype
                             - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
+                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c] * inv[i_t, i_g]),
                         "float8_e4m3fn")
 
     return kernel

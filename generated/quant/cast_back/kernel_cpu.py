@@ -55,38 +55,39 @@ def make_variants(fmt, scale, out, H, block, block_rows, *, threads, block_b):
             s = T.alloc_local((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 if fmt == 'e4m3':
-                    qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                        decode_e4m3(T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)], "uint32")),
+                    qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                        decode_e4m3(T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)], "uint32")),
                         T.float32(0.0))
                 if fmt == 'e5m2':
-                    qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                        decode_e5m2(T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)], "uint32")),
+                    qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                        decode_e5m2(T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)], "uint32")),
                         T.float32(0.0))
             for i_b, i_g in T.grid(B_b, B_g):
                 if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), i_g], T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b), sf[((b_b * B_b) + i_b), i_g],
+                        T.float32(0.0))
                 if scale == 'ue8m0':
                     s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                        (T.cast(sf[(b_b * B_b + i_b), T.floordiv(i_g, T.int32(4))], "uint32")
+                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                        (T.cast(sf[((b_b * B_b) + i_b), T.floordiv(i_g, T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
                                     >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255))
                             << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
                     s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                (T.cast(sf[(b_b * B_b + i_b), i_g], "uint32") & T.uint32(0xff)), T.uint32(0))
+                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                (T.cast(sf[((b_b * B_b) + i_b), i_g], "uint32") & T.uint32(0xff)), T.uint32(0))
                             << T.uint32(23)), "float32")
                 if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                        decode_e4m3(T.cast(sf[(b_b * B_b + i_b), i_g], "uint32")), T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        decode_e4m3(T.cast(sf[((b_b * B_b) + i_b), i_g], "uint32")), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
                     if out == 'bf16':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
                             encode_bf16((qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])), "uint16")
                     if out == 'fp32':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
                             * s[i_b, i_g])
 
     return kernel
@@ -134,20 +135,20 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads, block_b):
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 if fmt == 'e2m1':
                     q_code[i_b, i_r, i_g, i_c] = ((
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                            T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                                 (
                                     T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
+                                        q[((((b_b * B_b) + i_b) * N_r) + i_r),
                                             T.floordiv(((i_g * N_c) + i_c), T.int32(2))], "uint32") & T.uint32(0xff)),
                                 T.uint32(0))
                             >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
                         & T.uint32(15))
                 if fmt == 'e5m6':
                     q_code[i_b, i_r, i_g, i_c] = (((
-                                T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                                T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                                     (
                                         T.cast(
-                                            q[(((b_b * B_b + i_b) * N_r) + i_r),
+                                            q[((((b_b * B_b) + i_b) * N_r) + i_r),
                                             ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3))
                                             + (T.int32(2)
                                             - T.floordiv((T.int32(84)
@@ -162,10 +163,10 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads, block_b):
                                             - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))
                                         + T.int32(12)) > T.int32(32)),
                                 ((
-                                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                                             (
                                             T.cast(
-                                            q[(((b_b * B_b + i_b) * N_r) + i_r),
+                                            q[((((b_b * B_b) + i_b) * N_r) + i_r),
                                             ((T.floordiv(((i_g * N_c) + i_c), T.int32(8)) * T.int32(3))
                                             + (
                                             T.max((T.int32(2)
@@ -184,29 +185,30 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads, block_b):
                     qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.grid(B_b, B_g):
                 if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), i_g], T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b), sf[((b_b * B_b) + i_b), i_g],
+                        T.float32(0.0))
                 if scale == 'ue8m0':
                     s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                        (T.cast(sf[(b_b * B_b + i_b), T.floordiv(i_g, T.int32(4))], "uint32")
+                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                        (T.cast(sf[((b_b * B_b) + i_b), T.floordiv(i_g, T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
                                     >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255))
                             << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
                     s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                (T.cast(sf[(b_b * B_b + i_b), i_g], "uint32") & T.uint32(0xff)), T.uint32(0))
+                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                (T.cast(sf[((b_b * B_b) + i_b), i_g], "uint32") & T.uint32(0xff)), T.uint32(0))
                             << T.uint32(23)), "float32")
                 if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                        decode_e4m3(T.cast(sf[(b_b * B_b + i_b), i_g], "uint32")), T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        decode_e4m3(T.cast(sf[((b_b * B_b) + i_b), i_g], "uint32")), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
                     if out == 'bf16':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
                             encode_bf16((qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])), "uint16")
                     if out == 'fp32':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
                             * s[i_b, i_g])
 
     return kernel

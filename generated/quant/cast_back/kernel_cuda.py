@@ -56,32 +56,32 @@ def make_bf16(fmt, scale, H, block, block_rows, *, threads, block_b, tile_elems,
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
+                qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)], "float32"),
                     T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                        T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
                 if scale == 'ue8m0':
                     s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
                                         (
-                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            T.cast(sf[((b_b * B_b) + i_b), T.floordiv(((b_g * B_g) + i_g), T.int32(4))],
                                             "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
                     s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                (T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
                             qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
 
     return kernel
@@ -124,33 +124,33 @@ def make_fp32(fmt, scale, H, block, block_rows, *, threads, block_b, tile_elems,
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
+                qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)], "float32"),
                     T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                        T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
                 if scale == 'ue8m0':
                     s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
                                         (
-                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            T.cast(sf[((b_b * B_b) + i_b), T.floordiv(((b_g * B_g) + i_g), T.int32(4))],
                                             "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
                     s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                (T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (
+                        qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])
 
     return kernel
 
@@ -190,39 +190,39 @@ def make_e2m1_bf16(scale, H, block, block_rows, *, threads, block_b, tile_elems,
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                             (
                                 T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
+                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                        T.floordiv(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2))], "uint32")
                                 & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
+                        >> T.cast((T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
                     & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.Parallel(B_b, B_g):
                 if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                        T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
                 if scale == 'ue8m0':
                     s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
                                         (
-                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            T.cast(sf[((b_b * B_b) + i_b), T.floordiv(((b_g * B_g) + i_g), T.int32(4))],
                                             "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
                     s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                (T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
                             qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
 
     return kernel
@@ -263,40 +263,40 @@ def make_e2m1_fp32(scale, H, block, block_rows, *, threads, block_b, tile_elems,
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
                 q_code[i_b, i_r, i_g, i_c] = ((
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                             (
                                 T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2))], "uint32")
+                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                        T.floordiv(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2))], "uint32")
                                 & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
+                        >> T.cast((T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
                     & T.uint32(15))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.Parallel(B_b, B_g):
                 if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                        T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
                 if scale == 'ue8m0':
                     s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
                                         (
-                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            T.cast(sf[((b_b * B_b) + i_b), T.floordiv(((b_g * B_g) + i_g), T.int32(4))],
                                             "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
                     s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                (T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                        * s[i_b, i_g])
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (
+                        qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])
 
     return kernel
 
@@ -339,68 +339,68 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads, block_b, tile_elems)
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 q_code[i_b, i_r, i_g, i_c] = (((
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                            T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                                 (
                                     T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
+                                        q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                        ((T.floordiv(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
                                         + (T.int32(2)
                                         - T.floordiv((T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
                             >> T.cast(
                                 T.floormod((T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                     T.int32(32)), "uint32"))
                         | T.Select(((
                                     T.floormod((T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32)) + T.int32(12)) > T.int32(32)),
                             ((
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                                    T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                                         (
                                         T.cast(
-                                        q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        ((T.floordiv((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
+                                        q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                        ((T.floordiv(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(3))
                                         + (
                                         T.max((T.int32(2)
                                         - T.floordiv((T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
                                         T.uint32(0))
                                     << T.cast((T.int32(31)
                                         - T.floormod((T.int32(84)
-                                        - (T.floormod((((b_g * B_g + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.Parallel(B_b, B_g):
                 if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                        T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
                 if scale == 'ue8m0':
                     s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else(((b_b * B_b + i_b) < N_b),
+                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
                                         (
-                                            T.cast(sf[(b_b * B_b + i_b), T.floordiv((b_g * B_g + i_g), T.int32(4))],
+                                            T.cast(sf[((b_b * B_b) + i_b), T.floordiv(((b_g * B_g) + i_g), T.int32(4))],
                                             "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0_byte':
                     s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else(((b_b * B_b + i_b) < N_b),
-                                (T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "uint32") & T.uint32(0xff)),
+                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                                (T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "uint32") & T.uint32(0xff)),
                                 T.uint32(0)) << T.uint32(23)), "float32")
                 if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b),
-                        T.cast(sf[(b_b * B_b + i_b), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
+                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                        T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
                     if out == 'bf16':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
                                 qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
                     if out == 'fp32':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = (
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (
                             qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])
 
     return kernel

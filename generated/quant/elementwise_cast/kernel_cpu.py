@@ -43,16 +43,16 @@ def make_variants(dtype, x_dtype, *, threads, block_b):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             y_tile = T.alloc_local((B_b, B_r), 'float32')
             for i_b, i_r in T.grid(B_b, B_r):
-                y_tile[i_b, i_r] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < N),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r)]), T.float32(0.0))
+                y_tile[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r)]), T.float32(0.0))
             for i_b, i_r in T.grid(B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < N):
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
                     if dtype == 'fp32':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = y_tile[i_b, i_r]
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r)] = y_tile[i_b, i_r]
                     if dtype == 'bf16':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(encode_bf16(y_tile[i_b, i_r]), "uint16")
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r)] = T.cast(encode_bf16(y_tile[i_b, i_r]), "uint16")
                     if dtype == 'e4m3':
-                        y[(((b_b * B_b + i_b) * N_r) + i_r)] = T.cast(encode_e4m3(y_tile[i_b, i_r]), "uint8")
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r)] = T.cast(encode_e4m3(y_tile[i_b, i_r]), "uint8")
 
     return kernel
 

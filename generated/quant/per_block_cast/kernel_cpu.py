@@ -53,8 +53,8 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b):
             amax = T.alloc_local((B_b, B_g), 'float32')
             inv = T.alloc_local((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 xf_for_absmax_over_c[i_b, i_r, i_g, i_c] = T.Select(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0),
                     xf[i_b, i_r, i_g, i_c])
@@ -65,11 +65,11 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b):
             T.reduce_absmax(_t0_for_absmax_over_r, _t1, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if scale == 'fp32':
-                        sf[(b_b * B_b + i_b), i_g] = (amax[i_b, i_g] / T.float32(448.0))
+                        sf[((b_b * B_b) + i_b), i_g] = (amax[i_b, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), i_g] = T.reinterpret(((((
+                        sf[((b_b * B_b) + i_b), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -79,8 +79,8 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b):
                                 - (((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
                         encode_e4m3((xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g])), "uint8")
 
     return kernel
@@ -124,8 +124,8 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b):
             sf_codes = T.alloc_local((B_b, B_g), 'uint32')
             inv = T.alloc_local((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 xf_for_absmax_over_c[i_b, i_r, i_g, i_c] = T.Select(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0),
                     xf[i_b, i_r, i_g, i_c])
@@ -140,8 +140,8 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_g] = ((T.reinterpret(sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_g_p] = T.reinterpret((((
+                if (((b_b * B_b) + i_b) < N_b):
+                    sf[((b_b * B_b) + i_b), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_b, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -161,8 +161,8 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b):
                             - (((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
                         encode_e4m3((xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g])), "uint8")
 
     return kernel

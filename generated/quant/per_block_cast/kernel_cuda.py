@@ -47,18 +47,18 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
             amax = T.alloc_fragment((B_b, B_g), 'float32')
             inv = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
                         & ((i_r < N_r) & (i_c < N_c))),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=3)
             T.reduce_absmax(_t0, _t1, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if scale == 'fp32':
-                        sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = (amax[i_b, i_g] / T.float32(448.0))
+                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)] = (amax[i_b, i_g] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -68,8 +68,8 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
                                 - (((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
                             xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
 
     return kernel
@@ -108,9 +108,9 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
             sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             inv = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
                         & ((i_r < N_r) & (i_c < N_c))),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=3)
             T.reduce_absmax(_t0, _t1, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -119,20 +119,20 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_g] = ((T.reinterpret(sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_g_p in T.Parallel(B_b, B_g_p):
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                if (((b_b * B_b) + i_b) < N_b):
+                    sf[((b_b * B_b) + i_b), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                         sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
                                             sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                         sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                     sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -140,8 +140,8 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
                             - (((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_c < N_c))):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
                             xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
 
     return kernel

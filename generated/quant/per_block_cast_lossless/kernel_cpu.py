@@ -72,29 +72,29 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
             _t2 = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 if in_scale == 'fp32':
-                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                        sf[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], T.float32(0.0))
+                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                        sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], T.float32(0.0))
                 if in_scale == 'ue8m0':
                     _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                                    T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                                         (
                                             T.cast(
-                                            sf[(((b_b * B_b + i_b) * N_r) + i_r),
+                                            sf[((((b_b * B_b) + i_b) * N_r) + i_r),
                                             T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
                                     >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'ue8m0_byte':
                     _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], "uint32")
+                            T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                                (T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], "uint32")
                                     & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32")
                             >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                     _t1[i_b, i_r, i_g], T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
@@ -111,10 +111,10 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                             (
                                 T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
+                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
                                         T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32")
                                 & T.uint32(0xff)), T.uint32(0))
                         >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
@@ -122,13 +122,13 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(
                         encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        out_sf[(b_b * B_b + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
+                        out_sf[((b_b * B_b) + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
                             T.reinterpret((
                                     T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
                                             + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
@@ -138,7 +138,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        out_sf[i_g, (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
+                        out_sf[i_g, ((b_b * B_b) + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
                             T.reinterpret((
                                     T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
                                             + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
@@ -148,7 +148,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        out_sf[(b_b * B_b + i_b), i_g] = T.cast(((
+                        out_sf[((b_b * B_b) + i_b), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
                                             T.reinterpret((
@@ -162,7 +162,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                                 T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        out_sf[i_g, (b_b * B_b + i_b)] = T.cast(((
+                        out_sf[i_g, ((b_b * B_b) + i_b)] = T.cast(((
                                     T.reinterpret(
                                         T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
                                             T.reinterpret((
@@ -234,29 +234,29 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
             out_sf_codes = T.alloc_local((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 if in_scale == 'fp32':
-                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                        sf[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], T.float32(0.0))
+                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                        sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], T.float32(0.0))
                 if in_scale == 'ue8m0':
                     _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
-                                    T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                                    T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                                         (
                                             T.cast(
-                                            sf[(((b_b * B_b + i_b) * N_r) + i_r),
+                                            sf[((((b_b * B_b) + i_b) * N_r) + i_r),
                                             T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
                                     >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'ue8m0_byte':
                     _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
-                            T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                                (T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], "uint32")
+                            T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                                (T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], "uint32")
                                     & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32")
                             >> T.uint32(23)) & T.uint32(255)), "int32")
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                     _t1[i_b, i_r, i_g], T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
@@ -273,10 +273,10 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((
-                        T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
+                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                             (
                                 T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
+                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
                                         T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32")
                                 & T.uint32(0xff)), T.uint32(0))
                         >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
@@ -284,8 +284,8 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
             for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(
                         encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
                 out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
@@ -299,9 +299,9 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_b, i_g_p in T.grid(B_b, B_g_p):
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if sf_layout == 'row':
-                        out_sf[(b_b * B_b + i_b), i_g_p] = T.reinterpret((((
+                        out_sf[((b_b * B_b) + i_b), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -317,7 +317,7 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                                         out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        out_sf[i_g_p, (b_b * B_b + i_b)] = T.reinterpret((((
+                        out_sf[i_g_p, ((b_b * B_b) + i_b)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (

@@ -69,25 +69,25 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
             _t2 = T.alloc_fragment((B_b, B_r, B_g, B_k, B_c), 'float32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 if in_scale == 'fp32':
-                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
                             & ((i_r < N_r) & (i_k < N_k))),
-                        sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
+                        sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_k) + i_k)], T.float32(0.0))
                 if in_scale == 'ue8m0':
                     _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
-                                    T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                                    T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
                                             & ((i_r < N_r) & (i_k < N_k))),
                                         (
                                             T.cast(
-                                            sf[(((b_b * B_b + i_b) * N_r) + i_r),
-                                            T.floordiv((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4))], "uint32")
+                                            sf[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                            T.floordiv(((((b_g * B_g) + i_g) * N_k) + i_k), T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)),
-                                        "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                                    >> T.cast((T.floormod(((((b_g * B_g) + i_g) * N_k) + i_k), T.int32(4))
+                                            * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'ue8m0_byte':
                     _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
-                            T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
+                            T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
                                 (
-                                    T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)],
+                                    T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_k) + i_k)],
                                         "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k),
@@ -96,7 +96,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
                 _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r),
-                    T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)),
+                    T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)),
                     T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -113,24 +113,24 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((
-                        T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
+                        T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
                             (
                                 T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))],
+                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                        T.floordiv(((((((b_g * B_g) + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))],
                                     "uint32") & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))
+                        >> T.cast((T.floormod(((((((b_g * B_g) + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))
                                 * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((
-                            _t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_c) + i_c)
+                        ] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.Select(((e_out[i_b, i_g] - T.int32(127))
+                        out_sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)] = T.Select(((e_out[i_b, i_g] - T.int32(127))
                                 >= T.int32(-126)),
                             T.reinterpret((
                                     T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
@@ -141,7 +141,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127))
+                        out_sf[((b_g * B_g) + i_g), ((b_b * B_b) + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127))
                                 >= T.int32(-126)),
                             T.reinterpret((
                                     T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
@@ -152,7 +152,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        out_sf[(b_b * B_b + i_b), (b_g * B_g + i_g)] = T.cast(((
+                        out_sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)] = T.cast(((
                                     T.reinterpret(
                                         T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
                                             T.reinterpret((
@@ -166,7 +166,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                                                 T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                                 T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        out_sf[(b_g * B_g + i_g), (b_b * B_b + i_b)] = T.cast(((
+                        out_sf[((b_g * B_g) + i_g), ((b_b * B_b) + i_b)] = T.cast(((
                                     T.reinterpret(
                                         T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
                                             T.reinterpret((
@@ -234,25 +234,25 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
             out_sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 if in_scale == 'fp32':
-                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
                             & ((i_r < N_r) & (i_k < N_k))),
-                        sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)], T.float32(0.0))
+                        sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_k) + i_k)], T.float32(0.0))
                 if in_scale == 'ue8m0':
                     _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
-                                    T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_)
+                                    T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
                                             & ((i_r < N_r) & (i_k < N_k))),
                                         (
                                             T.cast(
-                                            sf[(((b_b * B_b + i_b) * N_r) + i_r),
-                                            T.floordiv((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4))], "uint32")
+                                            sf[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                            T.floordiv(((((b_g * B_g) + i_g) * N_k) + i_k), T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((((b_g * B_g + i_g) * N_k) + i_k), T.int32(4)) * T.int32(8)),
-                                        "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
+                                    >> T.cast((T.floormod(((((b_g * B_g) + i_g) * N_k) + i_k), T.int32(4))
+                                            * T.int32(8)), "uint32")) & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'ue8m0_byte':
                     _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
-                            T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
+                            T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
                                 (
-                                    T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_k) + i_k)],
+                                    T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_k) + i_k)],
                                         "uint32") & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_k in T.Parallel(B_b, B_r, B_g, B_k):
                 e[i_b, i_r, i_g, i_k] = T.Select((i_k < N_k),
@@ -261,7 +261,7 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
             T.reduce_max(e, _t1, dim=3)
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
                 _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((i_r < N_r),
-                    T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)),
+                    T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), _t1[i_b, i_r, i_g], T.int32(-2147483648)),
                     T.int32(-2147483648))
             T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
@@ -278,20 +278,20 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 q_code[i_b, i_r, i_g, i_k, i_c] = ((
-                        T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
+                        T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))),
                             (
                                 T.cast(
-                                    q[(((b_b * B_b + i_b) * N_r) + i_r),
-                                        T.floordiv((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))],
+                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                        T.floordiv(((((((b_g * B_g) + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))],
                                     "uint32") & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))
+                        >> T.cast((T.floormod(((((((b_g * B_g) + i_g) * N_k) + i_k) * N_c) + i_c), T.int32(2))
                                 * T.int32(4)), "uint32")) & T.uint32(15))
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
                 _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
             for i_b, i_r, i_g, i_k, i_c in T.Parallel(B_b, B_r, B_g, B_k, B_c):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((((b_g * B_g + i_g) * N_k) + i_k) * N_c) + i_c)] = T.cast((
-                            _t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & ((i_r < N_r) & (i_k < N_k))):
+                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_c) + i_c)
+                        ] = T.cast((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k]), "float8_e4m3fn")
             for i_b, i_g in T.Parallel(B_b, B_g):
                 out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
                     T.reinterpret((
@@ -304,37 +304,37 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
                 out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_b, i_g_p in T.Parallel(B_b, B_g_p):
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if sf_layout == 'row':
-                        out_sf[(b_b * B_b + i_b), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        out_sf[((b_b * B_b) + i_b), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        out_sf[(b_g * B_g_p + i_g_p), (b_b * B_b + i_b)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        out_sf[((b_g * B_g_p) + i_g_p), ((b_b * B_b) + i_b)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                T.uint32(0)) << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
 

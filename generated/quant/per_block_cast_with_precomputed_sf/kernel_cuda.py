@@ -45,16 +45,16 @@ def build_e4m3(H, block_rows, block_cols, x_dtype, *, threads, block_b, tile_ele
             _t0 = T.alloc_fragment((B_b, B_g), 'float32')
             inv = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
-                _t0[i_b, i_g] = T.if_then_else(((b_b * B_b + i_b) < N_b), sf[(b_b * B_b + i_b), (b_g * B_g + i_g)],
-                    T.float32(0.0))
+                _t0[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
+                    sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
             for i_b, i_g in T.Parallel(B_b, B_g):
                 inv[i_b, i_g] = (T.float32(1.0) / _t0[i_b, i_g])
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
                             xf[i_b, i_r, i_g, i_c] * inv[i_b, i_g]), "float8_e4m3fn")
 
     return kernel

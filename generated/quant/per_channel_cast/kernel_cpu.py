@@ -48,19 +48,19 @@ def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads, block_b):
             amax = T.alloc_local((B_b, B_h), 'float32')
             inv = T.alloc_local((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
                     xf[i_b, i_r, i_h])
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if scale == 'fp32':
-                        sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
+                        sf[((b_b * B_b) + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), i_h] = T.reinterpret(((((
+                        sf[((b_b * B_b) + i_b), i_h] = T.reinterpret(((((
                                             T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -70,9 +70,9 @@ def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads, block_b):
                                 - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])),
-                        "uint8")
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), i_h] = T.cast(
+                        encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
 
     return kernel
 
@@ -109,19 +109,19 @@ def make_e4m3_true(scale, H, group_tokens, x_dtype, *, threads, block_b):
             q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
             q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
                     xf[i_b, i_r, i_h])
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if scale == 'fp32':
-                        sf[(b_b * B_b + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
+                        sf[((b_b * B_b) + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), i_h] = T.reinterpret(((((
+                        sf[((b_b * B_b) + i_b), i_h] = T.reinterpret(((((
                                             T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -134,8 +134,8 @@ def make_e4m3_true(scale, H, group_tokens, x_dtype, *, threads, block_b):
                 q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
                 q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
             for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[i_h, (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    q[i_h, ((((b_b * B_b) + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -173,8 +173,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads, block_b):
             sf_codes = T.alloc_local((B_b, B_h), 'uint32')
             inv = T.alloc_local((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
                     xf[i_b, i_r, i_h])
@@ -185,8 +185,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads, block_b):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_h_p in T.grid(B_b, B_h_p):
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_h_p] = T.reinterpret((((
+                if (((b_b * B_b) + i_b) < N_b):
+                    sf[((b_b * B_b) + i_b), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -206,9 +206,9 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads, block_b):
                             - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), i_h] = T.cast(encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])),
-                        "uint8")
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), i_h] = T.cast(
+                        encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
 
     return kernel
 
@@ -249,8 +249,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads, block_b):
             q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
             q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else(((((b_b * B_b + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
                     xf[i_b, i_r, i_h])
@@ -261,8 +261,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads, block_b):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_h_p in T.grid(B_b, B_h_p):
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), i_h_p] = T.reinterpret((((
+                if (((b_b * B_b) + i_b) < N_b):
+                    sf[((b_b * B_b) + i_b), i_h_p] = T.reinterpret((((
                                     T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))],
                                         T.uint32(0))
                                     | (
@@ -285,8 +285,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads, block_b):
                 q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
                 q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
             for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
-                if ((((b_b * B_b + i_b) * N_r) + i_r) < T_):
-                    q[i_h, (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
+                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                    q[i_h, ((((b_b * B_b) + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 

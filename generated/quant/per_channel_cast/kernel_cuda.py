@@ -44,16 +44,16 @@ def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads, block_b, tile_e
             amax = T.alloc_fragment((B_b, B_h), 'float32')
             inv = T.alloc_fragment((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if scale == 'fp32':
-                        sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
+                        sf[((b_b * B_b) + i_b), ((b_h * B_h) + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(((((
+                        sf[((b_b * B_b) + i_b), ((b_h * B_h) + i_h)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -63,8 +63,8 @@ def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads, block_b, tile_e
                                 - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((xf[i_b, i_r, i_h]
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((xf[i_b, i_r, i_h]
                             * inv[i_b, i_h]), "float8_e4m3fn")
 
     return kernel
@@ -98,16 +98,16 @@ def make_e4m3_true(scale, H, group_tokens, x_dtype, *, threads, block_b, tile_el
             q_tile = T.alloc_fragment((B_b, B_r, B_h), 'float32')
             q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if scale == 'fp32':
-                        sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
+                        sf[((b_b * B_b) + i_b), ((b_h * B_h) + i_h)] = (amax[i_b, i_h] / T.float32(448.0))
                     if scale == 'pow2':
-                        sf[(b_b * B_b + i_b), (b_h * B_h + i_h)] = T.reinterpret(((((
+                        sf[((b_b * B_b) + i_b), ((b_h * B_h) + i_h)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -120,8 +120,8 @@ def make_e4m3_true(scale, H, group_tokens, x_dtype, *, threads, block_b, tile_el
                 q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
                 q_staged[i_b, i_r, i_h] = T.cast(q_tile[i_b, i_r, i_h], "float8_e4m3fn")
             for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(b_h * B_h + i_h), (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((b_h * B_h) + i_h), ((((b_b * B_b) + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
@@ -156,8 +156,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads, block_b, tile_e
             sf_codes = T.alloc_shared((B_b, B_h), 'uint32')
             inv = T.alloc_fragment((B_b, B_h), 'float32')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
@@ -165,20 +165,20 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads, block_b, tile_e
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_h_p in T.Parallel(B_b, B_h_p):
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
+                if (((b_b * B_b) + i_b) < N_b):
+                    sf[((b_b * B_b) + i_b), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
+                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
                                             sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
                                         sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
                                     sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_b, i_h in T.Parallel(B_b, B_h):
@@ -186,8 +186,8 @@ def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads, block_b, tile_e
                             - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)] = T.cast((xf[i_b, i_r, i_h]
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((xf[i_b, i_r, i_h]
                             * inv[i_b, i_h]), "float8_e4m3fn")
 
     return kernel
@@ -225,8 +225,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads, block_b, tile_el
             q_tile = T.alloc_fragment((B_b, B_r, B_h), 'float32')
             q_staged = T.alloc_shared((B_b, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_b, i_r, i_h in T.Parallel(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[(((b_b * B_b + i_b) * N_r) + i_r), (b_h * B_h + i_h)]), T.float32(0.0))
+                xf[i_b, i_r, i_h] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=1)
             for i_b, i_h in T.Parallel(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
@@ -234,20 +234,20 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads, block_b, tile_el
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_b, i_h_p in T.Parallel(B_b, B_h_p):
-                if ((b_b * B_b + i_b) < N_b):
-                    sf[(b_b * B_b + i_b), (b_h * B_h_p + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else((((b_h * B_h_p + i_h_p) * T.int32(4)) < N_h),
+                if (((b_b * B_b) + i_b) < N_b):
+                    sf[((b_b * B_b) + i_b), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
+                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
                                         sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
+                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
                                             sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
                                         sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_h * B_h_p + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
                                     sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
                         "int32")
             for i_b, i_h in T.Parallel(B_b, B_h):
@@ -258,8 +258,8 @@ def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads, block_b, tile_el
                 q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
                 q_staged[i_b, i_r, i_h] = T.cast(q_tile[i_b, i_r, i_h], "float8_e4m3fn")
             for i_h, i_b, i_r in T.Parallel(B_h, B_b, B_r):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[(b_h * B_h + i_h), (((b_b * B_b + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    q[((b_h * B_h) + i_h), ((((b_b * B_b) + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 

@@ -54,40 +54,40 @@ def make_e4m3(in_scale, scale, H, group_tokens, in_group, *, threads, block_b, t
             amax = T.alloc_fragment((B_b, B_g, B_c), 'float32')
             inv = T.alloc_fragment((B_b, B_g, B_c), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                _t0[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
+                _t0[i_b, i_r, i_g, i_c] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)], "float32"),
                     T.float32(0.0))
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
                 if in_scale == 'fp32':
-                    _t1[i_b, i_r, i_g] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                        sf[(((b_b * B_b + i_b) * N_r) + i_r), (b_g * B_g + i_g)], T.float32(0.0))
+                    _t1[i_b, i_r, i_g] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                        sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_g * B_g) + i_g)], T.float32(0.0))
                 if in_scale == 'ue8m0':
                     _t1[i_b, i_r, i_g] = T.reinterpret((((
-                                    T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                                    T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
                                         (
                                             T.cast(
-                                            sf[(((b_b * B_b + i_b) * N_r) + i_r),
-                                            T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
+                                            sf[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                            T.floordiv(((b_g * B_g) + i_g), T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'e4m3':
-                    _t1[i_b, i_r, i_g] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                        T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
+                    _t1[i_b, i_r, i_g] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                        T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 v[i_b, i_r, i_g, i_c] = (_t0[i_b, i_r, i_g, i_c] * _t1[i_b, i_r, i_g])
                 v_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((i_r < N_r),
-                    T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), v[i_b, i_r, i_g, i_c], T.float32(0.0)),
+                    T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), v[i_b, i_r, i_g, i_c], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(v_for_absmax_over_r, _t2, dim=1)
             for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
                 amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(9.999999747378752e-05))
-                if ((b_b * B_b + i_b) < N_b):
+                if (((b_b * B_b) + i_b) < N_b):
                     if scale == 'fp32':
-                        out_sf[(b_b * B_b + i_b), (((b_g * B_g + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
+                        out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
                             / T.float32(448.0))
                     if scale == 'pow2':
-                        out_sf[(b_b * B_b + i_b), (((b_g * B_g + i_g) * N_c) + i_c)] = T.reinterpret(((((
+                        out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'fp32':
@@ -97,8 +97,8 @@ def make_e4m3(in_scale, scale, H, group_tokens, in_group, *, threads, block_b, t
                                 - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
                             v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
 
     return kernel
@@ -144,30 +144,30 @@ def make_e4m3_ue8m0(in_scale, H, group_tokens, in_group, *, threads, block_b, ti
             out_sf_codes = T.alloc_shared((B_b, B_g, B_c), 'uint32')
             inv = T.alloc_fragment((B_b, B_g, B_c), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                _t0[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    T.cast(q[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)], "float32"),
+                _t0[i_b, i_r, i_g, i_c] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                    T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)], "float32"),
                     T.float32(0.0))
             for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
                 if in_scale == 'fp32':
-                    _t1[i_b, i_r, i_g] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                        sf[(((b_b * B_b + i_b) * N_r) + i_r), (b_g * B_g + i_g)], T.float32(0.0))
+                    _t1[i_b, i_r, i_g] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                        sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_g * B_g) + i_g)], T.float32(0.0))
                 if in_scale == 'ue8m0':
                     _t1[i_b, i_r, i_g] = T.reinterpret((((
-                                    T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                                    T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
                                         (
                                             T.cast(
-                                            sf[(((b_b * B_b + i_b) * N_r) + i_r),
-                                            T.floordiv((b_g * B_g + i_g), T.int32(4))], "uint32")
+                                            sf[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                            T.floordiv(((b_g * B_g) + i_g), T.int32(4))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod((b_g * B_g + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
                                 & T.uint32(255)) << T.uint32(23)), "float32")
                 if in_scale == 'e4m3':
-                    _t1[i_b, i_r, i_g] = T.if_then_else((((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                        T.cast(sf[(((b_b * B_b + i_b) * N_r) + i_r), (b_g * B_g + i_g)], "float32"), T.float32(0.0))
+                    _t1[i_b, i_r, i_g] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                        T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 v[i_b, i_r, i_g, i_c] = (_t0[i_b, i_r, i_g, i_c] * _t1[i_b, i_r, i_g])
                 v_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((i_r < N_r),
-                    T.Select(((((b_b * B_b + i_b) * N_r) + i_r) < T_), v[i_b, i_r, i_g, i_c], T.float32(0.0)),
+                    T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), v[i_b, i_r, i_g, i_c], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(v_for_absmax_over_r, _t2, dim=1)
             for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
@@ -178,19 +178,19 @@ def make_e4m3_ue8m0(in_scale, H, group_tokens, in_group, *, threads, block_b, ti
                 out_sf_codes[i_b, i_g, i_c] = ((T.reinterpret(out_sf_tile[i_b, i_g, i_c], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_b_p, i_g, i_c in T.Parallel(B_b_p, B_g, B_c):
-                out_sf[(b_b * B_b_p + i_b_p), (((b_g * B_g + i_g) * N_c) + i_c)] = T.reinterpret((((
-                                T.if_then_else((((b_b * B_b_p + i_b_p) * T.int32(4)) < N_b),
+                out_sf[((b_b * B_b_p) + i_b_p), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret((((
+                                T.if_then_else(((((b_b * B_b_p) + i_b_p) * T.int32(4)) < N_b),
                                     out_sf_codes[(i_b_p * T.int32(4)), i_g, i_c], T.uint32(0))
                                 | (
-                                    T.if_then_else(((((b_b * B_b_p + i_b_p) * T.int32(4)) + T.int32(1)) < N_b),
+                                    T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(1)) < N_b),
                                         out_sf_codes[((i_b_p * T.int32(4)) + T.int32(1)), i_g, i_c], T.uint32(0))
                                     << T.uint32(8)))
                             | (
-                                T.if_then_else(((((b_b * B_b_p + i_b_p) * T.int32(4)) + T.int32(2)) < N_b),
+                                T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(2)) < N_b),
                                     out_sf_codes[((i_b_p * T.int32(4)) + T.int32(2)), i_g, i_c], T.uint32(0))
                                 << T.uint32(16)))
                         | (
-                            T.if_then_else(((((b_b * B_b_p + i_b_p) * T.int32(4)) + T.int32(3)) < N_b),
+                            T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(3)) < N_b),
                                 out_sf_codes[((i_b_p * T.int32(4)) + T.int32(3)), i_g, i_c], T.uint32(0))
                             << T.uint32(24))), "int32")
             for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
@@ -198,8 +198,8 @@ def make_e4m3_ue8m0(in_scale, H, group_tokens, in_group, *, threads, block_b, ti
                             - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
                                     >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    out[(((b_b * B_b + i_b) * N_r) + i_r), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((
+                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
+                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
                             v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
 
     return kernel

@@ -51,41 +51,41 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
             amax = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                         >= T.float32(0.015625)),
@@ -100,31 +100,31 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                     (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                         - T.reinterpret(T.uint32(0x46800000), "float32")))), "uint8")
                     if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(57344.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(57344.0))
                     if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
+                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
                     if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e5m2', 'e4m3'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                         >= T.float32(0.015625)),
@@ -180,12 +180,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
@@ -223,8 +223,8 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads, block_t):
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -239,9 +239,9 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads, block_t):
                                         - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -257,7 +257,7 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads, block_t):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((
+                        sf[i_g_p, ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -282,12 +282,12 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads, block_t):
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
@@ -319,8 +319,8 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t):
             sf_staged = T.alloc_local((B_t, B_g + bank_pad('uint8')), 'uint8')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -355,8 +355,8 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t):
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
             for i_g, i_t in T.grid(B_g, B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[i_g, (b_t * B_t + i_t)] = sf_staged[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[i_g, ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
             for i_t, i_g in T.grid(B_t, B_g):
                 if fmt == 'e4m3':
                     inv[i_t, i_g] = (T.float32(1.0)
@@ -387,12 +387,12 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t):
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
@@ -436,41 +436,41 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
             q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(6.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(6.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
+                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                         >= T.float32(0.015625)),
@@ -509,8 +509,8 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -559,8 +559,8 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
             q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -571,9 +571,9 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -589,7 +589,7 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((
+                        sf[i_g_p, ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -612,8 +612,8 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -656,8 +656,8 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads, block_t):
             q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -678,8 +678,8 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads, block_t):
                         - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
             for i_g, i_t in T.grid(B_g, B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[i_g, (b_t * B_t + i_t)] = sf_staged[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[i_g, ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
@@ -697,8 +697,8 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads, block_t):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -747,41 +747,41 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
             q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(65024.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(65024.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
+                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                         >= T.float32(0.015625)),
@@ -820,8 +820,8 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -832,7 +832,7 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
+                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -848,7 +848,7 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
+                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))
@@ -900,8 +900,8 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
             q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -912,9 +912,9 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -930,7 +930,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((
+                        sf[i_g_p, ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -953,8 +953,8 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -965,7 +965,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
+                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -981,7 +981,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
+                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))
@@ -1027,8 +1027,8 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t):
             q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -1048,8 +1048,8 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t):
                         - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
             for i_g, i_t in T.grid(B_g, B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[i_g, (b_t * B_t + i_t)] = sf_staged[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[i_g, ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
@@ -1067,8 +1067,8 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -1079,7 +1079,7 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
+                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -1095,7 +1095,7 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
+                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))

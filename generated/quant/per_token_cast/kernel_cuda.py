@@ -59,38 +59,38 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
             amax = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                             T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
@@ -104,31 +104,31 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                 (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                     if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(57344.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(57344.0))
                     if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
                     if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e5m2', 'e4m3'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                             T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
@@ -182,12 +182,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
                                 * inv[i_t, i_g]), "float8_e4m3fn")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
                                 * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
@@ -231,8 +231,8 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
             sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
@@ -244,37 +244,37 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
                                         - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        sf[((b_g * B_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -287,12 +287,12 @@ def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
                                 * inv[i_t, i_g]), "float8_e4m3fn")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
                                 * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
@@ -330,8 +330,8 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t, tile_elems):
             sf_staged = T.alloc_shared((B_t, B_g + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
@@ -363,8 +363,8 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t, tile_elems):
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(sf_tile[i_t, i_g], "float8_e4m3fn")
             for i_g, i_t in T.Parallel(B_g, B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = sf_staged[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
             for i_t, i_g in T.Parallel(B_t, B_g):
                 if fmt == 'e4m3':
                     inv[i_t, i_g] = (T.float32(1.0)
@@ -395,12 +395,12 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t, tile_elems):
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
                                 * inv[i_t, i_g]), "float8_e4m3fn")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
                                 * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
@@ -448,38 +448,38 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile_ele
             q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(6.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(6.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                             T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
@@ -516,8 +516,8 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile_ele
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -568,8 +568,8 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
             q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
@@ -577,37 +577,37 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        sf[((b_g * B_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -618,8 +618,8 @@ def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -664,8 +664,8 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
             q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
@@ -683,8 +683,8 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                         - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(sf_tile[i_t, i_g], "float8_e4m3fn")
             for i_g, i_t in T.Parallel(B_g, B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = sf_staged[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
@@ -702,8 +702,8 @@ def build_e2m1_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_c_p * T.int32(2)) < N_c)):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -756,38 +756,38 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile_ele
             q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(65024.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(65024.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                             T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
@@ -824,8 +824,8 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile_ele
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
-                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
+                    q[((b_t * B_t) + i_t), (((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -836,7 +836,7 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile_ele
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
                         ] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
@@ -853,7 +853,7 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile_ele
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
                         ] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
@@ -908,8 +908,8 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
             q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
@@ -917,37 +917,37 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        sf[((b_g * B_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -958,8 +958,8 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
-                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
+                    q[((b_t * B_t) + i_t), (((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -970,7 +970,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
                         ] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
@@ -987,7 +987,7 @@ def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elem
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
                         ] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
@@ -1036,8 +1036,8 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
             q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
@@ -1054,8 +1054,8 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                         - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(sf_tile[i_t, i_g], "float8_e4m3fn")
             for i_g, i_t in T.Parallel(B_g, B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = sf_staged[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
@@ -1073,8 +1073,8 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if (((b_t * B_t + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
-                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                if ((((b_t * B_t) + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
+                    q[((b_t * B_t) + i_t), (((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -1085,7 +1085,7 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
                         ] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
@@ -1102,7 +1102,7 @@ def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
                         ] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))

@@ -49,8 +49,8 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
             inv = T.alloc_local((B_t, B_g), 'float32')
             r = T.alloc_local((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -212,12 +212,12 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
                 if fmt == 'e5m6':
                     r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out == 'bf16':
-                        y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        y[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_bf16((r[i_t, i_g, i_c] * sf[i_t, i_g])), "uint16")
                     if out == 'fp32':
-                        y[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                        y[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 

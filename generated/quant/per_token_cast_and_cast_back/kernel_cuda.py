@@ -50,8 +50,8 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t, tile_
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
@@ -130,12 +130,12 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t, tile_
                     r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn"), "float32")
                 if fmt == 'e5m2':
                     r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2"), "float32")
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
                     if out == 'bf16':
-                        y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
+                        y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
                                 * sf[i_t, i_g]), "bfloat16")
                     if out == 'fp32':
-                        y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                        y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 
@@ -171,8 +171,8 @@ def make_variants_2(fmt, scale, out, H, group, x_dtype, *, threads, block_t, til
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 if fmt == 'e2m1':
@@ -255,12 +255,12 @@ def make_variants_2(fmt, scale, out, H, group, x_dtype, *, threads, block_t, til
                 if fmt == 'e5m6':
                     r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t + i_t) < N_t) & (i_c < N_c)):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
                     if out == 'bf16':
-                        y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
+                        y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
                                 * sf[i_t, i_g]), "bfloat16")
                     if out == 'fp32':
-                        y[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+                        y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
 
     return kernel
 

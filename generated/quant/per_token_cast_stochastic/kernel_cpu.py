@@ -72,8 +72,8 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
             _q_kept = T.alloc_local((B_t, B_g, B_k, B_l), 'int32')
             _q_abs = T.alloc_local((B_t, B_g, B_k, B_l), 'float32')
             for i_t, i_g, i_k, i_l in T.grid(B_t, B_g, B_k, B_l):
-                xf[i_t, i_g, i_k, i_l] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
+                xf[i_t, i_g, i_k, i_l] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
             for i_t, i_g, i_k, i_l in T.grid(B_t, B_g, B_k, B_l):
                 xf_for_absmax_over_l[i_t, i_g, i_k, i_l] = T.Select(T.isnan(xf[i_t, i_g, i_k, i_l]), T.float32(0.0),
                     xf[i_t, i_g, i_k, i_l])
@@ -84,33 +84,33 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
             T.reduce_absmax(_t0_for_absmax_over_k, _t1, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[i_g, (b_t * B_t + i_t)] = T.cast(((
+                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                         >= T.float32(0.015625)),
@@ -158,8 +158,8 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                     T.cast(
                                         T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                     & T.int64(4294967295)) * T.int64(1450300459)),
                             T.Select((r_l == T.int32(1)),
@@ -167,8 +167,8 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                         T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                         & T.int64(4294967295)) * T.int64(2576737433)),
                                 T.Select((r_l == T.int32(2)),
@@ -176,16 +176,16 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                             & T.int64(4294967295)) * T.int64(2900474021)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                             & T.int64(4294967295)) * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.grid(B_t, B_g, B_k):
@@ -260,8 +260,8 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                         T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
                                         T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                 T.float32(0.0)))), T.float32(448.0))
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)] = T.cast(
                         encode_e4m3(
                             T.Select(T.isnan(v[i_t, i_g, i_k, i_l]), v[i_t, i_g, i_k, i_l],
                                 T.Select((_q_bits[i_t, i_g, i_k, i_l] < T.int32(0)), (-_q_abs[i_t, i_g, i_k, i_l]),
@@ -323,8 +323,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
             _q_kept = T.alloc_local((B_t, B_g, B_k, B_l), 'int32')
             _q_abs = T.alloc_local((B_t, B_g, B_k, B_l), 'float32')
             for i_t, i_g, i_k, i_l in T.grid(B_t, B_g, B_k, B_l):
-                xf[i_t, i_g, i_k, i_l] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
+                xf[i_t, i_g, i_k, i_l] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
             for i_t, i_g, i_k, i_l in T.grid(B_t, B_g, B_k, B_l):
                 xf_for_absmax_over_l[i_t, i_g, i_k, i_l] = T.Select(T.isnan(xf[i_t, i_g, i_k, i_l]), T.float32(0.0),
                     xf[i_t, i_g, i_k, i_l])
@@ -339,9 +339,9 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -357,7 +357,7 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[i_g_p, (b_t * B_t + i_t)] = T.reinterpret((((
+                        sf[i_g_p, ((b_t * B_t) + i_t)] = T.reinterpret((((
                                         T.if_then_else(((i_g_p * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
@@ -390,8 +390,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                     T.cast(
                                         T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                     & T.int64(4294967295)) * T.int64(1450300459)),
                             T.Select((r_l == T.int32(1)),
@@ -399,8 +399,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                         T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                         & T.int64(4294967295)) * T.int64(2576737433)),
                                 T.Select((r_l == T.int32(2)),
@@ -408,16 +408,16 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                             & T.int64(4294967295)) * T.int64(2900474021)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                             & T.int64(4294967295)) * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.grid(B_t, B_g, B_k):
@@ -492,8 +492,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
                                         T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
                                         T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                 T.float32(0.0)))), T.float32(448.0))
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)] = T.cast(
                         encode_e4m3(
                             T.Select(T.isnan(v[i_t, i_g, i_k, i_l]), v[i_t, i_g, i_k, i_l],
                                 T.Select((_q_bits[i_t, i_g, i_k, i_l] < T.int32(0)), (-_q_abs[i_t, i_g, i_k, i_l]),
@@ -549,8 +549,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t):
             _q_kept = T.alloc_local((B_t, B_g, B_k, B_l), 'int32')
             _q_abs = T.alloc_local((B_t, B_g, B_k, B_l), 'float32')
             for i_t, i_g, i_k, i_l in T.grid(B_t, B_g, B_k, B_l):
-                xf[i_t, i_g, i_k, i_l] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
+                xf[i_t, i_g, i_k, i_l] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
             for i_t, i_g, i_k, i_l in T.grid(B_t, B_g, B_k, B_l):
                 xf_for_absmax_over_l[i_t, i_g, i_k, i_l] = T.Select(T.isnan(xf[i_t, i_g, i_k, i_l]), T.float32(0.0),
                     xf[i_t, i_g, i_k, i_l])
@@ -574,8 +574,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t):
                         - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
             for i_g, i_t in T.grid(B_g, B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[i_g, (b_t * B_t + i_t)] = sf_staged[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[i_g, ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
@@ -603,8 +603,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t):
                                     T.cast(
                                         T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                     & T.int64(4294967295)) * T.int64(1450300459)),
                             T.Select((r_l == T.int32(1)),
@@ -612,8 +612,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t):
                                         T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                         & T.int64(4294967295)) * T.int64(2576737433)),
                                 T.Select((r_l == T.int32(2)),
@@ -621,16 +621,16 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t):
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                             & T.int64(4294967295)) * T.int64(2900474021)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((b_t * B_t + i_t) < N_t),
-                                            LOAD_x(x[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
+                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            LOAD_x(x[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + r_l)]),
                                             T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
                                             & T.int64(4294967295)) * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.grid(B_t, B_g, B_k):
@@ -705,8 +705,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t):
                                         T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
                                         T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                 T.float32(0.0)))), T.float32(448.0))
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)] = T.cast(
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((((i_g * N_k) + i_k) * N_l) + i_l)] = T.cast(
                         encode_e4m3(
                             T.Select(T.isnan(v[i_t, i_g, i_k, i_l]), v[i_t, i_g, i_k, i_l],
                                 T.Select((_q_bits[i_t, i_g, i_k, i_l] < T.int32(0)), (-_q_abs[i_t, i_g, i_k, i_l]),

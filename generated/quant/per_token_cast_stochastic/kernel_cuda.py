@@ -74,39 +74,39 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
             _q_kept = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
             _q_abs = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
             for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                xf[i_t, i_g, i_k, i_l] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
+                xf[i_t, i_g, i_k, i_l] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=3)
             T.reduce_absmax(_t0, _t1, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(9.999999747378752e-05))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
                     if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.reinterpret(((((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(((
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = T.cast(((
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if scale == 'e4m3':
-                        sf[(b_t * B_t + i_t), (b_g * B_g + i_g)] = T.cast(
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                             T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
@@ -142,7 +142,7 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
             for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
                 v[i_t, i_g, i_k, i_l] = (xf[i_t, i_g, i_k, i_l] * inv[i_t, i_g])
             for i_g, i_k in T.Parallel(B_g, B_k):
-                j[i_g, i_k] = (T.floordiv(((b_g * B_g + i_g) * T.int32(group)), T.int32(4)) + i_k)
+                j[i_g, i_k] = (T.floordiv((((b_g * B_g) + i_g) * T.int32(group)), T.int32(4)) + i_k)
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 _t2[i_t, i_g, i_k] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
             for r_l in (T.unroll if N_l <= 256 else T.serial)(N_l):
@@ -153,40 +153,44 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
                                     T.cast(
                                         T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                    & T.int64(4294967295)) * T.int64(1450300459)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                * T.int64(1450300459)),
                             T.Select((r_l == T.int32(1)),
                                 ((
                                         T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                        & T.int64(4294967295)) * T.int64(2576737433)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                    * T.int64(2576737433)),
                                 T.Select((r_l == T.int32(2)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                            & T.int64(4294967295)) * T.int64(2900474021)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                        * T.int64(2900474021)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                            & T.int64(4294967295)) * T.int64(3780334477))))))
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                        * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
                 h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
@@ -259,8 +263,8 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
                                         T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
                                         T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                 T.float32(0.0)))), T.float32(448.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)):
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + i_l)] = T.cast(
+                if (((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)):
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)] = T.cast(
                         T.Select(T.isnan(v[i_t, i_g, i_k, i_l]), v[i_t, i_g, i_k, i_l],
                             T.Select((_q_bits[i_t, i_g, i_k, i_l] < T.int32(0)), (-_q_abs[i_t, i_g, i_k, i_l]),
                                 _q_abs[i_t, i_g, i_k, i_l])), "float8_e4m3fn")
@@ -322,8 +326,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elems):
             _q_kept = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
             _q_abs = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
             for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                xf[i_t, i_g, i_k, i_l] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
+                xf[i_t, i_g, i_k, i_l] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=3)
             T.reduce_absmax(_t0, _t1, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -332,37 +336,37 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elems):
                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if sf_layout == 'row':
-                        sf[(b_t * B_t + i_t), (b_g * B_g_p + i_g_p)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                     if sf_layout == 'col':
-                        sf[(b_g * B_g_p + i_g_p), (b_t * B_t + i_t)] = T.reinterpret((((
-                                        T.if_then_else((((b_g * B_g_p + i_g_p) * T.int32(4)) < N_g),
+                        sf[((b_g * B_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
                                             sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else(((((b_g * B_g_p + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -372,7 +376,7 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elems):
             for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
                 v[i_t, i_g, i_k, i_l] = (xf[i_t, i_g, i_k, i_l] * inv[i_t, i_g])
             for i_g, i_k in T.Parallel(B_g, B_k):
-                j[i_g, i_k] = (T.floordiv(((b_g * B_g + i_g) * T.int32(group)), T.int32(4)) + i_k)
+                j[i_g, i_k] = (T.floordiv((((b_g * B_g) + i_g) * T.int32(group)), T.int32(4)) + i_k)
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 _t2[i_t, i_g, i_k] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
             for r_l in (T.unroll if N_l <= 256 else T.serial)(N_l):
@@ -383,40 +387,44 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elems):
                                     T.cast(
                                         T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                    & T.int64(4294967295)) * T.int64(1450300459)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                * T.int64(1450300459)),
                             T.Select((r_l == T.int32(1)),
                                 ((
                                         T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                        & T.int64(4294967295)) * T.int64(2576737433)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                    * T.int64(2576737433)),
                                 T.Select((r_l == T.int32(2)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                            & T.int64(4294967295)) * T.int64(2900474021)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                        * T.int64(2900474021)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                            & T.int64(4294967295)) * T.int64(3780334477))))))
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                        * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
                 h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
@@ -489,8 +497,8 @@ def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elems):
                                         T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
                                         T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                 T.float32(0.0)))), T.float32(448.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)):
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + i_l)] = T.cast(
+                if (((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)):
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)] = T.cast(
                         T.Select(T.isnan(v[i_t, i_g, i_k, i_l]), v[i_t, i_g, i_k, i_l],
                             T.Select((_q_bits[i_t, i_g, i_k, i_l] < T.int32(0)), (-_q_abs[i_t, i_g, i_k, i_l]),
                                 _q_abs[i_t, i_g, i_k, i_l])), "float8_e4m3fn")
@@ -546,8 +554,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
             _q_kept = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
             _q_abs = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
             for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                xf[i_t, i_g, i_k, i_l] = T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)),
-                    LOAD_x(x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
+                xf[i_t, i_g, i_k, i_l] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=3)
             T.reduce_absmax(_t0, _t1, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
@@ -565,8 +573,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                         - T.reinterpret(T.uint32(0x46800000), "float32")))
                 sf_staged[i_t, i_g] = T.cast(sf_tile[i_t, i_g], "float8_e4m3fn")
             for i_g, i_t in T.Parallel(B_g, B_t):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_g * B_g + i_g), (b_t * B_t + i_t)] = sf_staged[i_t, i_g]
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0)
                     / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
@@ -583,7 +591,7 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
             for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
                 v[i_t, i_g, i_k, i_l] = (xf[i_t, i_g, i_k, i_l] * inv[i_t, i_g])
             for i_g, i_k in T.Parallel(B_g, B_k):
-                j[i_g, i_k] = (T.floordiv(((b_g * B_g + i_g) * T.int32(group)), T.int32(4)) + i_k)
+                j[i_g, i_k] = (T.floordiv((((b_g * B_g) + i_g) * T.int32(group)), T.int32(4)) + i_k)
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 _t2[i_t, i_g, i_k] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
             for r_l in (T.unroll if N_l <= 256 else T.serial)(N_l):
@@ -594,40 +602,44 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                                     T.cast(
                                         T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                    & T.int64(4294967295)) * T.int64(1450300459)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                * T.int64(1450300459)),
                             T.Select((r_l == T.int32(1)),
                                 ((
                                         T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                        & T.int64(4294967295)) * T.int64(2576737433)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                    * T.int64(2576737433)),
                                 T.Select((r_l == T.int32(2)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                            & T.int64(4294967295)) * T.int64(2900474021)),
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                        * T.int64(2900474021)),
                                     ((
                                             T.cast(
                                             T.reinterpret(
                                             T.reinterpret((
-                                            T.if_then_else(((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
+                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
                                             LOAD_x(
-                                            x[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + r_l)]),
-                                            T.float32(0.0)) * inv[i_t, i_g]), "uint32"), "int32"), "int64")
-                                            & T.int64(4294967295)) * T.int64(3780334477))))))
+                                            x[((b_t * B_t) + i_t),
+                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
+                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
+                                        * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
                 h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
@@ -700,8 +712,8 @@ def build_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
                                         T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
                                         T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
                                 T.float32(0.0)))), T.float32(448.0))
-                if ((((b_t * B_t + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)):
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_k) + i_k) * N_l) + i_l)] = T.cast(
+                if (((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)):
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)] = T.cast(
                         T.Select(T.isnan(v[i_t, i_g, i_k, i_l]), v[i_t, i_g, i_k, i_l],
                             T.Select((_q_bits[i_t, i_g, i_k, i_l] < T.int32(0)), (-_q_abs[i_t, i_g, i_k, i_l]),
                                 _q_abs[i_t, i_g, i_k, i_l])), "float8_e4m3fn")

@@ -41,19 +41,20 @@ def make_variants(fmt, H, group, x_dtype, *, threads, block_t):
             _t0 = T.alloc_local((B_t, B_g), 'float32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
                             encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
@@ -87,18 +88,19 @@ def build_e2m1(H, group, x_dtype, *, threads, block_t):
             q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -137,18 +139,19 @@ def build_e5m6(H, group, x_dtype, *, threads, block_t):
             q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), i_g], T.float32(0.0))
+                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sf[((b_t * B_t) + i_t), i_g],
+                    T.float32(0.0))
             for i_t, i_g in T.grid(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -159,7 +162,7 @@ def build_e5m6(H, group, x_dtype, *, threads, block_t):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
+                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                             & T.uint32(15)) << T.uint32(28))
@@ -175,7 +178,7 @@ def build_e5m6(H, group, x_dtype, *, threads, block_t):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
+                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                         & T.uint32(255)) << T.uint32(24))

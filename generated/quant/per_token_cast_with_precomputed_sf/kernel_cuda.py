@@ -48,20 +48,20 @@ def make_variants(fmt, H, group, x_dtype, *, threads, block_t, tile_elems):
             _t0 = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)],
-                    T.float32(0.0))
+                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)], T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if fmt == 'e4m3':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
                                 * inv[i_t, i_g]), "float8_e4m3fn")
                     if fmt == 'e5m2':
-                        q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
                                 * inv[i_t, i_g]), "float8_e5m2")
 
     return kernel
@@ -98,19 +98,19 @@ def build_e2m1(H, group, x_dtype, *, threads, block_t, tile_elems):
             q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)],
-                    T.float32(0.0))
+                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)], T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c_p) + i_c_p)] = T.cast((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c_p) + i_c_p)] = T.cast((
                             T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
                                 T.uint32(0))
                             | (
@@ -152,19 +152,19 @@ def build_e5m6(H, group, x_dtype, *, threads, block_t, tile_elems):
             q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), (((b_g * B_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else(((b_t * B_t + i_t) < N_t), sf[(b_t * B_t + i_t), (b_g * B_g + i_g)],
-                    T.float32(0.0))
+                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)], T.float32(0.0))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
                 q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
             for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    q[(b_t * B_t + i_t), ((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    q[((b_t * B_t) + i_t), (((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                     T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                         q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                 | (
@@ -175,7 +175,7 @@ def build_e5m6(H, group, x_dtype, *, threads, block_t, tile_elems):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
                                 >> T.uint32(4))), "int32")
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
                         ] = T.reinterpret((((((
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
@@ -192,7 +192,7 @@ def build_e5m6(H, group, x_dtype, *, threads, block_t, tile_elems):
                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                                 >> T.uint32(8))), "int32")
-                    q[(b_t * B_t + i_t), (((((b_g * B_g + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
                         ] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))

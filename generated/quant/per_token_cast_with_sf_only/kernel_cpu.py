@@ -45,8 +45,8 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t):
             _t0 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -56,21 +56,21 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t):
                     amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if fmt == 'e2m1':
                     amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if (fmt, scale) == ('e4m3', 'fp32'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     if (fmt, scale) == ('e4m3', 'pow2'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e4m3', 'ue8m0_byte'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                         >= T.float32(0.015625)),
@@ -85,19 +85,19 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t):
                                     (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                         - T.reinterpret(T.uint32(0x46800000), "float32")))), "uint8")
                     if (fmt, scale) == ('e5m2', 'fp32'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(57344.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(57344.0))
                     if (fmt, scale) == ('e5m2', 'pow2'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e5m2', 'ue8m0_byte'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e5m2', 'e4m3'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                         >= T.float32(0.015625)),
@@ -113,19 +113,19 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t):
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32")))),
                             "uint8")
                     if (fmt, scale) == ('e2m1', 'fp32'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(6.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(6.0))
                     if (fmt, scale) == ('e2m1', 'pow2'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e2m1', 'ue8m0_byte'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e2m1', 'e4m3'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                         >= T.float32(0.015625)),
@@ -141,19 +141,19 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t):
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32")))),
                             "uint8")
                     if (fmt, scale) == ('e5m6', 'fp32'):
-                        sf[(b_t * B_t + i_t), i_g] = (amax[i_t, i_g] / T.float32(65024.0))
+                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(65024.0))
                     if (fmt, scale) == ('e5m6', 'pow2'):
-                        sf[(b_t * B_t + i_t), i_g] = T.reinterpret(((((
+                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
                                             T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                             - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e5m6', 'ue8m0_byte'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(((
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
                                     T.reinterpret(
                                         T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                             "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                     if (fmt, scale) == ('e5m6', 'e4m3'):
-                        sf[(b_t * B_t + i_t), i_g] = T.cast(
+                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
                             encode_e4m3(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                         >= T.float32(0.015625)),
@@ -198,8 +198,8 @@ def make_ue8m0(fmt, H, group, x_dtype, *, threads, block_t):
             sf_tile = T.alloc_local((B_t, B_g), 'float32')
             sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_x(x[(b_t * B_t + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
                     xf[i_t, i_g, i_c])
@@ -223,8 +223,8 @@ def make_ue8m0(fmt, H, group, x_dtype, *, threads, block_t):
                                         - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if ((b_t * B_t + i_t) < N_t):
-                    sf[(b_t * B_t + i_t), i_g_p] = T.reinterpret((((
+                if (((b_t * B_t) + i_t) < N_t):
+                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
                                     T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
                                         T.uint32(0))
                                     | (

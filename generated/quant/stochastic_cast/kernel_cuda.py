@@ -62,49 +62,49 @@ def build_bf16(first_quad, x_dtype, *, threads, block_q, tile_elems):
             _y_kept = T.alloc_fragment((B_q, B_l), 'int32')
             _y_abs = T.alloc_fragment((B_q, B_l), 'float32')
             for i_q in T.Parallel(B_q):
-                _t1[i_q] = T.if_then_else(((b_q * B_q + i_q) < N_q), LOAD_x(x[(b_q * B_q + i_q), T.int32(0)]),
+                _t1[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(0)]),
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
                 b0[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t1[i_q], "uint32"), "int32"), "int64")
                     & T.int64(4294967295))
             for i_q in T.Parallel(B_q):
-                _t3[i_q] = T.if_then_else(((b_q * B_q + i_q) < N_q), LOAD_x(x[(b_q * B_q + i_q), T.int32(1)]),
+                _t3[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(1)]),
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
                 b1[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t3[i_q], "uint32"), "int32"), "int64")
                     & T.int64(4294967295))
             for i_q in T.Parallel(B_q):
-                _t5[i_q] = T.if_then_else(((b_q * B_q + i_q) < N_q), LOAD_x(x[(b_q * B_q + i_q), T.int32(2)]),
+                _t5[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(2)]),
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
                 b2[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t5[i_q], "uint32"), "int32"), "int64")
                     & T.int64(4294967295))
             for i_q in T.Parallel(B_q):
-                _t7[i_q] = T.if_then_else(((b_q * B_q + i_q) < N_q), LOAD_x(x[(b_q * B_q + i_q), T.int32(3)]),
+                _t7[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(3)]),
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
                 b3[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t7[i_q], "uint32"), "int32"), "int64")
                     & T.int64(4294967295))
                 h0[i_q] = (((((((b0[i_q] * T.int64(1450300459)) + (b1[i_q] * T.int64(2576737433)))
                                     + (b2[i_q] * T.int64(2900474021))) + (b3[i_q] * T.int64(3780334477)))
-                            + T.cast((b_q * B_q + i_q), "int64")) + T.int64(first_quad)) & T.int64(4294967295))
+                            + T.cast(((b_q * B_q) + i_q), "int64")) + T.int64(first_quad)) & T.int64(4294967295))
                 h1[i_q] = (h0[i_q] ^ (h0[i_q] >> T.int64(23)))
                 h2[i_q] = ((h1[i_q] * T.int64(2146121005)) & T.int64(4294967295))
                 h3[i_q] = (h2[i_q] ^ (h2[i_q] >> T.int64(16)))
             for i_l in T.Parallel(B_l):
-                second[i_l] = ((b_l * B_l + i_l) >= T.int32(2))
+                second[i_l] = (((b_l * B_l) + i_l) >= T.int32(2))
             for i_q, i_l in T.Parallel(B_q, B_l):
                 w0[i_q, i_l] = T.Select(second[i_l], ((h3[i_q] * T.int64(3545902487)) & T.int64(4294967295)),
                     ((h3[i_q] * T.int64(2221713035)) & T.int64(4294967295)))
                 w[i_q, i_l] = (w0[i_q, i_l] ^ (w0[i_q, i_l] >> T.int64(11)))
             for i_l in T.Parallel(B_l):
-                low[i_l] = (T.floormod((b_l * B_l + i_l), T.int32(2)) == T.int32(0))
+                low[i_l] = (T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(0))
             for i_q, i_l in T.Parallel(B_q, B_l):
                 half[i_q, i_l] = T.Select(low[i_l], (w[i_q, i_l] & T.int64(65535)), (w[i_q, i_l] >> T.int64(16)))
                 r[i_q, i_l] = T.cast(half[i_q, i_l], "int32")
             for i_q, i_l in T.Parallel(B_q, B_l):
-                xf[i_q, i_l] = T.if_then_else(((b_q * B_q + i_q) < N_q),
-                    LOAD_x(x[(b_q * B_q + i_q), (b_l * B_l + i_l)]), T.float32(0.0))
+                xf[i_q, i_l] = T.if_then_else((((b_q * B_q) + i_q) < N_q),
+                    LOAD_x(x[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)]), T.float32(0.0))
             for i_q, i_l in T.Parallel(B_q, B_l):
                 _y_bits[i_q, i_l] = T.reinterpret(T.reinterpret(xf[i_q, i_l], "uint32"), "int32")
                 _y_mag[i_q, i_l] = (_y_bits[i_q, i_l] & T.int32(2147483647))
@@ -129,8 +129,8 @@ def build_bf16(first_quad, x_dtype, *, threads, block_q, tile_elems):
                                         T.min(T.max((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)), T.int32(-149)),
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))),
                     T.reinterpret(T.uint32(0x7f7f0000), "float32"))
-                if ((b_q * B_q + i_q) < N_q):
-                    y[(b_q * B_q + i_q), (b_l * B_l + i_l)] = T.cast(
+                if (((b_q * B_q) + i_q) < N_q):
+                    y[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)] = T.cast(
                         T.Select(T.isnan(xf[i_q, i_l]), xf[i_q, i_l],
                             T.Select((_y_bits[i_q, i_l] < T.int32(0)), (-_y_abs[i_q, i_l]), _y_abs[i_q, i_l])),
                         "bfloat16")
@@ -181,43 +181,43 @@ def build_e4m3(first_quad, x_dtype, *, threads, block_q, tile_elems):
             _y_kept = T.alloc_fragment((B_q, B_l), 'int32')
             _y_abs = T.alloc_fragment((B_q, B_l), 'float32')
             for i_q in T.Parallel(B_q):
-                _t1[i_q] = T.if_then_else(((b_q * B_q + i_q) < N_q), LOAD_x(x[(b_q * B_q + i_q), T.int32(0)]),
+                _t1[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(0)]),
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
                 b0[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t1[i_q], "uint32"), "int32"), "int64")
                     & T.int64(4294967295))
             for i_q in T.Parallel(B_q):
-                _t3[i_q] = T.if_then_else(((b_q * B_q + i_q) < N_q), LOAD_x(x[(b_q * B_q + i_q), T.int32(1)]),
+                _t3[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(1)]),
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
                 b1[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t3[i_q], "uint32"), "int32"), "int64")
                     & T.int64(4294967295))
             for i_q in T.Parallel(B_q):
-                _t5[i_q] = T.if_then_else(((b_q * B_q + i_q) < N_q), LOAD_x(x[(b_q * B_q + i_q), T.int32(2)]),
+                _t5[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(2)]),
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
                 b2[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t5[i_q], "uint32"), "int32"), "int64")
                     & T.int64(4294967295))
             for i_q in T.Parallel(B_q):
-                _t7[i_q] = T.if_then_else(((b_q * B_q + i_q) < N_q), LOAD_x(x[(b_q * B_q + i_q), T.int32(3)]),
+                _t7[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(3)]),
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
                 b3[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t7[i_q], "uint32"), "int32"), "int64")
                     & T.int64(4294967295))
                 h0[i_q] = (((((((b0[i_q] * T.int64(1450300459)) + (b1[i_q] * T.int64(2576737433)))
                                     + (b2[i_q] * T.int64(2900474021))) + (b3[i_q] * T.int64(3780334477)))
-                            + T.cast((b_q * B_q + i_q), "int64")) + T.int64(first_quad)) & T.int64(4294967295))
+                            + T.cast(((b_q * B_q) + i_q), "int64")) + T.int64(first_quad)) & T.int64(4294967295))
                 h1[i_q] = (h0[i_q] ^ (h0[i_q] >> T.int64(23)))
                 h2[i_q] = ((h1[i_q] * T.int64(2146121005)) & T.int64(4294967295))
                 h3[i_q] = (h2[i_q] ^ (h2[i_q] >> T.int64(16)))
                 w0[i_q] = ((h3[i_q] * T.int64(2221713035)) & T.int64(4294967295))
                 w[i_q] = (w0[i_q] ^ (w0[i_q] >> T.int64(11)))
             for i_l in T.Parallel(B_l):
-                low[i_l] = ((b_l * B_l + i_l) < T.int32(2))
+                low[i_l] = (((b_l * B_l) + i_l) < T.int32(2))
             for i_q, i_l in T.Parallel(B_q, B_l):
                 half[i_q, i_l] = T.Select(low[i_l], (w[i_q] & T.int64(65535)), (w[i_q] >> T.int64(16)))
                 r[i_q, i_l] = T.cast(
-                    T.Select((T.floormod((b_l * B_l + i_l), T.int32(2)) == T.int32(1)),
+                    T.Select((T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(1)),
                         (((((((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
                                         | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
                                         >> T.int64(4)) & T.int64(3855))
@@ -245,8 +245,8 @@ def build_e4m3(first_quad, x_dtype, *, threads, block_q, tile_elems):
                                         & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
                                     & T.int64(21845)) << T.int64(1))), half[i_q, i_l]), "int32")
             for i_q, i_l in T.Parallel(B_q, B_l):
-                xf[i_q, i_l] = T.if_then_else(((b_q * B_q + i_q) < N_q),
-                    LOAD_x(x[(b_q * B_q + i_q), (b_l * B_l + i_l)]), T.float32(0.0))
+                xf[i_q, i_l] = T.if_then_else((((b_q * B_q) + i_q) < N_q),
+                    LOAD_x(x[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)]), T.float32(0.0))
             for i_q, i_l in T.Parallel(B_q, B_l):
                 _y_bits[i_q, i_l] = T.reinterpret(T.reinterpret(xf[i_q, i_l], "uint32"), "int32")
                 _y_mag[i_q, i_l] = (_y_bits[i_q, i_l] & T.int32(2147483647))
@@ -273,8 +273,8 @@ def build_e4m3(first_quad, x_dtype, *, threads, block_q, tile_elems):
                                         T.max((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)), T.int32(-149)),
                                         T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))),
                     T.float32(448.0))
-                if ((b_q * B_q + i_q) < N_q):
-                    y[(b_q * B_q + i_q), (b_l * B_l + i_l)] = T.cast(
+                if (((b_q * B_q) + i_q) < N_q):
+                    y[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)] = T.cast(
                         T.Select(T.isnan(xf[i_q, i_l]), xf[i_q, i_l],
                             T.Select((_y_bits[i_q, i_l] < T.int32(0)), (-_y_abs[i_q, i_l]), _y_abs[i_q, i_l])),
                         "float8_e4m3fn")

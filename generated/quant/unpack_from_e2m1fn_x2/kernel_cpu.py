@@ -39,16 +39,16 @@ def make_variants(out, H, *, threads, block_t):
             q_code = T.alloc_local((B_t, B_h), 'uint32')
             for i_t, i_h in T.grid(B_t, B_h):
                 q_code[i_t, i_h] = ((
-                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                            (T.cast(q[(b_t * B_t + i_t), T.floordiv(i_h, T.int32(2))], "uint32") & T.uint32(0xff)),
+                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            (T.cast(q[((b_t * B_t) + i_t), T.floordiv(i_h, T.int32(2))], "uint32") & T.uint32(0xff)),
                             T.uint32(0)) >> T.cast((T.floormod(i_h, T.int32(2)) * T.int32(4)), "uint32"))
                     & T.uint32(15))
             for i_t, i_h in T.grid(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if out == 'fp32':
-                        y[(b_t * B_t + i_t), i_h] = decode_e2m1(q_code[i_t, i_h])
+                        y[((b_t * B_t) + i_t), i_h] = decode_e2m1(q_code[i_t, i_h])
                     if out == 'bf16':
-                        y[(b_t * B_t + i_t), i_h] = T.cast(encode_bf16(decode_e2m1(q_code[i_t, i_h])), "uint16")
+                        y[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(decode_e2m1(q_code[i_t, i_h])), "uint16")
 
     return kernel
 

@@ -39,13 +39,13 @@ def build_fp32(H, *, threads, block_t, tile_elems, vector_bytes):
             for i_t, i_h in T.Parallel(B_t, B_h, coalesced_width=
                     (T.int32(vector_bytes // 4) if B_t * B_h <= tile_elems else None)):
                 q_code[i_t, i_h] = ((
-                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                            (T.cast(q[(b_t * B_t + i_t), T.floordiv((b_h * B_h + i_h), T.int32(2))], "uint32")
+                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            (T.cast(q[((b_t * B_t) + i_t), T.floordiv(((b_h * B_h) + i_h), T.int32(2))], "uint32")
                                 & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((b_h * B_h + i_h), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                        >> T.cast((T.floormod(((b_h * B_h) + i_h), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), (b_h * B_h + i_h)] = decode_e2m1(q_code[i_t, i_h])
+                if (((b_t * B_t) + i_t) < N_t):
+                    y[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = decode_e2m1(q_code[i_t, i_h])
 
     return kernel
 
@@ -70,12 +70,12 @@ def build_bf16(H, *, threads, block_t, tile_elems, vector_bytes):
             for i_t, i_h in T.Parallel(B_t, B_h, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_h <= tile_elems else None)):
                 q_code[i_t, i_h] = ((
-                        T.if_then_else(((b_t * B_t + i_t) < N_t),
-                            (T.cast(q[(b_t * B_t + i_t), T.floordiv((b_h * B_h + i_h), T.int32(2))], "uint32")
+                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            (T.cast(q[((b_t * B_t) + i_t), T.floordiv(((b_h * B_h) + i_h), T.int32(2))], "uint32")
                                 & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod((b_h * B_h + i_h), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+                        >> T.cast((T.floormod(((b_h * B_h) + i_h), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                if ((b_t * B_t + i_t) < N_t):
-                    y[(b_t * B_t + i_t), (b_h * B_h + i_h)] = T.cast(decode_e2m1(q_code[i_t, i_h]), "bfloat16")
+                if (((b_t * B_t) + i_t) < N_t):
+                    y[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(decode_e2m1(q_code[i_t, i_h]), "bfloat16")
 
     return kernel

@@ -59,41 +59,41 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads, bloc
             y1 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             y2 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             for i_t in T.Parallel(B_t):
-                _at_positions[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_positions(positions[(b_t * B_t + i_t)]), T.int32(0))
+                _at_positions[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_positions(positions[((b_t * B_t) + i_t)]), T.int32(0))
             for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
                 if interleaved == False:
-                    x1[i_t, i_h, i_i] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_query(query[(b_t * B_t + i_t), (b_h * B_h + i_h), i_i]), T.float32(0.0))
+                    x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_i]), T.float32(0.0))
                 if interleaved == True:
-                    x1[i_t, i_h, i_i] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_query(query[(b_t * B_t + i_t), (b_h * B_h + i_h), (i_i * N_s)]), T.float32(0.0))
+                    x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), (i_i * N_s)]), T.float32(0.0))
             for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
                 if interleaved == False:
-                    x2[i_t, i_h, i_i] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_query(query[(b_t * B_t + i_t), (b_h * B_h + i_h), (N_i + i_i)]), T.float32(0.0))
+                    x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), (N_i + i_i)]), T.float32(0.0))
                 if interleaved == True:
-                    x2[i_t, i_h, i_i] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_query(query[(b_t * B_t + i_t), (b_h * B_h + i_h), ((i_i * N_s) + T.int32(1))]),
+                    x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_i * N_s) + T.int32(1))]),
                         T.float32(0.0))
             for i_t, i_i in T.Parallel(B_t, B_i):
                 cos[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
-                            & (_at_positions[i_t] < n_cos_sin_cache)) & ((b_t * B_t + i_t) < N_t)),
+                            & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
                     cos_sin_cache[_at_positions[i_t], i_i], T.float32(0.0))
             for i_t, i_i in T.Parallel(B_t, B_i):
                 sn[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
-                            & (_at_positions[i_t] < n_cos_sin_cache)) & ((b_t * B_t + i_t) < N_t)),
+                            & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
                     cos_sin_cache[_at_positions[i_t], (N_i + i_i)], T.float32(0.0))
             for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
                 y1[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], cos[i_t, i_i], (-(x2[i_t, i_h, i_i] * sn[i_t, i_i])))
                 y2[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], sn[i_t, i_i], (x2[i_t, i_h, i_i] * cos[i_t, i_i]))
             for i_t, i_h, i_s, i_i in T.Parallel(B_t, B_h, B_s, B_i):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if interleaved == False:
-                        rotated[(b_t * B_t + i_t), (b_h * B_h + i_h), ((i_s * N_i) + i_i)] = STORE_query(
+                        rotated[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_s * N_i) + i_i)] = STORE_query(
                             T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
                     if interleaved == True:
-                        rotated[(b_t * B_t + i_t), (b_h * B_h + i_h), ((i_i * N_s) + i_s)] = STORE_query(
+                        rotated[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_i * N_s) + i_s)] = STORE_query(
                             T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
 
     return kernel
@@ -141,30 +141,30 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads, block
             y1 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             y2 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             for i_t in T.Parallel(B_t):
-                _at_positions[i_t] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                    LOAD_positions(positions[(b_t * B_t + i_t)]), T.int32(0))
+                _at_positions[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    LOAD_positions(positions[((b_t * B_t) + i_t)]), T.int32(0))
             for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
                 if interleaved == False:
-                    x1[i_t, i_h, i_i] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_query(query[(b_t * B_t + i_t), (b_h * B_h + i_h), i_i]), T.float32(0.0))
+                    x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_i]), T.float32(0.0))
                 if interleaved == True:
-                    x1[i_t, i_h, i_i] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_query(query[(b_t * B_t + i_t), (b_h * B_h + i_h), (i_i * N_s)]), T.float32(0.0))
+                    x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), (i_i * N_s)]), T.float32(0.0))
             for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
                 if interleaved == False:
-                    x2[i_t, i_h, i_i] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_query(query[(b_t * B_t + i_t), (b_h * B_h + i_h), (N_i + i_i)]), T.float32(0.0))
+                    x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), (N_i + i_i)]), T.float32(0.0))
                 if interleaved == True:
-                    x2[i_t, i_h, i_i] = T.if_then_else(((b_t * B_t + i_t) < N_t),
-                        LOAD_query(query[(b_t * B_t + i_t), (b_h * B_h + i_h), ((i_i * N_s) + T.int32(1))]),
+                    x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_i * N_s) + T.int32(1))]),
                         T.float32(0.0))
             for i_t, i_i in T.Parallel(B_t, B_i):
                 cos[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
-                            & (_at_positions[i_t] < n_cos_sin_cache)) & ((b_t * B_t + i_t) < N_t)),
+                            & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
                     cos_sin_cache[_at_positions[i_t], i_i], T.float32(0.0))
             for i_t, i_i in T.Parallel(B_t, B_i):
                 sn[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
-                            & (_at_positions[i_t] < n_cos_sin_cache)) & ((b_t * B_t + i_t) < N_t)),
+                            & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
                     cos_sin_cache[_at_positions[i_t], (N_i + i_i)], T.float32(0.0))
             for i_t, i_i in T.Parallel(B_t, B_i):
                 sin[i_t, i_i] = (-sn[i_t, i_i])
@@ -172,12 +172,12 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads, block
                 y1[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], cos[i_t, i_i], (-(x2[i_t, i_h, i_i] * sin[i_t, i_i])))
                 y2[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], sin[i_t, i_i], (x2[i_t, i_h, i_i] * cos[i_t, i_i]))
             for i_t, i_h, i_s, i_i in T.Parallel(B_t, B_h, B_s, B_i):
-                if ((b_t * B_t + i_t) < N_t):
+                if (((b_t * B_t) + i_t) < N_t):
                     if interleaved == False:
-                        rotated[(b_t * B_t + i_t), (b_h * B_h + i_h), ((i_s * N_i) + i_i)] = STORE_query(
+                        rotated[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_s * N_i) + i_i)] = STORE_query(
                             T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
                     if interleaved == True:
-                        rotated[(b_t * B_t + i_t), (b_h * B_h + i_h), ((i_i * N_s) + i_s)] = STORE_query(
+                        rotated[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_i * N_s) + i_s)] = STORE_query(
                             T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
 
     return kernel

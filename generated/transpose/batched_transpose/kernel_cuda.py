@@ -44,12 +44,12 @@ def build_base(B, N, x_dtype, *, threads, block_m, block_i, block_n):
             out_tile = T.alloc_fragment((B_m, B_i, B_n), STORAGE_x)
             out_staged = T.alloc_shared((B_m, B_i, B_n + bank_pad(STORAGE_x)), STORAGE_x)
             for i_m, i_i, i_n in T.Parallel(B_m, B_i, B_n):
-                out_tile[i_m, i_i, i_n] = T.if_then_else(((b_m * B_m + i_m) < N_m),
-                    x[(b_i * B_i + i_i), (b_m * B_m + i_m), (b_n * B_n + i_n)], T.cast(0, STORAGE_x))
+                out_tile[i_m, i_i, i_n] = T.if_then_else((((b_m * B_m) + i_m) < N_m),
+                    x[((b_i * B_i) + i_i), ((b_m * B_m) + i_m), ((b_n * B_n) + i_n)], T.cast(0, STORAGE_x))
             for i_m, i_i, i_n in T.Parallel(B_m, B_i, B_n):
                 out_staged[i_m, i_i, i_n] = out_tile[i_m, i_i, i_n]
             for i_i, i_n, i_m in T.Parallel(B_i, B_n, B_m):
-                if ((b_m * B_m + i_m) < N_m):
-                    out[(b_i * B_i + i_i), (b_n * B_n + i_n), (b_m * B_m + i_m)] = out_staged[i_m, i_i, i_n]
+                if (((b_m * B_m) + i_m) < N_m):
+                    out[((b_i * B_i) + i_i), ((b_n * B_n) + i_n), ((b_m * B_m) + i_m)] = out_staged[i_m, i_i, i_n]
 
     return kernel
