@@ -12,6 +12,7 @@ from tkgen.codegen.generate import naive_modules
 from tkgen.codegen.merge_variants import Printed, merge
 from tkgen.codegen.print_tilelang import print_factory
 from tkgen.codegen.print_torch import print_reference
+from tkgen.runtime.schedule import specialize
 
 OP = "per_token_cast"
 KERNEL_HEAD = ("import tilelang.language as T\n"
@@ -100,14 +101,88 @@ def test_only_whole_statements_are_chosen_and_conditions_are_exclusive():
 SHARED = [f"z{i} = h({i})" for i in range(12)]       # enough shared lines that merging would pay
 
 
+def _name(v):
+    return "_".join(f"{k.lstrip('?')}{v[k]}" for k in sorted(v))
+
+
+def _merged_and_own(fns):
+    """(merged sources, each variant's own function, each variant's specialization)."""
+    functions, aliases = merge(fns, _name)
+    own, merged = {}, {"specialize": specialize}
+    exec("\n\n".join("\n".join(f.lines) for f in fns), own)
+    exec("\n\n".join(functions) + "\n" + "\n".join(aliases), merged)
+    return functions, own, merged
+
+
 @pytest.mark.parametrize("first, second, why", [
     (["x = f(0)", "if n:", "    y = 2"], ["x = f(1)", "if k:", "    y = 2"], "a different block header"),
     (["x = f(0)", "y = 2"], ["x = f(1)", "y = 2", "w = 3"], "another line count"),
     (["x = f(0,", "    1)"], ["x = f(1,", "    1)"], "a statement over two lines"),
-    (["x = f(0)", "y = a"], ["x = f(1)", "y = a"], "a line naming the merged param"),
 ])
-def test_functions_that_differ_in_structure_stay_apart(first, second, why):
+def test_functions_that_differ_in_whole_statements_are_merged(first, second, why):
+    """A statement one variant has and another has not, or a block of another header, is chosen whole."""
     fns = [_fn("build_u", {"a": "u"}, first + SHARED), _fn("build_v", {"a": "v"}, second + SHARED)]
+    functions, aliases = merge(fns, lambda v: "_".join(v.values()))
+    assert len(functions) == 1 and len(aliases) == 2, why
+    compile(functions[0], "merged", "exec")
+
+
+def _traced(name, variant, body):
+    """A function that records what it runs: `out` holds every step, so two functions that run the same
+    steps return the same list."""
+    return _fn(name, variant, ["out = []", *body, *[f"out.append({i})" for i in range(12)], "return out"])
+
+
+def test_inserted_and_deleted_statements_sit_in_an_if_on_the_variant_key():
+    base = ["out.append('a')", "for i in range(n):", "    out.append(i)", "out.append('b')"]
+    fns = [_traced("build_plain", {"?w": False}, base),
+           _traced("build_with_w", {"?w": True}, base[:1] + ["out.append('w0')", "out.append('w1')"] + base[1:] +
+                   ["out.append(('w', k))"]),
+           ]
+    functions, own, merged = _merged_and_own(fns)
+    assert len(functions) == 1
+    src = functions[0]
+    assert src.startswith("def make_variants(with_w, n, *, k=1):")
+    assert "    if with_w:\n        out.append('w0')\n        out.append('w1')\n    for i in range(n):" in src
+    for fn in fns:
+        assert merged[fn.name](3, k=5) == own[fn.name](3, k=5), fn.name
+    # a statement the first variant has and a later one has not (deleted): `if not ...`
+    fns = [fns[1], fns[0]]
+    functions, own, merged = _merged_and_own(fns)
+    assert "    if with_w:" in functions[0]
+    for fn in fns:
+        assert merged[fn.name](2) == own[fn.name](2), fn.name
+
+
+def test_statements_are_aligned_within_nested_blocks():
+    """Bodies of blocks of one header are aligned in turn; an inserted block is chosen whole, and an
+    `if` with an `else:` is one piece."""
+    def body(a, b):
+        inner = ["        out.append((i, j))"] + (["        out.append('b')"] if b else [])
+        return (["for i in range(n):", "    out.append(i)"] + (["    out.append('a')"] if a else []) +
+                ["    for j in range(2):", *inner] +
+                (["    for j in range(k):", "        out.append(-j)"] if a and b else []) +
+                (["if n > 2:", "    out.append('big')", "else:", "    out.append('small')"] if b else []))
+    fns = [_traced(f"build_{a}_{b}", {"?p": a, "?q": b}, body(a, b)) for a in (False, True) for b in (False, True)]
+    functions, own, merged = _merged_and_own(fns)
+    assert len(functions) == 1
+    src = functions[0]
+    assert "            if with_q:\n                out.append('b')" in src            # inside the inner loop
+    assert "        if (with_p, with_q) == (True, True):\n            for j in range(k):" in src
+    assert "    if with_q:\n        if n > 2:\n            out.append('big')\n        else:" in src
+    for fn in fns:
+        for n in (1, 3):
+            assert merged[fn.name](n, k=2) == own[fn.name](n, k=2), fn.name
+
+
+@pytest.mark.parametrize("first, second, why", [
+    (["x = f(0)", "y = a"], ["x = f(1)", "y = a"], "a line naming the merged param"),
+    (["x = f(0)"], ["x = f(1)"], "another signature"),
+])
+def test_functions_that_cannot_share_one_function_stay_apart(first, second, why):
+    fns = [_fn("build_u", {"a": "u"}, first + SHARED), _fn("build_v", {"a": "v"}, second + SHARED)]
+    if why == "another signature":
+        fns[1].lines[0] = "def build_v(n, m, *, k=1):"
     functions, aliases = merge(fns, lambda v: "_".join(v.values()))
     assert len(functions) == 2 and not aliases, why
     # the same pair with the difference in one simple statement is merged

@@ -1,32 +1,38 @@
-"""One function for variants that differ only in an expression or an index, chosen inside by a Python `if`.
+"""One function for variants that differ in an expression, an index or whole statements, chosen inside by a Python `if`.
 
 The printers write one function per variant (a kernel factory, a reference). Variants of one op often
-differ in a few lines only: a scale rule's expression (fp32 or pow2 scales), the subscript of a store
-(row- or column-major scales), a dtype name. This module merges such functions: where every variant has
-the same lines but a few simple statements (same count, same block headers, same signature), one function
-`make_<fixed params>` takes the params that vary as its first arguments and chooses the differing
-statements with an `if` on them. Each variant keeps its name as a specialization of that function
-(`build_e4m3_fp32_row = specialize(make_e4m3, 'fp32', 'row')`, tkgen/runtime/schedule.py), so the op, the
-runtime, the tuner and the tests still call `build_<variant>` with the arguments they always gave.
+differ in a few statements only: a scale rule's expression (fp32 or pow2 scales), the subscript of a store
+(row- or column-major scales), a dtype name, or steps one variant has and another has not (the packing of
+ue8m0 scales, an optional input's load). This module merges such functions: where variants have the same
+signature (and, for a kernel, parameters of the same names), one function `make_<fixed params>` takes the
+params that vary as its first arguments; its statements are the variants' statements aligned block by block
+(difflib over each block's statements, the bodies of blocks of one header aligned in turn), and a run of
+statements that not every variant has sits in an `if` on those params. Each variant keeps its name as a
+specialization of that function (`build_e4m3_fp32_row = specialize(make_e4m3, 'fp32', 'row')`,
+tkgen/runtime/schedule.py), so the op, the runtime, the tuner and the tests still call `build_<variant>`
+with the arguments they always gave.
 
 Inside a TileLang `@T.prim_func` the `if` is on a Python value, so the parser takes the branch at build
-time: the PrimFunc of each variant is the one its own function built. A differing kernel parameter
-(the shape of a column-major scale tensor) cannot sit under an `if`; its annotation is chosen before the
-prim_func, as `PARAM_<tensor>`.
+time: the PrimFunc of each variant is the one its own function built (a name bound in the `if`, a buffer,
+is seen after it as it was without it). A differing kernel parameter (the shape of a column-major scale tensor) cannot sit under an `if`; its
+annotation is chosen before the prim_func, as `PARAM_<tensor>`. Kernels whose parameters differ in name
+(an optional input present or absent) have different signatures and stay apart.
 """
 from __future__ import annotations
 
+import difflib
 import io
 import itertools
 import re
 import tokenize
-from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .format_source import WIDTH
 
 PARAM_PREFIX = "PARAM_"
 MERGED_PREFIX = "make_"
+_CLAUSES = ("else:", "elif ", "except", "finally:")
 
 
 @dataclass
@@ -42,125 +48,32 @@ def arg_name(key: str) -> str:
     return f"with_{key[1:]}" if key.startswith("?") else key
 
 
-def _is_header(line: str) -> bool:
-    s = line.strip()
-    return s.endswith(":") or s.startswith(("@", "def "))
+@dataclass
+class _Node:
+    """A statement: its own lines (a block's header, decorators first) and, for a block, its statements.
+    `members`: the variants that have it; `own`: each member's lines, where they may differ (a kernel's
+    header whose annotations differ)."""
+    lines: List[str]
+    body: Optional[List["_Node"]]
+    members: set = field(default_factory=set)
+    own: Dict[int, List[str]] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        if _is_kernel(self.lines):      # parameters of one name match; their annotations may differ
+            return "\n".join(l for l in self.lines if l.lstrip().startswith("@")) + "kernel" + str(_params(self.lines))
+        return "\n".join(self.lines)
+
+    def all_lines(self) -> List[str]:
+        return self.lines + [l for n in self.body or () for l in n.all_lines()]
 
 
 def _indent(line: str) -> str:
     return line[:len(line) - len(line.lstrip())]
 
 
-def _signature(fn: Printed) -> str:
-    head = fn.lines[0]
-    return head[head.index("("):]
-
-
-def merge(functions: Sequence[Printed], variant_name, prefix: str = MERGED_PREFIX) -> Tuple[List[str], List[str]]:
-    """(function sources, alias lines) for `functions`: a function alone as printed, merged functions as
-    one `<prefix><fixed params>` each; `alias lines` binds every merged variant's name. `variant_name(dict)`
-    names a set of fixed params."""
-    groups: Dict[tuple, List[Printed]] = {}
-    for fn in functions:
-        key = (len(fn.lines), _signature(fn), tuple((i, l) for i, l in enumerate(fn.lines) if i and _is_header(l)))
-        groups.setdefault(key, []).append(fn)
-    out, aliases, taken = [], [], set()
-    merged_of = {}
-    for key, members in groups.items():
-        if len(members) > 1:
-            merged = _merged(members, variant_name, prefix, taken)
-            if merged is not None:
-                name, lines, binds = merged
-                taken.add(name)
-                merged_of[id(members[0])] = (lines, [_alias(fn.name, name, args) for fn, args in binds])
-                for fn in members[1:]:
-                    merged_of[id(fn)] = None
-    for fn in functions:                   # in the order of the variants: each function where its first one was
-        entry = merged_of.get(id(fn), ())
-        if entry is None:
-            continue
-        if entry:
-            out.append("\n".join(entry[0]))
-            aliases += entry[1]
-        else:
-            out.append("\n".join(fn.lines))
-    return out, aliases
-
-
-def _alias(variant_fn: str, merged: str, args: str) -> str:
-    line = f"specialize({merged}, {args})"
-    # a long name: the value in parentheses, where the line can break (tkgen/codegen/format_source.py)
-    return f"{variant_fn} = {line}" if len(variant_fn) + len(line) + 3 <= WIDTH else f"{variant_fn} = ({line})"
-
-
-def _merged(members: List[Printed], variant_name, prefix, taken):
-    """(name, lines, [(function, args source)]) of one function for `members`, or None where that is not
-    shorter than the functions it replaces (or an argument would meet a name the functions use)."""
-    keys = [k for k in members[0].variant if len({repr(m.variant[k]) for m in members}) > 1]
-    fixed = {k: v for k, v in members[0].variant.items() if k not in keys}
-    args = [arg_name(k) for k in keys]
-    used = {w for m in members for line in m.lines for w in re.findall(r"[A-Za-z_]\w*", line)}
-    if len(set(args)) < len(args) or set(args) & used:
-        return None
-    base = prefix + (variant_name(fixed) if fixed else "variants")
-    name = base
-    for n in itertools.count(2):
-        if name not in taken:
-            break
-        name = f"{base}_{n}"
-    values = [tuple(m.variant[k] for k in keys) for m in members]
-    n_lines = len(members[0].lines)
-    lines, hoisted, i = [], [], 1
-    params = _param_region(members[0].lines)
-    signatures = _signature_lines(members[0].lines)
-    while i < n_lines:
-        texts = [m.lines[i] for m in members]
-        if len(set(texts)) == 1:
-            lines.append(texts[0])
-            i += 1
-            continue
-        if len({_indent(t) for t in texts}) > 1 or not all(map(_balanced, texts)) or \
-                (i in signatures and not params[0] < i < params[1]):
-            return None
-        # a run of differing lines at one indentation that split the variants the same way
-        part = _partition(texts)
-        j = i + 1
-        while j < n_lines and not (params[0] < i < params[1]) and \
-                len({m.lines[j] for m in members}) > 1 and _partition([m.lines[j] for m in members]) == part and \
-                len({_indent(m.lines[j]) for m in members} | {_indent(texts[0])}) == 1:
-            j += 1
-        if params[0] < i < params[1]:      # a kernel parameter: its annotation is chosen before the prim_func
-            names = {t.strip().split(":", 1)[0] for t in texts}
-            if len(names) > 1:
-                # parameters of different names (variants that differ in which optional input is
-                # present): the kernels' signatures differ, which no annotation chosen by an `if` can express
-                return None
-            tensor = names.pop()
-            ind = _indent(texts[0])
-            branches = [[f"    {PARAM_PREFIX}{tensor} = {m.lines[i].strip().split(':', 1)[1].strip().rstrip(',')}"]
-                        for m in _first_of(members, part)]
-            hoisted += _chain("    ", keys, values, part, branches)
-            lines.append(f"{ind}{tensor}: {PARAM_PREFIX}{tensor},")
-        else:
-            ind = _indent(texts[0])
-            branches = [[m.lines[k] for k in range(i, j)] for m in _first_of(members, part)]
-            lines += _chain(ind, keys, values, part, branches)
-        i = j
-    if hoisted:
-        at = _prim_func_line(lines)
-        lines[at:at] = hoisted
-    head = members[0].lines[0]
-    open_at = head.index("(")
-    sig = head[open_at + 1:]
-    lines.insert(0, f"def {name}({', '.join(args)}{', ' if not sig.startswith(')') else ''}{sig}")
-    if len(lines) + len(members) >= n_lines * len(members):
-        return None
-    binds = [(m, ", ".join(repr(v) for v in vals)) for m, vals in zip(members, values)]
-    return name, lines, binds
-
-
 def _balanced(line: str) -> bool:
-    """Whether a line is whole: its brackets close on it (strings aside), so an `if` may hold it."""
+    """Whether a line is whole: its brackets close on it (strings aside)."""
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
@@ -176,51 +89,288 @@ def _balanced(line: str) -> bool:
     return depth == 0
 
 
-def _param_region(lines) -> Tuple[int, int]:
-    """(index of `def kernel(`, index of its `):`): the lines between are the kernel's parameters."""
-    start = next((i for i, l in enumerate(lines) if l.strip() == "def kernel("), -1)
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].strip() == "):"), -1) if start >= 0 else -1
-    return start, end
-
-
-def _signature_lines(lines) -> set:
-    """Indices of the lines inside a `def f(` ... `):` written over several lines."""
-    out, inside = set(), False
-    for i, line in enumerate(lines):
-        if inside and line.strip().startswith(")"):
-            inside = False
-        elif inside:
-            out.add(i)
-        elif line.lstrip().startswith("def ") and line.rstrip().endswith("("):
-            inside = True
+def _statements(lines: Sequence[str]) -> List[List[str]]:
+    """The lines grouped into logical lines (a statement over several lines, a signature), decorators
+    joined to what they decorate."""
+    out, cur = [], []
+    for line in lines:
+        cur.append(line)
+        if line.strip() and not _balanced("\n".join(l.strip() for l in cur)):
+            continue
+        if out and out[-1][-1].lstrip().startswith("@"):
+            out[-1] += cur
+        else:
+            out.append(cur)
+        cur = []
+    if cur:
+        raise ValueError("unbalanced brackets")
     return out
 
 
-def _prim_func_line(lines) -> int:
-    """Where hoisted annotations go: before the blank line ahead of `@T.prim_func`."""
-    at = next(i for i, l in enumerate(lines) if l.strip() == "@T.prim_func")
-    return at - 1 if at and not lines[at - 1].strip() else at
+def _tree(lines: Sequence[str], member: int) -> List[_Node]:
+    """The statements of `lines` as blocks nested by indentation. A blank line sits at the level of the
+    statement after it; an `else:` (`elif`, `except`, `finally`) and its body join the block before it,
+    which is then matched as one piece."""
+    root: List[_Node] = []
+    stack: List[Tuple[int, List[_Node]]] = [(-1, root)]
+    stmts = _statements(lines)
+    for k, stmt in enumerate(stmts):
+        text = stmt[-1].strip()
+        nxt = next((s for s in stmts[k:] if s[0].strip()), None)
+        depth = len(_indent(stmt[0] if stmt[0].strip() else (nxt or stmt)[0]))
+        while stack[-1][0] >= depth:
+            stack.pop()
+        siblings = stack[-1][1]
+        if stmt[0].strip().startswith(_CLAUSES) and siblings:
+            # `else:` and the rest of its statement join the block before it: one piece, its lines as they are
+            node = siblings[-1]
+            node.lines, node.body = node.all_lines() + list(stmt), None
+            stack.append((depth, _Flat(node)))
+            continue
+        node = _Node(list(stmt), [] if text.endswith(":") else None, {member})
+        siblings.append(node)
+        if node.body is not None:
+            stack.append((depth, node.body))
+    return root
 
 
-def _partition(texts) -> Tuple[int, ...]:
-    """For each variant, the index of the first variant with the same text."""
-    first = {}
-    return tuple(first.setdefault(t, i) for i, t in enumerate(texts))
+class _Flat(list):
+    """The rest of a statement joined whole to its node (after an `else:`): lines appended, not parsed."""
+    def __init__(self, node):
+        super().__init__()
+        self.node = node
+
+    def append(self, child):
+        self.node.lines += child.lines
+        child.body = None                   # a block's own body comes next: flat as well
 
 
-def _first_of(members, part):
-    return [members[i] for i in sorted(set(part))]
+def _is_kernel(lines) -> bool:
+    head = next((l for l in lines if not l.lstrip().startswith("@")), "")
+    return head.strip().startswith("def kernel(") and any(l.strip().startswith("@T.") for l in lines)
 
 
-def _chain(ind, keys, values, part, branches) -> List[str]:
-    """One `if <cond>:` per branch, the conditions exclusive: flat, not `elif` (TileLang's parser makes
-    each `if` two nested loops, and Python allows only 20 nested blocks)."""
+def _params(lines) -> Tuple[str, ...]:
+    """A kernel header's parameter names (one a line, between `def kernel(` and `):`)."""
+    at = next(i for i, l in enumerate(lines) if l.strip().startswith("def kernel("))
+    return tuple(l.strip().split(":", 1)[0] for l in lines[at + 1:-1])
+
+
+def _kernel_params(nodes) -> Optional[tuple]:
+    for n in nodes:
+        if _is_kernel(n.lines):
+            return _params(n.lines)
+        if n.body:
+            found = _kernel_params(n.body)
+            if found is not None:
+                return found
+    return None
+
+
+def _align(merged: List[_Node], new: List[_Node]) -> List[_Node]:
+    """`merged` (the statements of the variants so far) with the statements `new` of others: statements of
+    one text (blocks of one header) are shared and their bodies aligned in turn; the others kept, each
+    with the variants that have it, in both sides' order."""
     out = []
-    for first, body in zip(sorted(set(part)), branches):
-        chosen = [values[i] for i, p in enumerate(part) if p == first]
-        out.append(f"{ind}if {_condition(keys, values, chosen)}:")
-        out += ["    " + line for line in body]
+    matcher = difflib.SequenceMatcher(None, [n.key for n in merged], [n.key for n in new], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            out += merged[i1:i2] + new[j1:j2]
+            continue
+        for a, b in zip(merged[i1:i2], new[j1:j2]):
+            _join(a, b)
+            out.append(a)
     return out
+
+
+def _join(a: _Node, b: _Node):
+    """`b` into `a`, a statement of the same key."""
+    a.own.update({m: b.own.get(m, b.lines) for m in b.members} if a.lines != b.lines else b.own)
+    a.members |= b.members
+    if a.body is not None:
+        a.body = _align(a.body, b.body)
+
+
+def _fold(nodes: List[_Node]) -> List[_Node]:
+    """One statement for two of one key that the alignment left apart (their variants disjoint), where one
+    can move to the other past no statement of its variants: no variant's order of statements changes."""
+    changed = True
+    while changed:
+        changed = False
+        for j, b in enumerate(nodes):
+            for i, a in enumerate(nodes[:j]):
+                if a.key != b.key or a.members & b.members:
+                    continue
+                between = nodes[i + 1:j]
+                if not any(n.members & b.members for n in between):
+                    _join(a, b)
+                    del nodes[j]
+                elif not any(n.members & a.members for n in between):
+                    _join(b, a)
+                    del nodes[i]
+                else:
+                    continue
+                changed = True
+                break
+            if changed:
+                break
+    for n in nodes:
+        if n.body:
+            n.body = _fold(n.body)
+    return nodes
+
+
+class _Emitter:
+    """The merged function's lines: a run of statements that not every variant of the block has, in an `if`."""
+    def __init__(self, keys, values):
+        self.keys, self.values = keys, values
+
+    def block(self, nodes: List[_Node], context: frozenset, add: str) -> List[str]:
+        """The lines of `nodes` within a block every variant of `context` enters; `add`: the extra indentation
+        of the `if`s around."""
+        out = []
+        for members, run in itertools.groupby(nodes, key=lambda n: frozenset(n.members)):
+            run = list(run)
+            if members == context or all(_trivia(n) for n in run):
+                for n in run:
+                    out += self.node(n, members if members == context else context, add)
+                continue
+            while _trivia(run[0]):
+                run.pop(0)
+            while _trivia(run[-1]):
+                run.pop()
+            chosen = [self.values[i] for i in sorted(members)]
+            within = [self.values[i] for i in sorted(context)]
+            out.append(f"{add}{_indent(run[0].lines[0])}if {_condition(self.keys, within, chosen)}:")
+            for n in run:
+                out += self.node(n, members, add + "    ")
+        return out
+
+    def node(self, n: _Node, context, add) -> List[str]:
+        head, hoisted = n.lines, []
+        if n.own:                        # a kernel header: the annotations that differ are chosen before it
+            head = list(n.lines)
+            own = {i: n.own.get(i, n.lines) for i in sorted(n.members)}
+            for k, line in enumerate(n.lines):
+                texts = {i: own[i][k] for i in own}
+                if len(set(texts.values())) == 1:
+                    continue
+                name = line.strip().split(":", 1)[0]
+                head[k] = f"{_indent(line)}{name}: {PARAM_PREFIX}{name},"
+                within = [self.values[i] for i in own]
+                for text in dict.fromkeys(texts.values()):
+                    chosen = [self.values[i] for i in own if texts[i] == text]
+                    annotation = text.strip().split(":", 1)[1].strip().rstrip(",")
+                    hoisted += [f"{add}{_indent(n.lines[0])}if {_condition(self.keys, within, chosen)}:",
+                                f"{add}{_indent(n.lines[0])}    {PARAM_PREFIX}{name} = {annotation}"]
+        out = hoisted + [add + l if l.strip() else "" for l in head]
+        if n.body is not None:
+            out += self.block(n.body, context, add)
+        return out
+
+
+def _trivia(n: _Node) -> bool:
+    return n.body is None and all(not l.strip() or l.strip().startswith("#") for l in n.lines)
+
+
+def _group_key(fn: Printed):
+    """What functions that may share one have in common: the signature, the kernel's parameter names."""
+    try:
+        tree = _tree(fn.lines, 0)
+    except ValueError:
+        return None
+    head = "\n".join(tree[0].lines)
+    return head[head.index("("):], _kernel_params(tree)
+
+
+def merge(functions: Sequence[Printed], variant_name, prefix: str = MERGED_PREFIX) -> Tuple[List[str], List[str]]:
+    """(function sources, alias lines) for `functions`: a function alone as printed, merged functions as
+    one `<prefix><fixed params>` each; `alias lines` binds every merged variant's name. `variant_name(dict)`
+    names a set of fixed params. Functions of one signature (and kernel parameters) are merged; where that
+    does not pay or cannot be (an argument would meet a name), those of one shape (line count and block
+    headers) are tried."""
+    groups: Dict[tuple, List[Printed]] = {}
+    for fn in functions:
+        key = _group_key(fn)
+        groups.setdefault((key, id(fn)) if key is None else key, []).append(fn)
+    out, aliases, taken = [], [], set()
+    merged_of = {}
+
+    def take(members):
+        merged = _merged(members, variant_name, prefix, taken) if len(members) > 1 else None
+        if merged is None:
+            return False
+        name, lines, binds = merged
+        taken.add(name)
+        merged_of[id(members[0])] = (lines, [_alias(fn.name, name, args) for fn, args in binds])
+        for fn in members[1:]:
+            merged_of[id(fn)] = None
+        return True
+
+    for members in groups.values():
+        if not take(members):
+            shapes: Dict[tuple, List[Printed]] = {}
+            for fn in members:
+                shapes.setdefault((len(fn.lines), tuple((i, l) for i, l in enumerate(fn.lines) if i and
+                                                        _is_header(l))), []).append(fn)
+            for same in shapes.values():
+                take(same)
+    for fn in functions:                   # in the order of the variants: each function where its first one was
+        entry = merged_of.get(id(fn), ())
+        if entry is None:
+            continue
+        if entry:
+            out.append("\n".join(entry[0]))
+            aliases += entry[1]
+        else:
+            out.append("\n".join(fn.lines))
+    return out, aliases
+
+
+def _is_header(line: str) -> bool:
+    s = line.strip()
+    return s.endswith(":") or s.startswith(("@", "def "))
+
+
+def _alias(variant_fn: str, merged: str, args: str) -> str:
+    line = f"specialize({merged}, {args})"
+    # a long name: the value in parentheses, where the line can break (tkgen/codegen/format_source.py)
+    return f"{variant_fn} = {line}" if len(variant_fn) + len(line) + 3 <= WIDTH else f"{variant_fn} = ({line})"
+
+
+def _merged(members: List[Printed], variant_name, prefix, taken):
+    """(name, lines, [(function, args source)]) of one function for `members`, or None where that is not
+    shorter than the functions it replaces or an argument would meet a name the functions use."""
+    keys = [k for k in members[0].variant if len({repr(m.variant[k]) for m in members}) > 1]
+    fixed = {k: v for k, v in members[0].variant.items() if k not in keys}
+    args = [arg_name(k) for k in keys]
+    used = {w for m in members for line in m.lines for w in re.findall(r"[A-Za-z_]\w*", line)}
+    if len(set(args)) < len(args) or set(args) & used:
+        return None
+    base = prefix + (variant_name(fixed) if fixed else "variants")
+    name = base
+    for n in itertools.count(2):
+        if name not in taken:
+            break
+        name = f"{base}_{n}"
+    values = [tuple(m.variant[k] for k in keys) for m in members]
+    trees = [_tree([fn.lines[0].replace(f"def {fn.name}(", "def _(", 1), *fn.lines[1:]], m)
+             for m, fn in enumerate(members)]
+    tree = trees[0]
+    for other in trees[1:]:
+        tree = _align(tree, other)
+    tree = _fold(tree)
+    root = tree[0]
+    if len(tree) != 1 or root.own or len(root.members) != len(members):
+        return None
+    body = _Emitter(keys, values).block(root.body, frozenset(range(len(members))), "")
+    head = root.lines[0]
+    sig = head[head.index("(") + 1:]
+    lines = [f"def {name}({', '.join(args)}{', ' if not sig.startswith(')') else ''}{sig}", *root.lines[1:], *body]
+    if len(lines) + len(members) >= sum(len(m.lines) for m in members):
+        return None
+    binds = [(m, ", ".join(repr(v) for v in vals)) for m, vals in zip(members, values)]
+    return name, lines, binds
 
 
 def _condition(keys, values, chosen) -> str:
@@ -236,6 +386,8 @@ def _condition(keys, values, chosen) -> str:
             picks = sorted(inside, key=lambda t: [values.index(v) for v in values
                                                   if tuple(v[c] for c in cols) == t][0])
             if size == 1:
+                if len(picks) == 1 and isinstance(picks[0][0], bool):      # a flag: `with_x`, `not with_x`
+                    return names[0] if picks[0][0] else f"not {names[0]}"
                 if len(picks) == 1:
                     return f"{names[0]} == {picks[0][0]!r}"
                 return f"{names[0]} in ({', '.join(repr(p[0]) for p in picks)})"

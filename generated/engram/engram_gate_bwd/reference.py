@@ -7,12 +7,13 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_base(grad_out, hidden_states, k, v, weight_fused, dot, gate_score, rstd_x, rstd_k, image_token_mask,
-        clamp_value, _given=None):
+def make_reference_variants(with_image_token_mask, grad_out, hidden_states, k, v, weight_fused, dot, gate_score, rstd_x,
+        rstd_k, image_token_mask, clamp_value, _given=None):
     T_ = grad_out.shape[0]
     HC = grad_out.shape[1]
     D = grad_out.shape[2]
@@ -45,85 +46,38 @@ def reference_base(grad_out, hidden_states, k, v, weight_fused, dot, gate_score,
         c = _fit((((_f32(1.0) / _sqrt(_f32(float(D)))) * rx) * rk), (N_t, N_h))
         ad = _fit(torch.maximum(_t(dt), _t((-dt))), (N_t, N_h))
         big = _fit(((((dgate * g) * (_f32(1.0) - g)) * _f32(0.5)) * _sqrt((c / ad))), (N_t, N_h))
-        gz = _fit(torch.where(((ad * c) < _f32(float(clamp_value))), _f32(0.0), big), (N_t, N_h))
-        grad_x_tile = _fit((go
-                + (gz[:, :, None]
-                    * ((kf * w[None, :, :])
-                        - (((xf * dt[:, :, None]) * (rx[:, :, None] * rx[:, :, None])) / _f32(float(D)))))),
-            (N_t, N_h, N_d))
-        _store_view(_s_grad_x, (N_t, N_h, N_d), (N_t, N_h, N_d), ('t', 'h', 'd'), ('t', 'h', 'd'),
-            _codes_as(encode_bf16(grad_x_tile), torch.uint16, torch.bfloat16), None, False)
-        grad_k_tile = _fit((gz[:, :, None]
-                * ((xf * w[None, :, :])
-                    - (((kf * dt[:, :, None]) * (rk[:, :, None] * rk[:, :, None])) / _f32(float(D))))), (N_t, N_h, N_d))
-        _store_view(_s_grad_k, (N_t, N_h, N_d), (N_t, N_h, N_d), ('t', 'h', 'd'), ('t', 'h', 'd'),
-            _codes_as(encode_bf16(grad_k_tile), torch.uint16, torch.bfloat16), None, False)
-        gog = _fit((go * g[:, :, None]), (N_t, N_h, N_d))
-        _t2 = _fit(_f32(-0.0), (N_t, N_d))
-        gog_by_h = _fit(gog, (N_t, N_h, N_d))
-        for r_h in range(N_h):
-            _t2 = _fit((_t2 + _take(gog_by_h, (_ix(N_t, 0, 2, _dev), r_h, _ix(N_d, 1, 2, _dev)))), (N_t, N_d))
-        grad_v_tile = _fit(_t2, (N_t, N_d))
-        _store_view(_s_grad_v, (N_t, N_d), (N_t, N_d), ('t', 'd'), ('t', 'd'),
-            _codes_as(encode_bf16(grad_v_tile), torch.uint16, torch.bfloat16), None, False)
-        gxk = _fit(((gz[:, :, None] * xf) * kf), (N_t, N_h, N_d))
-        grad_w_tile = _sum(gxk, 0)
-        _store_view(_s_grad_w, (N_h, N_d), (N_h, N_d), ('h', 'd'), ('h', 'd'), grad_w_tile, None, True)
-        return _s_grad_x, _s_grad_k, _s_grad_v, _s_grad_w
-
-
-def reference_with_image_token_mask(grad_out, hidden_states, k, v, weight_fused, dot, gate_score, rstd_x, rstd_k,
-        image_token_mask, clamp_value, _given=None):
-    T_ = grad_out.shape[0]
-    HC = grad_out.shape[1]
-    D = grad_out.shape[2]
-    N_t = T_
-    N_h = HC
-    N_d = D
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = grad_out.device
-    with torch.device(_dev):
-        _s_grad_x = torch.zeros((T_, HC, D), dtype=torch.bfloat16, device=_dev)
-        _s_grad_k = torch.zeros((T_, HC, D), dtype=torch.bfloat16, device=_dev)
-        _s_grad_v = torch.zeros((T_, D), dtype=torch.bfloat16, device=_dev)
-        _s_grad_w = torch.zeros((HC, D), dtype=torch.float32, device=_dev)
-        go = _fit(
-            _view(grad_out, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(torch.float32),
-            (N_t, N_h, N_d))
-        xf = _fit(
-            _view(hidden_states, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(
-                torch.float32), (N_t, N_h, N_d))
-        kf = _fit(_view(k, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(torch.float32),
-            (N_t, N_h, N_d))
-        w = _fit(_view(weight_fused, (N_h, N_d), (N_h, N_d), (), ('h', 'd'), ('h', 'd')).to(torch.float32), (N_h, N_d))
-        g = _fit(_view(gate_score, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        rx = _fit(_view(rstd_x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        rk = _fit(_view(rstd_k, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        dt = _fit(_view(dot, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        _t0 = _fit(_view(v, (N_t, N_d), (N_t, N_d), (), ('t', 'd'), ('t', 'd')).to(torch.float32), (N_t, N_d))
-        gv = _fit((go * _t0[:, None, :]), (N_t, N_h, N_d))
-        dgate = _sum(gv, 2)
-        c = _fit((((_f32(1.0) / _sqrt(_f32(float(D)))) * rx) * rk), (N_t, N_h))
-        ad = _fit(torch.maximum(_t(dt), _t((-dt))), (N_t, N_h))
-        big = _fit(((((dgate * g) * (_f32(1.0) - g)) * _f32(0.5)) * _sqrt((c / ad))), (N_t, N_h))
-        _t1 = _fit(_view(image_token_mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        img = _fit((_t1 != 0), (N_t,))
-        gz = _fit(torch.where((img[:, None] | ((ad * c) < _f32(float(clamp_value)))), _f32(0.0), big), (N_t, N_h))
-        grad_x_tile = _fit(
-            torch.where(img[:, None, None], go,
-                (go
+        if not with_image_token_mask:
+            gz = _fit(torch.where(((ad * c) < _f32(float(clamp_value))), _f32(0.0), big), (N_t, N_h))
+            grad_x_tile = _fit((go
                     + (gz[:, :, None]
                         * ((kf * w[None, :, :])
-                            - (((xf * dt[:, :, None]) * (rx[:, :, None] * rx[:, :, None])) / _f32(float(D))))))),
-            (N_t, N_h, N_d))
+                            - (((xf * dt[:, :, None]) * (rx[:, :, None] * rx[:, :, None])) / _f32(float(D)))))),
+                (N_t, N_h, N_d))
+        if with_image_token_mask:
+            _t1 = _fit(_view(image_token_mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            img = _fit((_t1 != 0), (N_t,))
+            gz = _fit(torch.where((img[:, None] | ((ad * c) < _f32(float(clamp_value)))), _f32(0.0), big), (N_t, N_h))
+            grad_x_tile = _fit(
+                torch.where(img[:, None, None], go,
+                    (go
+                        + (gz[:, :, None]
+                            * ((kf * w[None, :, :])
+                                - (((xf * dt[:, :, None]) * (rx[:, :, None] * rx[:, :, None])) / _f32(float(D))))))),
+                (N_t, N_h, N_d))
         _store_view(_s_grad_x, (N_t, N_h, N_d), (N_t, N_h, N_d), ('t', 'h', 'd'), ('t', 'h', 'd'),
             _codes_as(encode_bf16(grad_x_tile), torch.uint16, torch.bfloat16), None, False)
-        grad_k_tile = _fit(
-            torch.where(img[:, None, None], _f32(0.0),
-                (gz[:, :, None]
+        if not with_image_token_mask:
+            grad_k_tile = _fit((gz[:, :, None]
                     * ((xf * w[None, :, :])
-                        - (((kf * dt[:, :, None]) * (rk[:, :, None] * rk[:, :, None])) / _f32(float(D)))))),
-            (N_t, N_h, N_d))
+                        - (((kf * dt[:, :, None]) * (rk[:, :, None] * rk[:, :, None])) / _f32(float(D))))),
+                (N_t, N_h, N_d))
+        if with_image_token_mask:
+            grad_k_tile = _fit(
+                torch.where(img[:, None, None], _f32(0.0),
+                    (gz[:, :, None]
+                        * ((xf * w[None, :, :])
+                            - (((kf * dt[:, :, None]) * (rk[:, :, None] * rk[:, :, None])) / _f32(float(D)))))),
+                (N_t, N_h, N_d))
         _store_view(_s_grad_k, (N_t, N_h, N_d), (N_t, N_h, N_d), ('t', 'h', 'd'), ('t', 'h', 'd'),
             _codes_as(encode_bf16(grad_k_tile), torch.uint16, torch.bfloat16), None, False)
         gog = _fit((go * g[:, :, None]), (N_t, N_h, N_d))
@@ -131,13 +85,24 @@ def reference_with_image_token_mask(grad_out, hidden_states, k, v, weight_fused,
         gog_by_h = _fit(gog, (N_t, N_h, N_d))
         for r_h in range(N_h):
             _t2 = _fit((_t2 + _take(gog_by_h, (_ix(N_t, 0, 2, _dev), r_h, _ix(N_d, 1, 2, _dev)))), (N_t, N_d))
-        grad_v_tile = _fit(torch.where(img[:, None], _f32(0.0), _t2), (N_t, N_d))
+        if not with_image_token_mask:
+            grad_v_tile = _fit(_t2, (N_t, N_d))
+        if with_image_token_mask:
+            grad_v_tile = _fit(torch.where(img[:, None], _f32(0.0), _t2), (N_t, N_d))
         _store_view(_s_grad_v, (N_t, N_d), (N_t, N_d), ('t', 'd'), ('t', 'd'),
             _codes_as(encode_bf16(grad_v_tile), torch.uint16, torch.bfloat16), None, False)
-        gxk = _fit(torch.where(img[:, None, None], _f32(0.0), ((gz[:, :, None] * xf) * kf)), (N_t, N_h, N_d))
+        if not with_image_token_mask:
+            gxk = _fit(((gz[:, :, None] * xf) * kf), (N_t, N_h, N_d))
+        if with_image_token_mask:
+            gxk = _fit(torch.where(img[:, None, None], _f32(0.0), ((gz[:, :, None] * xf) * kf)), (N_t, N_h, N_d))
         grad_w_tile = _sum(gxk, 0)
         _store_view(_s_grad_w, (N_h, N_d), (N_h, N_d), ('h', 'd'), ('h', 'd'), grad_w_tile, None, True)
         return _s_grad_x, _s_grad_k, _s_grad_v, _s_grad_w
+
+
+# the variants of the shared functions
+reference_base = specialize(make_reference_variants, False)
+reference_with_image_token_mask = specialize(make_reference_variants, True)
 
 
 VARIANTS = {

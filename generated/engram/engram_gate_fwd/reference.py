@@ -7,11 +7,13 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_false(hidden_states, k, v, weight_fused, image_token_mask, eps, clamp_value, _given=None):
+def make_reference_variants(save_for_backward, with_image_token_mask, hidden_states, k, v, weight_fused,
+        image_token_mask, eps, clamp_value, _given=None):
     T_ = hidden_states.shape[0]
     HC = hidden_states.shape[1]
     D = hidden_states.shape[2]
@@ -22,6 +24,11 @@ def reference_false(hidden_states, k, v, weight_fused, image_token_mask, eps, cl
     _dev = hidden_states.device
     with torch.device(_dev):
         _s_output = torch.zeros((T_, HC, D), dtype=torch.bfloat16, device=_dev)
+        if save_for_backward:
+            _s_dot = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
+            _s_gate_score = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
+            _s_rstd_x = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
+            _s_rstd_k = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
         xf = _fit(
             _view(hidden_states, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(
                 torch.float32), (N_t, N_h, N_d))
@@ -34,177 +41,57 @@ def reference_false(hidden_states, k, v, weight_fused, image_token_mask, eps, cl
         xwk = _fit(((xf * _t0[None, :, :]) * kf), (N_t, N_h, N_d))
         _t1 = _sum(x2, 2)
         rstd_x_tile = _fit(_rsqrt(((_t1 / _f32(float(D))) + _f32(float(eps)))), (N_t, N_h))
+        if save_for_backward:
+            _store_view(_s_rstd_x, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), rstd_x_tile, None, False)
+            if _given and 'rstd_x' in _given:
+                _g = _given['rstd_x']
+                rstd_x_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    (N_t, N_h))
         _t2 = _sum(k2, 2)
         rstd_k_tile = _fit(_rsqrt(((_t2 / _f32(float(D))) + _f32(float(eps)))), (N_t, N_h))
+        if save_for_backward:
+            _store_view(_s_rstd_k, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), rstd_k_tile, None, False)
+            if _given and 'rstd_k' in _given:
+                _g = _given['rstd_k']
+                rstd_k_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    (N_t, N_h))
         dot_tile = _sum(xwk, 2)
+        if save_for_backward:
+            _store_view(_s_dot, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), dot_tile, None, False)
+            if _given and 'dot' in _given:
+                _g = _given['dot']
+                dot_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                    (N_t, N_h))
         z = _fit((((dot_tile * rstd_x_tile) * rstd_k_tile) * (_f32(1.0) / _sqrt(_f32(float(D))))), (N_t, N_h))
         az = _fit(torch.maximum(_t(z), _t((-z))), (N_t, N_h))
         a = _fit(_sqrt(torch.where((az > _f32(float(clamp_value))), az, _f32(float(clamp_value)))), (N_t, N_h))
         gate_score_tile = _fit((_f32(1.0) / (_f32(1.0) + _exp((-torch.where((z < _f32(0.0)), (-a), a))))), (N_t, N_h))
+        if save_for_backward:
+            _store_view(_s_gate_score, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), gate_score_tile, None, False)
+        if with_image_token_mask:
+            _t3 = _fit(_view(image_token_mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         _t4 = _fit(_view(v, (N_t, N_d), (N_t, N_d), (), ('t', 'd'), ('t', 'd')).to(torch.float32), (N_t, N_d))
-        output_tile = _fit((xf + (gate_score_tile[:, :, None] * _t4[:, None, :])), (N_t, N_h, N_d))
+        if not with_image_token_mask:
+            output_tile = _fit((xf + (gate_score_tile[:, :, None] * _t4[:, None, :])), (N_t, N_h, N_d))
+        if with_image_token_mask:
+            output_tile = _fit(
+                torch.where((_t3[:, None, None] != 0), xf, (xf + (gate_score_tile[:, :, None] * _t4[:, None, :]))),
+                (N_t, N_h, N_d))
         _store_view(_s_output, (N_t, N_h, N_d), (N_t, N_h, N_d), ('t', 'h', 'd'), ('t', 'h', 'd'),
             _codes_as(encode_bf16(output_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_output, torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.float32, device=
-            _dev), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.float32, device=_dev)
+        if not save_for_backward:
+            return _s_output, torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.float32,
+                device=_dev), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.float32,
+                device=_dev)
+        if save_for_backward:
+            return _s_output, _s_dot, _s_gate_score, _s_rstd_x, _s_rstd_k
 
 
-def reference_false_with_image_token_mask(hidden_states, k, v, weight_fused, image_token_mask, eps, clamp_value, _given=
-        None):
-    T_ = hidden_states.shape[0]
-    HC = hidden_states.shape[1]
-    D = hidden_states.shape[2]
-    N_t = T_
-    N_h = HC
-    N_d = D
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = hidden_states.device
-    with torch.device(_dev):
-        _s_output = torch.zeros((T_, HC, D), dtype=torch.bfloat16, device=_dev)
-        xf = _fit(
-            _view(hidden_states, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(
-                torch.float32), (N_t, N_h, N_d))
-        kf = _fit(_view(k, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(torch.float32),
-            (N_t, N_h, N_d))
-        x2 = _fit((xf * xf), (N_t, N_h, N_d))
-        k2 = _fit((kf * kf), (N_t, N_h, N_d))
-        _t0 = _fit(_view(weight_fused, (N_h, N_d), (N_h, N_d), (), ('h', 'd'), ('h', 'd')).to(torch.float32),
-            (N_h, N_d))
-        xwk = _fit(((xf * _t0[None, :, :]) * kf), (N_t, N_h, N_d))
-        _t1 = _sum(x2, 2)
-        rstd_x_tile = _fit(_rsqrt(((_t1 / _f32(float(D))) + _f32(float(eps)))), (N_t, N_h))
-        _t2 = _sum(k2, 2)
-        rstd_k_tile = _fit(_rsqrt(((_t2 / _f32(float(D))) + _f32(float(eps)))), (N_t, N_h))
-        dot_tile = _sum(xwk, 2)
-        z = _fit((((dot_tile * rstd_x_tile) * rstd_k_tile) * (_f32(1.0) / _sqrt(_f32(float(D))))), (N_t, N_h))
-        az = _fit(torch.maximum(_t(z), _t((-z))), (N_t, N_h))
-        a = _fit(_sqrt(torch.where((az > _f32(float(clamp_value))), az, _f32(float(clamp_value)))), (N_t, N_h))
-        gate_score_tile = _fit((_f32(1.0) / (_f32(1.0) + _exp((-torch.where((z < _f32(0.0)), (-a), a))))), (N_t, N_h))
-        _t3 = _fit(_view(image_token_mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t4 = _fit(_view(v, (N_t, N_d), (N_t, N_d), (), ('t', 'd'), ('t', 'd')).to(torch.float32), (N_t, N_d))
-        output_tile = _fit(
-            torch.where((_t3[:, None, None] != 0), xf, (xf + (gate_score_tile[:, :, None] * _t4[:, None, :]))),
-            (N_t, N_h, N_d))
-        _store_view(_s_output, (N_t, N_h, N_d), (N_t, N_h, N_d), ('t', 'h', 'd'), ('t', 'h', 'd'),
-            _codes_as(encode_bf16(output_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_output, torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.float32, device=
-            _dev), torch.empty(0, dtype=torch.float32, device=_dev), torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_true(hidden_states, k, v, weight_fused, image_token_mask, eps, clamp_value, _given=None):
-    T_ = hidden_states.shape[0]
-    HC = hidden_states.shape[1]
-    D = hidden_states.shape[2]
-    N_t = T_
-    N_h = HC
-    N_d = D
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = hidden_states.device
-    with torch.device(_dev):
-        _s_output = torch.zeros((T_, HC, D), dtype=torch.bfloat16, device=_dev)
-        _s_dot = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
-        _s_gate_score = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
-        _s_rstd_x = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
-        _s_rstd_k = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
-        xf = _fit(
-            _view(hidden_states, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(
-                torch.float32), (N_t, N_h, N_d))
-        kf = _fit(_view(k, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(torch.float32),
-            (N_t, N_h, N_d))
-        x2 = _fit((xf * xf), (N_t, N_h, N_d))
-        k2 = _fit((kf * kf), (N_t, N_h, N_d))
-        _t0 = _fit(_view(weight_fused, (N_h, N_d), (N_h, N_d), (), ('h', 'd'), ('h', 'd')).to(torch.float32),
-            (N_h, N_d))
-        xwk = _fit(((xf * _t0[None, :, :]) * kf), (N_t, N_h, N_d))
-        _t1 = _sum(x2, 2)
-        rstd_x_tile = _fit(_rsqrt(((_t1 / _f32(float(D))) + _f32(float(eps)))), (N_t, N_h))
-        _store_view(_s_rstd_x, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), rstd_x_tile, None, False)
-        if _given and 'rstd_x' in _given:
-            _g = _given['rstd_x']
-            rstd_x_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-        _t2 = _sum(k2, 2)
-        rstd_k_tile = _fit(_rsqrt(((_t2 / _f32(float(D))) + _f32(float(eps)))), (N_t, N_h))
-        _store_view(_s_rstd_k, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), rstd_k_tile, None, False)
-        if _given and 'rstd_k' in _given:
-            _g = _given['rstd_k']
-            rstd_k_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-        dot_tile = _sum(xwk, 2)
-        _store_view(_s_dot, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), dot_tile, None, False)
-        if _given and 'dot' in _given:
-            _g = _given['dot']
-            dot_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        z = _fit((((dot_tile * rstd_x_tile) * rstd_k_tile) * (_f32(1.0) / _sqrt(_f32(float(D))))), (N_t, N_h))
-        az = _fit(torch.maximum(_t(z), _t((-z))), (N_t, N_h))
-        a = _fit(_sqrt(torch.where((az > _f32(float(clamp_value))), az, _f32(float(clamp_value)))), (N_t, N_h))
-        gate_score_tile = _fit((_f32(1.0) / (_f32(1.0) + _exp((-torch.where((z < _f32(0.0)), (-a), a))))), (N_t, N_h))
-        _store_view(_s_gate_score, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), gate_score_tile, None, False)
-        _t4 = _fit(_view(v, (N_t, N_d), (N_t, N_d), (), ('t', 'd'), ('t', 'd')).to(torch.float32), (N_t, N_d))
-        output_tile = _fit((xf + (gate_score_tile[:, :, None] * _t4[:, None, :])), (N_t, N_h, N_d))
-        _store_view(_s_output, (N_t, N_h, N_d), (N_t, N_h, N_d), ('t', 'h', 'd'), ('t', 'h', 'd'),
-            _codes_as(encode_bf16(output_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_output, _s_dot, _s_gate_score, _s_rstd_x, _s_rstd_k
-
-
-def reference_true_with_image_token_mask(hidden_states, k, v, weight_fused, image_token_mask, eps, clamp_value, _given=
-        None):
-    T_ = hidden_states.shape[0]
-    HC = hidden_states.shape[1]
-    D = hidden_states.shape[2]
-    N_t = T_
-    N_h = HC
-    N_d = D
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = hidden_states.device
-    with torch.device(_dev):
-        _s_output = torch.zeros((T_, HC, D), dtype=torch.bfloat16, device=_dev)
-        _s_dot = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
-        _s_gate_score = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
-        _s_rstd_x = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
-        _s_rstd_k = torch.zeros((T_, HC), dtype=torch.float32, device=_dev)
-        xf = _fit(
-            _view(hidden_states, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(
-                torch.float32), (N_t, N_h, N_d))
-        kf = _fit(_view(k, (N_t, N_h, N_d), (N_t, N_h, N_d), (), ('t', 'h', 'd'), ('t', 'h', 'd')).to(torch.float32),
-            (N_t, N_h, N_d))
-        x2 = _fit((xf * xf), (N_t, N_h, N_d))
-        k2 = _fit((kf * kf), (N_t, N_h, N_d))
-        _t0 = _fit(_view(weight_fused, (N_h, N_d), (N_h, N_d), (), ('h', 'd'), ('h', 'd')).to(torch.float32),
-            (N_h, N_d))
-        xwk = _fit(((xf * _t0[None, :, :]) * kf), (N_t, N_h, N_d))
-        _t1 = _sum(x2, 2)
-        rstd_x_tile = _fit(_rsqrt(((_t1 / _f32(float(D))) + _f32(float(eps)))), (N_t, N_h))
-        _store_view(_s_rstd_x, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), rstd_x_tile, None, False)
-        if _given and 'rstd_x' in _given:
-            _g = _given['rstd_x']
-            rstd_x_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-        _t2 = _sum(k2, 2)
-        rstd_k_tile = _fit(_rsqrt(((_t2 / _f32(float(D))) + _f32(float(eps)))), (N_t, N_h))
-        _store_view(_s_rstd_k, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), rstd_k_tile, None, False)
-        if _given and 'rstd_k' in _given:
-            _g = _given['rstd_k']
-            rstd_k_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-        dot_tile = _sum(xwk, 2)
-        _store_view(_s_dot, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), dot_tile, None, False)
-        if _given and 'dot' in _given:
-            _g = _given['dot']
-            dot_tile = _fit(_view(_g, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        z = _fit((((dot_tile * rstd_x_tile) * rstd_k_tile) * (_f32(1.0) / _sqrt(_f32(float(D))))), (N_t, N_h))
-        az = _fit(torch.maximum(_t(z), _t((-z))), (N_t, N_h))
-        a = _fit(_sqrt(torch.where((az > _f32(float(clamp_value))), az, _f32(float(clamp_value)))), (N_t, N_h))
-        gate_score_tile = _fit((_f32(1.0) / (_f32(1.0) + _exp((-torch.where((z < _f32(0.0)), (-a), a))))), (N_t, N_h))
-        _store_view(_s_gate_score, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), gate_score_tile, None, False)
-        _t3 = _fit(_view(image_token_mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t4 = _fit(_view(v, (N_t, N_d), (N_t, N_d), (), ('t', 'd'), ('t', 'd')).to(torch.float32), (N_t, N_d))
-        output_tile = _fit(
-            torch.where((_t3[:, None, None] != 0), xf, (xf + (gate_score_tile[:, :, None] * _t4[:, None, :]))),
-            (N_t, N_h, N_d))
-        _store_view(_s_output, (N_t, N_h, N_d), (N_t, N_h, N_d), ('t', 'h', 'd'), ('t', 'h', 'd'),
-            _codes_as(encode_bf16(output_tile), torch.uint16, torch.bfloat16), None, False)
-        return _s_output, _s_dot, _s_gate_score, _s_rstd_x, _s_rstd_k
+# the variants of the shared functions
+reference_false = specialize(make_reference_variants, False, False)
+reference_false_with_image_token_mask = specialize(make_reference_variants, False, True)
+reference_true = specialize(make_reference_variants, True, False)
+reference_true_with_image_token_mask = specialize(make_reference_variants, True, True)
 
 
 VARIANTS = {

@@ -7,10 +7,12 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 
 
-def reference_base(ngram_token_ids, multipliers, vocab_sizes, offsets, image_token_mask, _given=None):
+def make_reference_variants(with_image_token_mask, ngram_token_ids, multipliers, vocab_sizes, offsets, image_token_mask,
+        _given=None):
     T_ = ngram_token_ids.shape[0]
     N = ngram_token_ids.shape[1]
     L = multipliers.shape[0]
@@ -46,61 +48,25 @@ def reference_base(ngram_token_ids, multipliers, vocab_sizes, offsets, image_tok
                     _t(
                         torch.where(((_trunc(_t2[None, :, :, :]) == 0) | (_trunc(_t2[None, :, :, :]) == -1)), 1,
                             _trunc(_t2[None, :, :, :]))))), (N_t, N_l, N_n, N_j))
+        if with_image_token_mask:
+            _t3 = _fit(_view(image_token_mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         _t4 = _fit(
             _view(offsets, (N_l, N_n * N_j), (N_l, N_n, N_j), (), ('l', 'n', 'j'), ('l', 'n', 'j')).to(torch.int64),
             (N_l, N_n, N_j))
-        indices_tile = _fit(_wrap_i32(_trunc((r + _trunc(_t4[None, :, :, :])))), (N_t, N_l, N_n, N_j))
+        if not with_image_token_mask:
+            indices_tile = _fit(_wrap_i32(_trunc((r + _trunc(_t4[None, :, :, :])))), (N_t, N_l, N_n, N_j))
+        if with_image_token_mask:
+            indices_tile = _fit(
+                torch.where((_t3[:, None, None, None] != 0), -1, _wrap_i32(_trunc((r + _trunc(_t4[None, :, :, :]))))),
+                (N_t, N_l, N_n, N_j))
         _store_view(_s_indices, (N_l, N_t, N_n * N_j), (N_l, N_t, N_n, N_j), ('l', 't', 'n', 'j'), ('t', 'l', 'n', 'j'),
             _t(indices_tile).to(torch.int32), None, False)
         return _s_indices,
 
 
-def reference_with_image_token_mask(ngram_token_ids, multipliers, vocab_sizes, offsets, image_token_mask, _given=None):
-    T_ = ngram_token_ids.shape[0]
-    N = ngram_token_ids.shape[1]
-    L = multipliers.shape[0]
-    M = vocab_sizes.shape[2]
-    N_t = T_
-    N_l = L
-    N_i = N
-    N_n = (N - 1)
-    N_j = M
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = ngram_token_ids.device
-    with torch.device(_dev):
-        _s_indices = torch.zeros((L, T_, ((N - 1) * M)), dtype=torch.int32, device=_dev)
-        _t0 = _fit(_view(ngram_token_ids, (N_t, N_i), (N_t, N_i), (), ('t', 'i'), ('t', 'i')).to(torch.int64),
-            (N_t, N_i))
-        _t1 = _fit(_view(multipliers, (N_l, N_i), (N_l, N_i), (), ('l', 'i'), ('l', 'i')).to(torch.int64), (N_l, N_i))
-        p = _fit((_trunc(_t0[:, None, :]) * _t1[None, :, :]), (N_t, N_l, N_i))
-        upto = _fit((_ix(N_i, 0, 2, _dev) <= _wrap_i32(_ix(N_n, 1, 2, _dev) + 1)), (N_i, N_n))
-        pn = _fit(
-            torch.where(upto[None, None, :, :], p[:, :, :, None], (0 if torch.isnan(_f32(0.0)) else _trunc(_f32(0.0)))),
-            (N_t, N_l, N_i, N_n))
-        h = _fit((0 if torch.isnan(_f32(0.0)) else _trunc(_f32(0.0))), (N_t, N_l, N_n))
-        pn_by_i = _fit(pn, (N_t, N_l, N_i, N_n))
-        for r_i in range(N_i):
-            h = _fit((h ^ _take(pn_by_i, (_ix(N_t, 0, 3, _dev), _ix(N_l, 1, 3, _dev), r_i, _ix(N_n, 2, 3, _dev)))),
-                (N_t, N_l, N_n))
-        _t2 = _fit(
-            _view(vocab_sizes, (N_l, N_n, N_j), (N_l, N_n, N_j), (), ('l', 'n', 'j'), ('l', 'n', 'j')).to(torch.int64),
-            (N_l, N_n, N_j))
-        r = _fit(
-            torch.where(((_trunc(_t2[None, :, :, :]) == 0) | (_trunc(_t2[None, :, :, :]) == -1)), 0,
-                torch.remainder(_t(h[:, :, :, None]),
-                    _t(
-                        torch.where(((_trunc(_t2[None, :, :, :]) == 0) | (_trunc(_t2[None, :, :, :]) == -1)), 1,
-                            _trunc(_t2[None, :, :, :]))))), (N_t, N_l, N_n, N_j))
-        _t3 = _fit(_view(image_token_mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t4 = _fit(
-            _view(offsets, (N_l, N_n * N_j), (N_l, N_n, N_j), (), ('l', 'n', 'j'), ('l', 'n', 'j')).to(torch.int64),
-            (N_l, N_n, N_j))
-        indices_tile = _fit(
-            torch.where((_t3[:, None, None, None] != 0), -1, _wrap_i32(_trunc((r + _trunc(_t4[None, :, :, :]))))),
-            (N_t, N_l, N_n, N_j))
-        _store_view(_s_indices, (N_l, N_t, N_n * N_j), (N_l, N_t, N_n, N_j), ('l', 't', 'n', 'j'), ('t', 'l', 'n', 'j'),
-            _t(indices_tile).to(torch.int32), None, False)
-        return _s_indices,
+# the variants of the shared functions
+reference_base = specialize(make_reference_variants, False)
+reference_with_image_token_mask = specialize(make_reference_variants, True)
 
 
 VARIANTS = {

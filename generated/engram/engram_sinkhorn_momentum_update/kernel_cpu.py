@@ -20,7 +20,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def build_false(beta1, grad_dtype, momentum_buffer_dtype, *, threads, block_b):
+def make_variants(nesterov, beta1, grad_dtype, momentum_buffer_dtype, *, threads, block_b):
     N = T.dynamic("N")
     N_b = T.ceildiv(N, 1024)
     N_r = 1024
@@ -45,6 +45,8 @@ def build_false(beta1, grad_dtype, momentum_buffer_dtype, *, threads, block_b):
             g = T.alloc_local((B_b, B_r), 'float32')
             _t0 = T.alloc_local((B_b, B_r), 'float32')
             m = T.alloc_local((B_b, B_r), 'float32')
+            if nesterov:
+                look = T.alloc_local((B_b, B_r), 'float32')
             for i_b, i_r in T.grid(B_b, B_r):
                 g[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
                     LOAD_grad(grad[((((b_b * B_b) + i_b) * N_r) + i_r)]), T.float32(0.0))
@@ -58,54 +60,19 @@ def build_false(beta1, grad_dtype, momentum_buffer_dtype, *, threads, block_b):
                         "float64"), "float32")
                 if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
                     momentum[((((b_b * B_b) + i_b) * N_r) + i_r)] = STORE_momentum_buffer(m[i_b, i_r])
-                    sinkhorn_input[((((b_b * B_b) + i_b) * N_r) + i_r)] = m[i_b, i_r]
+                    if not nesterov:
+                        sinkhorn_input[((((b_b * B_b) + i_b) * N_r) + i_r)] = m[i_b, i_r]
+                if nesterov:
+                    look[i_b, i_r] = T.cast(T.cast(g[i_b, i_r], "float64")
+                        * T.cast((T.float32(1.0) - T.reinterpret(T.uint32(f32_bits(beta1)), "float32")), "float64")
+                        + T.cast((T.reinterpret(T.uint32(f32_bits(beta1)), "float32") * m[i_b, i_r]), "float64"),
+                        "float32")
+                    if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
+                        sinkhorn_input[((((b_b * B_b) + i_b) * N_r) + i_r)] = look[i_b, i_r]
 
     return kernel
 
 
-def build_true(beta1, grad_dtype, momentum_buffer_dtype, *, threads, block_b):
-    N = T.dynamic("N")
-    N_b = T.ceildiv(N, 1024)
-    N_r = 1024
-    B_r = N_r
-    B_b = block_b
-    STORAGE_grad = {'fp32': 'float32', 'bf16': 'uint16'}[grad_dtype]
-    STORAGE_momentum_buffer = {'bf16': 'uint16', 'fp32': 'float32'}[momentum_buffer_dtype]
-    LOAD_grad = {'fp32': lambda v: v, 'bf16': lambda v: decode_bf16(T.cast(v, "uint32"))}[grad_dtype]
-    LOAD_momentum_buffer = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[
-        momentum_buffer_dtype]
-    STORE_momentum_buffer = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[
-        momentum_buffer_dtype]
-
-    @T.prim_func
-    def kernel(
-        grad: T.Tensor((N,), STORAGE_grad),
-        momentum_buffer: T.Tensor((N,), STORAGE_momentum_buffer),
-        momentum: T.Tensor((N,), STORAGE_momentum_buffer),
-        sinkhorn_input: T.Tensor((N,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            g = T.alloc_local((B_b, B_r), 'float32')
-            _t0 = T.alloc_local((B_b, B_r), 'float32')
-            m = T.alloc_local((B_b, B_r), 'float32')
-            look = T.alloc_local((B_b, B_r), 'float32')
-            for i_b, i_r in T.grid(B_b, B_r):
-                g[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
-                    LOAD_grad(grad[((((b_b * B_b) + i_b) * N_r) + i_r)]), T.float32(0.0))
-            for i_b, i_r in T.grid(B_b, B_r):
-                _t0[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < N),
-                    LOAD_momentum_buffer(momentum_buffer[((((b_b * B_b) + i_b) * N_r) + i_r)]), T.float32(0.0))
-            for i_b, i_r in T.grid(B_b, B_r):
-                m[i_b, i_r] = T.cast(T.cast(_t0[i_b, i_r], "float64")
-                    * T.cast(T.reinterpret(T.uint32(f32_bits(beta1)), "float32"), "float64")
-                    + T.cast(((T.float32(1.0) - T.reinterpret(T.uint32(f32_bits(beta1)), "float32")) * g[i_b, i_r]),
-                        "float64"), "float32")
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
-                    momentum[((((b_b * B_b) + i_b) * N_r) + i_r)] = STORE_momentum_buffer(m[i_b, i_r])
-                look[i_b, i_r] = T.cast(T.cast(g[i_b, i_r], "float64")
-                    * T.cast((T.float32(1.0) - T.reinterpret(T.uint32(f32_bits(beta1)), "float32")), "float64")
-                    + T.cast((T.reinterpret(T.uint32(f32_bits(beta1)), "float32") * m[i_b, i_r]), "float64"), "float32")
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < N):
-                    sinkhorn_input[((((b_b * B_b) + i_b) * N_r) + i_r)] = look[i_b, i_r]
-
-    return kernel
+# the variants of the shared factories
+build_false = specialize(make_variants, False)
+build_true = specialize(make_variants, True)

@@ -7,11 +7,12 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_false(grad, momentum_buffer, beta1, _given=None):
+def make_reference_variants(nesterov, grad, momentum_buffer, beta1, _given=None):
     N = grad.shape[0]
     N_b = (-(-N // 1024))
     N_r = 1024
@@ -33,39 +34,19 @@ def reference_false(grad, momentum_buffer, beta1, _given=None):
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
                 momentum_buffer.dtype](momentum_tile),
             (_wrap_i32(_wrap_i32(_ix(N_b, 0, 2, _dev) * N_r) + _ix(N_r, 1, 2, _dev)) < N), False)
-        sinkhorn_input_tile = _fit(m, (N_b, N_r))
+        if not nesterov:
+            sinkhorn_input_tile = _fit(m, (N_b, N_r))
+        if nesterov:
+            look = _fit(_fma(g, (_f32(1.0) - _f32(float(beta1))), (_f32(float(beta1)) * m)), (N_b, N_r))
+            sinkhorn_input_tile = _fit(look, (N_b, N_r))
         _store_view(_s_sinkhorn_input, (N_b * N_r,), (N_b, N_r), ('b', 'r'), ('b', 'r'), sinkhorn_input_tile,
             (_wrap_i32(_wrap_i32(_ix(N_b, 0, 2, _dev) * N_r) + _ix(N_r, 1, 2, _dev)) < N), False)
         return _s_momentum, _s_sinkhorn_input
 
 
-def reference_true(grad, momentum_buffer, beta1, _given=None):
-    N = grad.shape[0]
-    N_b = (-(-N // 1024))
-    N_r = 1024
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = grad.device
-    with torch.device(_dev):
-        _s_momentum = torch.zeros((N,), dtype=momentum_buffer.dtype, device=_dev)
-        _s_sinkhorn_input = torch.zeros((N,), dtype=torch.float32, device=_dev)
-        g = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 2, _dev) * N_r) + _ix(N_r, 1, 2, _dev)) < N),
-                _view(grad, (N_b * N_r,), (N_b, N_r), (), ('b', 'r'), ('b', 'r')).to(torch.float32), 0), (N_b, N_r))
-        _t0 = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 2, _dev) * N_r) + _ix(N_r, 1, 2, _dev)) < N),
-                _view(momentum_buffer, (N_b * N_r,), (N_b, N_r), (), ('b', 'r'), ('b', 'r')).to(torch.float32), 0),
-            (N_b, N_r))
-        m = _fit(_fma(_t0, _f32(float(beta1)), ((_f32(1.0) - _f32(float(beta1))) * g)), (N_b, N_r))
-        momentum_tile = _fit(m, (N_b, N_r))
-        _store_view(_s_momentum, (N_b * N_r,), (N_b, N_r), ('b', 'r'), ('b', 'r'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                momentum_buffer.dtype](momentum_tile),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 2, _dev) * N_r) + _ix(N_r, 1, 2, _dev)) < N), False)
-        look = _fit(_fma(g, (_f32(1.0) - _f32(float(beta1))), (_f32(float(beta1)) * m)), (N_b, N_r))
-        sinkhorn_input_tile = _fit(look, (N_b, N_r))
-        _store_view(_s_sinkhorn_input, (N_b * N_r,), (N_b, N_r), ('b', 'r'), ('b', 'r'), sinkhorn_input_tile,
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 2, _dev) * N_r) + _ix(N_r, 1, 2, _dev)) < N), False)
-        return _s_momentum, _s_sinkhorn_input
+# the variants of the shared functions
+reference_false = specialize(make_reference_variants, False)
+reference_true = specialize(make_reference_variants, True)
 
 
 VARIANTS = {

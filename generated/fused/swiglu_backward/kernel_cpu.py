@@ -20,7 +20,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
+def make_base(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -42,6 +42,11 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
+            if with_clamp:
+                za = T.alloc_local((B_t, B_h), 'bool')
+                zb = T.alloc_local((B_t, B_h), 'bool')
+                a = T.alloc_local((B_t, B_h), 'float32')
+                b = T.alloc_local((B_t, B_h), 'float32')
             g = T.alloc_local((B_t, B_h), 'float32')
             sg = T.alloc_local((B_t, B_h), 'float32')
             gws = T.alloc_local((B_t, B_h), 'float32')
@@ -56,21 +61,45 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
                 b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
+                if not with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp:
+                    za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    zb[i_t, i_h] = ((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                        | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))))
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h])
-                    * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
-                db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
+                if not with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                    gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                        * sg[i_t, i_h])
+                    da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h])
+                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
+                    db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
+                if with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+            if with_clamp:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                    gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                        * sg[i_t, i_h])
+                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                        ((gws[i_t, i_h] * b[i_t, i_h])
+                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if not with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -80,79 +109,7 @@ def build_base(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
     return kernel
 
 
-def build_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            za = T.alloc_local((B_t, B_h), 'bool')
-            zb = T.alloc_local((B_t, B_h), 'bool')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            sg = T.alloc_local((B_t, B_h), 'float32')
-            gws = T.alloc_local((B_t, B_h), 'float32')
-            da = T.alloc_local((B_t, B_h), 'float32')
-            db = T.alloc_local((B_t, B_h), 'float32')
-            ga = T.alloc_local((B_t, B_h), 'float32')
-            sa = T.alloc_local((B_t,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                zb[i_t, i_h] = ((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                    | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))))
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                    ((gws[i_t, i_h] * b[i_t, i_h])
-                        * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.grid(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t]
-                        * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-
-    return kernel
-
-
-def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
+def make_with_pos_to_expert(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -177,6 +134,11 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
             pad = T.alloc_local((B_t,), 'bool')
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
+            if with_clamp:
+                za = T.alloc_local((B_t, B_h), 'bool')
+                zb = T.alloc_local((B_t, B_h), 'bool')
+                a = T.alloc_local((B_t, B_h), 'float32')
+                b = T.alloc_local((B_t, B_h), 'float32')
             g = T.alloc_local((B_t, B_h), 'float32')
             sg = T.alloc_local((B_t, B_h), 'float32')
             gws = T.alloc_local((B_t, B_h), 'float32')
@@ -196,22 +158,46 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
                 b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
+                if not with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp:
+                    za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                            | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
             for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                    ((gws[i_t, i_h] * b0[i_t, i_h])
-                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                if not with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                    gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                        * sg[i_t, i_h])
+                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
+                        ((gws[i_t, i_h] * b0[i_t, i_h])
+                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                if with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+            if with_clamp:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                    gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                        * sg[i_t, i_h])
+                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                        ((gws[i_t, i_h] * b[i_t, i_h])
+                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if not with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -221,169 +207,7 @@ def build_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, thread
     return kernel
 
 
-def build_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            pad = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            za = T.alloc_local((B_t, B_h), 'bool')
-            zb = T.alloc_local((B_t, B_h), 'bool')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            sg = T.alloc_local((B_t, B_h), 'float32')
-            gws = T.alloc_local((B_t, B_h), 'float32')
-            da = T.alloc_local((B_t, B_h), 'float32')
-            db = T.alloc_local((B_t, B_h), 'float32')
-            ga = T.alloc_local((B_t, B_h), 'float32')
-            sa = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                pad[i_t] = (_t0[i_t] < T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                        | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                    ((gws[i_t, i_h] * b[i_t, i_h])
-                        * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.grid(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
-
-    return kernel
-
-
-def build_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            pad = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            tw = T.alloc_local((B_t,), 'float32')
-            sg = T.alloc_local((B_t, B_h), 'float32')
-            gws = T.alloc_local((B_t, B_h), 'float32')
-            da = T.alloc_local((B_t, B_h), 'float32')
-            db = T.alloc_local((B_t, B_h), 'float32')
-            ga = T.alloc_local((B_t, B_h), 'float32')
-            sa = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                pad[i_t] = (_t1[i_t] < T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h]
-                        * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                    ((gws[i_t, i_h] * b0[i_t, i_h])
-                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-            for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.grid(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]],
-                        T.Select(pad[i_t], T.float32(0.0),
-                            (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-
-    return kernel
-
-
-def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads,
+def make_with_pos_to_token_topk_with_topk_weights(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads,
         block_t):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -413,10 +237,11 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
             pad = T.alloc_local((B_t,), 'bool')
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
-            za = T.alloc_local((B_t, B_h), 'bool')
-            zb = T.alloc_local((B_t, B_h), 'bool')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
+            if with_clamp:
+                za = T.alloc_local((B_t, B_h), 'bool')
+                zb = T.alloc_local((B_t, B_h), 'bool')
+                a = T.alloc_local((B_t, B_h), 'float32')
+                b = T.alloc_local((B_t, B_h), 'float32')
             g = T.alloc_local((B_t, B_h), 'float32')
             tw = T.alloc_local((B_t,), 'float32')
             sg = T.alloc_local((B_t, B_h), 'float32')
@@ -437,33 +262,50 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
                 b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                        | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
+                if not with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp:
+                    za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                            | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+            if with_clamp:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
                         & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                if not with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                if with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
                         * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
                     * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                    ((gws[i_t, i_h] * b[i_t, i_h])
-                        * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
+                if not with_clamp:
+                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
+                        ((gws[i_t, i_h] * b0[i_t, i_h])
+                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                if with_clamp:
+                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                        ((gws[i_t, i_h] * b[i_t, i_h])
+                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
+                if not with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -477,95 +319,7 @@ def build_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_
     return kernel
 
 
-def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *,
-        threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            pad = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            tw = T.alloc_local((B_t,), 'float32')
-            sg = T.alloc_local((B_t, B_h), 'float32')
-            gws = T.alloc_local((B_t, B_h), 'float32')
-            da = T.alloc_local((B_t, B_h), 'float32')
-            db = T.alloc_local((B_t, B_h), 'float32')
-            ga = T.alloc_local((B_t, B_h), 'float32')
-            sa = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h]
-                        * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                    ((gws[i_t, i_h] * b0[i_t, i_h])
-                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-            for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.grid(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]],
-                        T.Select(pad[i_t], T.float32(0.0),
-                            (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-
-    return kernel
-
-
-def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp,
+def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(with_clamp, H, routed_scaling_factor, clamp,
         x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -597,10 +351,11 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
             pad = T.alloc_local((B_t,), 'bool')
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
-            za = T.alloc_local((B_t, B_h), 'bool')
-            zb = T.alloc_local((B_t, B_h), 'bool')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
+            if with_clamp:
+                za = T.alloc_local((B_t, B_h), 'bool')
+                zb = T.alloc_local((B_t, B_h), 'bool')
+                a = T.alloc_local((B_t, B_h), 'float32')
+                b = T.alloc_local((B_t, B_h), 'float32')
             g = T.alloc_local((B_t, B_h), 'float32')
             tw = T.alloc_local((B_t,), 'float32')
             sg = T.alloc_local((B_t, B_h), 'float32')
@@ -624,33 +379,50 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
                 b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                        | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
+                if not with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp:
+                    za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                            | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+            if with_clamp:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
                         & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                if not with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                if with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
                         * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
                     * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                    ((gws[i_t, i_h] * b[i_t, i_h])
-                        * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
+                if not with_clamp:
+                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
+                        ((gws[i_t, i_h] * b0[i_t, i_h])
+                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                if with_clamp:
+                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                        ((gws[i_t, i_h] * b[i_t, i_h])
+                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
+                if not with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -664,7 +436,7 @@ def build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp
     return kernel
 
 
-def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
+def make_with_weights(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -687,6 +459,11 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, blo
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
+            if with_clamp:
+                za = T.alloc_local((B_t, B_h), 'bool')
+                zb = T.alloc_local((B_t, B_h), 'bool')
+                a = T.alloc_local((B_t, B_h), 'float32')
+                b = T.alloc_local((B_t, B_h), 'float32')
             g = T.alloc_local((B_t, B_h), 'float32')
             wr = T.alloc_local((B_t,), 'float32')
             sg = T.alloc_local((B_t, B_h), 'float32')
@@ -702,24 +479,48 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, blo
                 b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
+                if not with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp:
+                    za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    zb[i_t, i_h] = ((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                        | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))))
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+            if with_clamp:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                if not with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                if with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
                         * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
                     * sg[i_t, i_h])
-                da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h])
-                    * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
-                db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
+                if not with_clamp:
+                    da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h])
+                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
+                    db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
+                if with_clamp:
+                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                        ((gws[i_t, i_h] * b[i_t, i_h])
+                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if not with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -729,84 +530,7 @@ def build_with_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads, blo
     return kernel
 
 
-def build_with_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            za = T.alloc_local((B_t, B_h), 'bool')
-            zb = T.alloc_local((B_t, B_h), 'bool')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            wr = T.alloc_local((B_t,), 'float32')
-            sg = T.alloc_local((B_t, B_h), 'float32')
-            gws = T.alloc_local((B_t, B_h), 'float32')
-            da = T.alloc_local((B_t, B_h), 'float32')
-            db = T.alloc_local((B_t, B_h), 'float32')
-            ga = T.alloc_local((B_t, B_h), 'float32')
-            sa = T.alloc_local((B_t,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                zb[i_t, i_h] = ((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                    | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))))
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h]
-                        * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                    ((gws[i_t, i_h] * b[i_t, i_h])
-                        * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.grid(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t]
-                        * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-
-    return kernel
-
-
-def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
+def make_with_weights_with_pos_to_expert(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = 2
@@ -832,6 +556,11 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
             pad = T.alloc_local((B_t,), 'bool')
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
+            if with_clamp:
+                za = T.alloc_local((B_t, B_h), 'bool')
+                zb = T.alloc_local((B_t, B_h), 'bool')
+                a = T.alloc_local((B_t, B_h), 'float32')
+                b = T.alloc_local((B_t, B_h), 'float32')
             g = T.alloc_local((B_t, B_h), 'float32')
             wr = T.alloc_local((B_t,), 'float32')
             sg = T.alloc_local((B_t, B_h), 'float32')
@@ -852,25 +581,49 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
                 b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
+                if not with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp:
+                    za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                            | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+            if with_clamp:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                if not with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                if with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
                         * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
                     * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                    ((gws[i_t, i_h] * b0[i_t, i_h])
-                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                if not with_clamp:
+                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
+                        ((gws[i_t, i_h] * b0[i_t, i_h])
+                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                if with_clamp:
+                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                        ((gws[i_t, i_h] * b[i_t, i_h])
+                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if not with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -880,180 +633,7 @@ def build_with_weights_with_pos_to_expert(H, routed_scaling_factor, clamp, x_dty
     return kernel
 
 
-def build_with_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            pad = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            za = T.alloc_local((B_t, B_h), 'bool')
-            zb = T.alloc_local((B_t, B_h), 'bool')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            wr = T.alloc_local((B_t,), 'float32')
-            sg = T.alloc_local((B_t, B_h), 'float32')
-            gws = T.alloc_local((B_t, B_h), 'float32')
-            da = T.alloc_local((B_t, B_h), 'float32')
-            db = T.alloc_local((B_t, B_h), 'float32')
-            ga = T.alloc_local((B_t, B_h), 'float32')
-            sa = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                pad[i_t] = (_t0[i_t] < T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                        | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h]
-                        * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                    ((gws[i_t, i_h] * b[i_t, i_h])
-                        * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.grid(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
-
-    return kernel
-
-
-def build_with_weights_with_pos_to_token_topk_with_topk_weights(H, routed_scaling_factor, clamp, x_dtype, *, threads,
-        block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            pad = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            tw = T.alloc_local((B_t,), 'float32')
-            wr = T.alloc_local((B_t,), 'float32')
-            sg = T.alloc_local((B_t, B_h), 'float32')
-            gws = T.alloc_local((B_t, B_h), 'float32')
-            da = T.alloc_local((B_t, B_h), 'float32')
-            db = T.alloc_local((B_t, B_h), 'float32')
-            ga = T.alloc_local((B_t, B_h), 'float32')
-            sa = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                pad[i_t] = (_t1[i_t] < T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h]
-                        * ((wr[i_t] * tw[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                    ((gws[i_t, i_h] * b0[i_t, i_h])
-                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-            for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.grid(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]],
-                        T.Select(pad[i_t], T.float32(0.0),
-                            (sa[i_t]
-                                * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))))
-
-    return kernel
-
-
-def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, routed_scaling_factor, clamp, x_dtype, *,
+def make_with_weights_with_pos_to_token_topk_with_topk_weights(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *,
         threads, block_t):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1084,10 +664,11 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
             pad = T.alloc_local((B_t,), 'bool')
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
-            za = T.alloc_local((B_t, B_h), 'bool')
-            zb = T.alloc_local((B_t, B_h), 'bool')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
+            if with_clamp:
+                za = T.alloc_local((B_t, B_h), 'bool')
+                zb = T.alloc_local((B_t, B_h), 'bool')
+                a = T.alloc_local((B_t, B_h), 'float32')
+                b = T.alloc_local((B_t, B_h), 'float32')
             g = T.alloc_local((B_t, B_h), 'float32')
             tw = T.alloc_local((B_t,), 'float32')
             wr = T.alloc_local((B_t,), 'float32')
@@ -1109,35 +690,52 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
                 b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                        | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
+                if not with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp:
+                    za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                            | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+            if with_clamp:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
                         & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                if not with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                if with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
                         * ((wr[i_t] * tw[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
                     * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                    ((gws[i_t, i_h] * b[i_t, i_h])
-                        * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
+                if not with_clamp:
+                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
+                        ((gws[i_t, i_h] * b0[i_t, i_h])
+                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                if with_clamp:
+                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                        ((gws[i_t, i_h] * b[i_t, i_h])
+                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
+                if not with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -1152,100 +750,7 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, ro
     return kernel
 
 
-def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            pad = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_h), 'float32')
-            b0 = T.alloc_local((B_t, B_h), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            tw = T.alloc_local((B_t,), 'float32')
-            wr = T.alloc_local((B_t,), 'float32')
-            sg = T.alloc_local((B_t, B_h), 'float32')
-            gws = T.alloc_local((B_t, B_h), 'float32')
-            da = T.alloc_local((B_t, B_h), 'float32')
-            db = T.alloc_local((B_t, B_h), 'float32')
-            ga = T.alloc_local((B_t, B_h), 'float32')
-            sa = T.alloc_local((B_t,), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
-            for i_t, i_h in T.grid(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h]
-                        * ((wr[i_t] * tw[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
-                    * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                    ((gws[i_t, i_h] * b0[i_t, i_h])
-                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-            for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.grid(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * (tw[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]],
-                        T.Select(pad[i_t], T.float32(0.0),
-                            (sa[i_t]
-                                * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))))
-
-    return kernel
-
-
-def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, routed_scaling_factor,
+def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(with_clamp, H, routed_scaling_factor,
         clamp, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     n_topk_weights = T.dynamic("n_topk_weights")
@@ -1278,10 +783,11 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
             pad = T.alloc_local((B_t,), 'bool')
             a0 = T.alloc_local((B_t, B_h), 'float32')
             b0 = T.alloc_local((B_t, B_h), 'float32')
-            za = T.alloc_local((B_t, B_h), 'bool')
-            zb = T.alloc_local((B_t, B_h), 'bool')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            b = T.alloc_local((B_t, B_h), 'float32')
+            if with_clamp:
+                za = T.alloc_local((B_t, B_h), 'bool')
+                zb = T.alloc_local((B_t, B_h), 'bool')
+                a = T.alloc_local((B_t, B_h), 'float32')
+                b = T.alloc_local((B_t, B_h), 'float32')
             g = T.alloc_local((B_t, B_h), 'float32')
             tw = T.alloc_local((B_t,), 'float32')
             wr = T.alloc_local((B_t,), 'float32')
@@ -1306,35 +812,52 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                 b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]),
                     T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
-                zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                        | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
+                if not with_clamp:
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp:
+                    za[i_t, i_h] = ((a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")) | pad[i_t])
+                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                            | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))) | pad[i_t])
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+            if with_clamp:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t in T.grid(B_t):
                 tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
                         & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
             for i_t in T.grid(B_t):
                 wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                if not with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                if with_clamp:
+                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
                 gws[i_t, i_h] = ((g[i_t, i_h]
                         * ((wr[i_t] * tw[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
                     * sg[i_t, i_h])
-                da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                    ((gws[i_t, i_h] * b[i_t, i_h])
-                        * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
+                if not with_clamp:
+                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
+                        ((gws[i_t, i_h] * b0[i_t, i_h])
+                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                if with_clamp:
+                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                        ((gws[i_t, i_h] * b[i_t, i_h])
+                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
             for i_t, i_s, i_h in T.grid(B_t, B_s, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
                         T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
             for i_t, i_h in T.grid(B_t, B_h):
-                ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
+                if not with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h]))
+                if with_clamp:
+                    ga[i_t, i_h] = (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h]))
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.grid(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -1347,3 +870,29 @@ def build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expe
                                 * (wr[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))))
 
     return kernel
+
+
+# the variants of the shared factories
+build_base = specialize(make_base, False)
+build_with_clamp = specialize(make_base, True)
+build_with_pos_to_expert = specialize(make_with_pos_to_expert, False)
+build_with_pos_to_expert_with_clamp = specialize(make_with_pos_to_expert, True)
+build_with_pos_to_token_topk_with_topk_weights = specialize(make_with_pos_to_token_topk_with_topk_weights, False)
+build_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights, True))
+build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, False))
+build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, True))
+build_with_weights = specialize(make_with_weights, False)
+build_with_weights_with_clamp = specialize(make_with_weights, True)
+build_with_weights_with_pos_to_expert = specialize(make_with_weights_with_pos_to_expert, False)
+build_with_weights_with_pos_to_expert_with_clamp = specialize(make_with_weights_with_pos_to_expert, True)
+build_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, False))
+build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, True))
+build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, False))
+build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, True))

@@ -12,10 +12,14 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_base(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp,
-        _given=None):
+def make_reference_variants(with_weights, with_pos_to_token_topk, with_topk_weights, with_pos_to_expert, with_clamp, x,
+        grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
+    if with_pos_to_token_topk:
+        T_tok = topk_weights.shape[0]
+        K = topk_weights.shape[1]
+        n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -24,644 +28,123 @@ def reference_base(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to
     with torch.device(_dev):
         _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
         _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
-        gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
-        da = _fit(((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))), (N_t, N_h))
-        db = _fit((gws * a0), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        za = _fit((a0 > _f32(float(clamp))), (N_t, N_h))
-        zb = _fit(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), (N_t, N_h))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
-        gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
-        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
-        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        pad = _fit((_t0 < 0), (N_t,))
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
-        gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
-        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))),
-            (N_t, N_h))
-        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        pad = _fit((_t0 < 0), (N_t,))
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
-        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
-        gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
-        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
-        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_with_pos_to_token_topk_with_topk_weights(x, grad_out, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        n_topk_weights_grad = T_tok * K
-        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        pad = _fit((_t1 < 0), (N_t,))
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        tw = _fit(
-            torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0),
-            (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
-        gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))),
-            (N_t, N_h))
-        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
-        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile,
-            ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
-        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
-
-
-def reference_with_pos_to_token_topk_with_topk_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        n_topk_weights_grad = T_tok * K
-        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        pad = _fit((_t1 < 0), (N_t,))
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
-        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        tw = _fit(
-            torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0),
-            (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
-        gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
-        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
-        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile,
-            ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
-        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
-
-
-def make_reference_with_pos_to_token_topk_with_topk_weights(with_weights, with_pos_to_expert, x, grad_out, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        n_topk_weights_grad = T_tok * K
-        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
-        if with_weights == False:
+        if (with_pos_to_token_topk, with_pos_to_expert) == (False, True):
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            pad = _fit((_t0 < 0), (N_t,))
+        if with_pos_to_token_topk:
+            n_topk_weights_grad = T_tok * K
+            _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if with_pos_to_token_topk:
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
-            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-            tw = _fit(
-                torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)),
-                    _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32),
-                    0), (N_t,))
-        if with_weights == True:
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, False):
             pad = _fit((_t1 < 0), (N_t,))
-            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-            tw = _fit(
-                torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)),
-                    _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32),
-                    0), (N_t,))
-            wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
-        if with_weights == False:
-            gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        if with_weights == True:
-            gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))),
-            (N_t, N_h))
-        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        if with_weights == False:
-            topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))),
-                (N_t,))
-        if with_weights == True:
-            topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))),
-                (N_t,))
-        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile,
-            ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
-        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
-
-
-def make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp(with_weights, with_pos_to_expert, x, grad_out,
-        weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        n_topk_weights_grad = T_tok * K
-        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
             pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
-            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
+        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+            (N_t, N_h))
+        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+            (N_t, N_h))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+            za = _fit((a0 > _f32(float(clamp))), (N_t, N_h))
+            zb = _fit(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), (N_t, N_h))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
+                (True, True, True)):
             za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
             zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
+        if with_clamp:
             a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
             b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
                 (N_t, N_h))
-            g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
+        if with_pos_to_token_topk:
             tw = _fit(
                 torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)),
                     _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32),
                     0), (N_t,))
-        if with_weights == True:
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            pad = _fit((_t1 < 0), (N_t,))
-            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
-            zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_h))
-            g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-            tw = _fit(
-                torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)),
-                    _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32),
-                    0), (N_t,))
+        if with_weights:
             wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
-        if with_weights == False:
+        if not with_clamp:
+            sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
+        if with_clamp:
+            sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
+        if (with_weights, with_pos_to_token_topk) == (False, False):
+            gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
+        if (with_weights, with_pos_to_token_topk) == (True, False):
+            gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, False):
+            da = _fit(((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))), (N_t, N_h))
+            db = _fit((gws * a0), (N_t, N_h))
+        if (with_weights, with_pos_to_token_topk) == (False, True):
             gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        if with_weights == True:
+        if (with_weights, with_pos_to_token_topk) == (True, True):
             gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
-        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        if with_clamp:
+            da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
+            db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, False), (True, False, False),
+                (True, True, False)):
+            da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))),
+                (N_t, N_h))
+            db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
         x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
         _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
                 x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
+        if not with_clamp:
+            ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
+        if with_clamp:
+            ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
         sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (False, False):
+            weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (False, True):
+            weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
+        if with_pos_to_token_topk:
+            weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))),
+                (N_t,))
         _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        if with_weights == False:
+        if not with_pos_to_token_topk:
+            return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
+        if (with_weights, with_pos_to_token_topk) == (False, True):
             topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))),
                 (N_t,))
-        if with_weights == True:
+        if (with_weights, with_pos_to_token_topk) == (True, True):
             topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))),
                 (N_t,))
-        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile,
-            ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
-        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
-
-
-def reference_with_weights(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
-        gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))), (N_t, N_h))
-        db = _fit((gws * a0), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_with_weights_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        za = _fit((a0 > _f32(float(clamp))), (N_t, N_h))
-        zb = _fit(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), (N_t, N_h))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
-        gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
-        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_with_weights_with_pos_to_expert(x, grad_out, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        pad = _fit((_t0 < 0), (N_t,))
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
-        gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))),
-            (N_t, N_h))
-        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_with_weights_with_pos_to_expert_with_clamp(x, grad_out, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        pad = _fit((_t0 < 0), (N_t,))
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
-        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
-        gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
-        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-
-
-def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, grad_out, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        n_topk_weights_grad = T_tok * K
-        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        tw = _fit(
-            torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0),
-            (N_t,))
-        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
-        gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))),
-            (N_t, N_h))
-        db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a0 * sg) * b0)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))),
-            (N_t,))
-        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile,
-            ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
-        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
-
-
-def reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, grad_out, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        n_topk_weights_grad = T_tok * K
-        _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
-        zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        tw = _fit(
-            torch.where(((_t1 >= 0) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((_t1 >= 0) & (_t1 < n_topk_weights))).to(torch.float32), 0),
-            (N_t,))
-        wr = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
-        gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
-        db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((_ix(N_s, 1, 3, _dev) == 0), da[:, None, :], db[:, None, :]), (N_t, N_s, N_h))
-        _store_view(_s_x_grad, (N_t, N_s * N_h), (N_t, N_s, N_h), ('t', 's', 'h'), ('t', 's', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](x_grad_tile), None, False)
-        ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
-        sa = _sum(ga, 1)
-        weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))),
-            (N_t,))
-        _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile,
-            ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
-        return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
+        if with_pos_to_token_topk:
+            _scatter(_s_topk_weights_grad.reshape(-1), (_t1,), topk_weights_grad_tile,
+                ((_t1 >= 0) & (_t1 < n_topk_weights_grad)), True)
+            return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
 # the variants of the shared functions
+reference_base = specialize(make_reference_variants, False, False, False, False, False)
+reference_with_clamp = specialize(make_reference_variants, False, False, False, False, True)
+reference_with_pos_to_expert = specialize(make_reference_variants, False, False, False, True, False)
+reference_with_pos_to_expert_with_clamp = specialize(make_reference_variants, False, False, False, True, True)
+reference_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_variants, False, True, True, False, False))
+reference_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_variants, False, True, True, False, True))
 reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights, False, True))
-reference_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights, True, False))
+    specialize(make_reference_variants, False, True, True, True, False))
 reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp, False, True))
+    specialize(make_reference_variants, False, True, True, True, True))
+reference_with_weights = specialize(make_reference_variants, True, False, False, False, False)
+reference_with_weights_with_clamp = specialize(make_reference_variants, True, False, False, False, True)
+reference_with_weights_with_pos_to_expert = specialize(make_reference_variants, True, False, False, True, False)
+reference_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_variants, True, False, False, True, True))
+reference_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_variants, True, True, True, False, False))
 reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp, True, False))
+    specialize(make_reference_variants, True, True, True, False, True))
+reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_variants, True, True, True, True, False))
+reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_variants, True, True, True, True, True))
 
 
 VARIANTS = {"base": reference_base, "with_clamp": reference_with_clamp, "with_pos_to_expert":

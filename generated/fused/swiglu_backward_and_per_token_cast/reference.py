@@ -12,23 +12,34 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16, encode_e4m3
 
 
-def make_reference_false(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp,
-        _given=None):
+def make_reference_variants(scale, sf_layout, recompute, da_fma, with_weights, with_clamp, q, sf, act_x_grad, weights,
+        group, routed_scaling_factor, clamp, _given=None):
     T_ = q.shape[0]
     H = (q.shape[1]) // 2
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
         _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
         _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
+        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
             _s_x_grad_sf = torch.zeros((T_, ((2 * H) // group)), dtype=torch.float32, device=_dev)
-        if sf_layout == 'col':
+        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
             _s_x_grad_sf = torch.zeros((((2 * H) // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        if (scale, sf_layout) == ('ue8m0', 'row'):
+            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
+        if (scale, sf_layout) == ('ue8m0', 'col'):
+            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
+                _dev)
+        if with_weights:
+            _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        if recompute:
+            _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
         _t0 = _fit(
             _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
                 torch.float32), (N_t, N_g, N_c))
@@ -41,18 +52,44 @@ def make_reference_false(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, g
         _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
             (N_t, N_g))
         b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
+        if with_clamp:
+            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
+                (N_t, N_g, N_c))
         go = _fit(
             _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
                 torch.float32), (N_t, N_g, N_c))
-        t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
+        if with_weights:
+            _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+            w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
+        if not with_clamp:
+            t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
+        if with_clamp:
+            t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
         sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
+        if (recompute, with_weights, with_clamp) in ((False, True, False), (True, False, False), (True, True, False)):
+            act = _fit(((a0 / t1) * b0), (N_t, N_g, N_c))
+        if (recompute, with_weights, with_clamp) in ((False, True, True), (True, False, True), (True, True, True)):
+            act = _fit(((a / t1) * b), (N_t, N_g, N_c))
+        if not with_weights:
+            gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
+        if with_weights:
+            gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
+        if (da_fma, with_clamp) == (False, False):
             fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
+        if (da_fma, with_clamp) == (True, False):
             fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
-        db = _fit((gws * a0), (N_t, N_g, N_c))
+        if not with_clamp:
+            da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
+            db = _fit((gws * a0), (N_t, N_g, N_c))
+        if (da_fma, with_clamp) == (False, True):
+            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
+        if (da_fma, with_clamp) == (True, True):
+            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
+        if with_clamp:
+            da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
+            db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
+                (N_t, N_g, N_c))
         dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
         x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
         _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
@@ -61,19 +98,67 @@ def make_reference_false(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, g
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
         if scale == 'fp32':
             x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
-        if scale == 'pow2':
+        if scale in ('pow2', 'ue8m0'):
             x_grad_sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        if sf_layout == 'row':
+        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
             _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
                 x_grad_sf_tile, None, False)
-        if sf_layout == 'col':
+        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
             _store_view(_s_x_grad_sf, (N_s * N_g, N_t), (N_s, N_g, N_t), ('s', 'g', 't'), ('t', 's', 'g'),
                 x_grad_sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
-        if scale == 'pow2':
+        if scale == 'ue8m0':
+            x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
+        if (scale, sf_layout) == ('ue8m0', 'row'):
+            _scatter(_s_x_grad_sf,
+                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
+                _t((((
+                                _take(x_grad_sf_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
+                                | ((
+                                    _take(x_grad_sf_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(x_grad_sf_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(x_grad_sf_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if (scale, sf_layout) == ('ue8m0', 'col'):
+            _scatter(_s_x_grad_sf,
+                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
+                _t((((
+                                _take(x_grad_sf_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
+                                | ((
+                                    _take(x_grad_sf_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(x_grad_sf_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(x_grad_sf_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if scale in ('pow2', 'ue8m0'):
             inv = _fit(
                 _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
@@ -81,1714 +166,193 @@ def make_reference_false(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, g
         _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
             ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
             False)
-        if sf_layout == 'row':
+        if (sf_layout, recompute, with_weights) == ('row', False, False):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, torch.empty(0, dtype=torch.float32, device=
                 _dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, torch.empty(0, dtype=torch.float32, device=
-                _dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
-
-
-def make_reference_false_with_clamp(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, ((2 * H) // group)), dtype=torch.float32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros((((2 * H) // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
-        db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
-            (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        if scale == 'fp32':
-            x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            x_grad_sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if sf_layout == 'col':
-            _store_view(_s_x_grad_sf, (N_s * N_g, N_t), (N_s, N_g, N_t), ('s', 'g', 't'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, torch.empty(0, dtype=torch.float32, device=
-                _dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, torch.empty(0, dtype=torch.float32, device=
-                _dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
-
-
-def make_reference_false_with_weights(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, group,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, ((2 * H) // group)), dtype=torch.float32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros((((2 * H) // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
-        t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a0 / t1) * b0), (N_t, N_g, N_c))
-        gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
-        db = _fit((gws * a0), (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        if scale == 'fp32':
-            x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            x_grad_sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if sf_layout == 'col':
-            _store_view(_s_x_grad_sf, (N_s * N_g, N_t), (N_s, N_g, N_t), ('s', 'g', 't'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        ga = _fit((go * act), (N_t, N_g, N_c))
-        wg = _sum(ga, 2)
-        _t6 = _sum(wg, 1)
-        weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        if sf_layout == 'row':
+        if with_weights:
+            ga = _fit((go * act), (N_t, N_g, N_c))
+            wg = _sum(ga, 2)
+            _t6 = _sum(wg, 1)
+            weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+            _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
+        if (sf_layout, recompute, with_weights) == ('row', False, True):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, torch.empty(0, dtype=torch.bfloat16, device=
                 _dev)
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, torch.empty(0, dtype=
-                torch.bfloat16, device=_dev)
-
-
-def make_reference_false_with_weights_with_clamp(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, group,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, ((2 * H) // group)), dtype=torch.float32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros((((2 * H) // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
-        t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a / t1) * b), (N_t, N_g, N_c))
-        gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
-        db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
-            (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        if scale == 'fp32':
-            x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            x_grad_sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if sf_layout == 'col':
-            _store_view(_s_x_grad_sf, (N_s * N_g, N_t), (N_s, N_g, N_t), ('s', 'g', 't'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        ga = _fit((go * act), (N_t, N_g, N_c))
-        wg = _sum(ga, 2)
-        _t6 = _sum(wg, 1)
-        weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, torch.empty(0, dtype=torch.bfloat16, device=
-                _dev)
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, torch.empty(0, dtype=
-                torch.bfloat16, device=_dev)
-
-
-def make_reference_true(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp,
-        _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, ((2 * H) // group)), dtype=torch.float32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros((((2 * H) // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a0 / t1) * b0), (N_t, N_g, N_c))
-        gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
-        db = _fit((gws * a0), (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        if scale == 'fp32':
-            x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            x_grad_sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if sf_layout == 'col':
-            _store_view(_s_x_grad_sf, (N_s * N_g, N_t), (N_s, N_g, N_t), ('s', 'g', 't'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        act_out_tile = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
-        if sf_layout == 'row':
+        if (recompute, with_weights) == (True, False):
+            act_out_tile = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
+        if (recompute, with_weights) == (True, True):
+            act_out_tile = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
+        if recompute:
+            _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
+                _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
+        if (sf_layout, recompute, with_weights) == ('row', True, False):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, torch.empty(0, dtype=torch.float32, device=_dev), _s_act_out
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, torch.empty(0, dtype=torch.float32, device=
-                _dev), _s_act_out
-
-
-def make_reference_true_with_clamp(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, ((2 * H) // group)), dtype=torch.float32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros((((2 * H) // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a / t1) * b), (N_t, N_g, N_c))
-        gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
-        db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
-            (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        if scale == 'fp32':
-            x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            x_grad_sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if sf_layout == 'col':
-            _store_view(_s_x_grad_sf, (N_s * N_g, N_t), (N_s, N_g, N_t), ('s', 'g', 't'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        act_out_tile = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, torch.empty(0, dtype=torch.float32, device=_dev), _s_act_out
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, torch.empty(0, dtype=torch.float32, device=
-                _dev), _s_act_out
-
-
-def make_reference_true_with_weights(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, ((2 * H) // group)), dtype=torch.float32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros((((2 * H) // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
-        t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a0 / t1) * b0), (N_t, N_g, N_c))
-        gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
-        db = _fit((gws * a0), (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        if scale == 'fp32':
-            x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            x_grad_sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if sf_layout == 'col':
-            _store_view(_s_x_grad_sf, (N_s * N_g, N_t), (N_s, N_g, N_t), ('s', 'g', 't'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        ga = _fit((go * act), (N_t, N_g, N_c))
-        wg = _sum(ga, 2)
-        _t6 = _sum(wg, 1)
-        weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        act_out_tile = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
-        if sf_layout == 'row':
+        if (sf_layout, recompute, with_weights) == ('row', True, True):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, _s_act_out
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, _s_act_out
-
-
-def make_reference_true_with_weights_with_clamp(scale, sf_layout, da_fma, q, sf, act_x_grad, weights, group,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, ((2 * H) // group)), dtype=torch.float32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros((((2 * H) // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
-        t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a / t1) * b), (N_t, N_g, N_c))
-        gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
-        db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
-            (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        if scale == 'fp32':
-            x_grad_sf_tile = _fit((amax / _f32(448.0)), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            x_grad_sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _store_view(_s_x_grad_sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ('t', 's', 'g'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if sf_layout == 'col':
-            _store_view(_s_x_grad_sf, (N_s * N_g, N_t), (N_s, N_g, N_t), ('s', 'g', 't'), ('t', 's', 'g'),
-                x_grad_sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_s, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        ga = _fit((go * act), (N_t, N_g, N_c))
-        wg = _sum(ga, 2)
-        _t6 = _sum(wg, 1)
-        weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        act_out_tile = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, _s_act_out
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, _s_act_out
-
-
-def make_reference_ue8m0_false(sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp,
-        _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
-                _dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
-        db = _fit((gws * a0), (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        x_grad_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_x_grad_sf,
-                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_x_grad_sf,
-                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, torch.empty(0, dtype=torch.float32, device=
-                _dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
-        if sf_layout == 'col':
+        if (sf_layout, recompute, with_weights) == ('col', False, False):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, torch.empty(0, dtype=torch.float32, device=
                 _dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
-
-
-def make_reference_ue8m0_false_with_clamp(sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
-                _dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
-        db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
-            (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        x_grad_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_x_grad_sf,
-                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_x_grad_sf,
-                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, torch.empty(0, dtype=torch.float32, device=
-                _dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, torch.empty(0, dtype=torch.float32, device=
-                _dev), torch.empty(0, dtype=torch.bfloat16, device=_dev)
-
-
-def make_reference_ue8m0_false_with_weights(sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
-                _dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
-        t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a0 / t1) * b0), (N_t, N_g, N_c))
-        gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
-        db = _fit((gws * a0), (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        x_grad_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_x_grad_sf,
-                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_x_grad_sf,
-                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        ga = _fit((go * act), (N_t, N_g, N_c))
-        wg = _sum(ga, 2)
-        _t6 = _sum(wg, 1)
-        weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, torch.empty(0, dtype=torch.bfloat16, device=
-                _dev)
-        if sf_layout == 'col':
+        if (sf_layout, recompute, with_weights) == ('col', False, True):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, torch.empty(0, dtype=
                 torch.bfloat16, device=_dev)
-
-
-def make_reference_ue8m0_false_with_weights_with_clamp(sf_layout, da_fma, q, sf, act_x_grad, weights, group,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
-                _dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
-        t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a / t1) * b), (N_t, N_g, N_c))
-        gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
-        db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
-            (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        x_grad_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_x_grad_sf,
-                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_x_grad_sf,
-                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        ga = _fit((go * act), (N_t, N_g, N_c))
-        wg = _sum(ga, 2)
-        _t6 = _sum(wg, 1)
-        weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, torch.empty(0, dtype=torch.bfloat16, device=
-                _dev)
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, torch.empty(0, dtype=
-                torch.bfloat16, device=_dev)
-
-
-def make_reference_ue8m0_true(sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor, clamp,
-        _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
-                _dev)
-        _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a0 / t1) * b0), (N_t, N_g, N_c))
-        gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
-        db = _fit((gws * a0), (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        x_grad_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_x_grad_sf,
-                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_x_grad_sf,
-                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        act_out_tile = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, torch.empty(0, dtype=torch.float32, device=_dev), _s_act_out
-        if sf_layout == 'col':
+        if (sf_layout, recompute, with_weights) == ('col', True, False):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, torch.empty(0, dtype=torch.float32, device=
                 _dev), _s_act_out
-
-
-def make_reference_ue8m0_true_with_clamp(sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
-                _dev)
-        _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a / t1) * b), (N_t, N_g, N_c))
-        gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
-        db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
-            (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        x_grad_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_x_grad_sf,
-                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_x_grad_sf,
-                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        act_out_tile = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, torch.empty(0, dtype=torch.float32, device=_dev), _s_act_out
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, torch.empty(0, dtype=torch.float32, device=
-                _dev), _s_act_out
-
-
-def make_reference_ue8m0_true_with_weights(sf_layout, da_fma, q, sf, act_x_grad, weights, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
-                _dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
-        t1 = _fit((_f32(1.0) + _exp((-a0))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a0 / t1) * b0), (N_t, N_g, N_c))
-        gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
-        db = _fit((gws * a0), (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        x_grad_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_x_grad_sf,
-                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_x_grad_sf,
-                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        ga = _fit((go * act), (N_t, N_g, N_c))
-        wg = _sum(ga, 2)
-        _t6 = _sum(wg, 1)
-        weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        act_out_tile = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, _s_act_out
-        if sf_layout == 'col':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, _s_act_out
-
-
-def make_reference_ue8m0_true_with_weights_with_clamp(sf_layout, da_fma, q, sf, act_x_grad, weights, group,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = q.shape[0]
-    H = (q.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, (2 * H)), dtype=torch.bfloat16, device=_dev)
-        _s_x_grad_fp8 = torch.zeros((T_, (2 * H)), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_x_grad_sf = torch.zeros((T_, (-(-((2 * H) // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_x_grad_sf = torch.zeros(((-(-((2 * H) // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=
-                _dev)
-        _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_act_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        _t0 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t1 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 0),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        a0 = _fit((_t0 * _t1[:, :, None]), (N_t, N_g, N_c))
-        _t2 = _fit(
-            _view(q, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t3 = _fit(_view(sf, (N_t, N_s * N_g), (N_t, N_s, N_g), ((1, 1),), ('t', 'g'), ('t', 'g')).to(torch.float32),
-            (N_t, N_g))
-        b0 = _fit((_t2 * _t3[:, :, None]), (N_t, N_g, N_c))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        go = _fit(
-            _view(act_x_grad, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t4 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        w = _fit((_t4 * _f32(float(routed_scaling_factor))), (N_t,))
-        t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
-        sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        act = _fit(((a / t1) * b), (N_t, N_g, N_c))
-        gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if da_fma == False:
-            fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if da_fma == True:
-            fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
-        da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
-        db = _fit(torch.where(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), _f32(0.0), (gws * a)),
-            (N_t, N_g, N_c))
-        dx = _fit(torch.where((_ix(N_s, 1, 4, _dev) == 0), da[:, None, :, :], db[:, None, :, :]), (N_t, N_s, N_g, N_c))
-        x_grad_tile = _fit(dx, (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'), ('t', 's', 'g', 'c'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t5 = _absmax(dx, 3)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(9.999999747378752e-05))), (N_t, N_s, N_g))
-        x_grad_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_sf_codes = _fit(((_bits(x_grad_sf_tile) >> 23) & 255), (N_t, N_s, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_x_grad_sf,
-                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev))),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_x_grad_sf,
-                (_wrap_i32(_wrap_i32(_ix(N_s, 1, 3, _dev) * N_g_p) + _ix(N_g_p, 2, 3, _dev)), _ix(N_t, 0, 3, _dev)),
-                _t((((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev), _wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) < N_g))
-                                | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(x_grad_sf_codes,
-                                    (_ix(N_t, 0, 3, _dev), _ix(N_s, 1, 3, _dev),
-                                    _wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 2, 3, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_s, N_g))
-        x_grad_fp8_tile = _fit((dx * inv[:, :, :, None]), (N_t, N_s, N_g, N_c))
-        _store_view(_s_x_grad_fp8, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ('t', 's', 'g', 'c'),
-            ('t', 's', 'g', 'c'), _codes_as(encode_e4m3(x_grad_fp8_tile), torch.uint8, torch.float8_e4m3fn), None,
-            False)
-        ga = _fit((go * act), (N_t, N_g, N_c))
-        wg = _sum(ga, 2)
-        _t6 = _sum(wg, 1)
-        weight_grad_tile = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
-        act_out_tile = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_bf16(act_out_tile), torch.uint16, torch.bfloat16), None, False)
-        if sf_layout == 'row':
-            return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, _s_act_out
-        if sf_layout == 'col':
+        if (sf_layout, recompute, with_weights) == ('col', True, True):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, _s_act_out
 
 
 # the variants of the shared functions
-reference_fp32_row_false_false = specialize(make_reference_false, 'fp32', 'row', False)
-reference_fp32_row_false_true = specialize(make_reference_false, 'fp32', 'row', True)
-reference_fp32_col_false_false = specialize(make_reference_false, 'fp32', 'col', False)
-reference_fp32_col_false_true = specialize(make_reference_false, 'fp32', 'col', True)
-reference_pow2_row_false_false = specialize(make_reference_false, 'pow2', 'row', False)
-reference_pow2_row_false_true = specialize(make_reference_false, 'pow2', 'row', True)
-reference_pow2_col_false_false = specialize(make_reference_false, 'pow2', 'col', False)
-reference_pow2_col_false_true = specialize(make_reference_false, 'pow2', 'col', True)
-reference_fp32_row_false_false_with_clamp = specialize(make_reference_false_with_clamp, 'fp32', 'row', False)
-reference_fp32_row_false_true_with_clamp = specialize(make_reference_false_with_clamp, 'fp32', 'row', True)
-reference_fp32_col_false_false_with_clamp = specialize(make_reference_false_with_clamp, 'fp32', 'col', False)
-reference_fp32_col_false_true_with_clamp = specialize(make_reference_false_with_clamp, 'fp32', 'col', True)
-reference_pow2_row_false_false_with_clamp = specialize(make_reference_false_with_clamp, 'pow2', 'row', False)
-reference_pow2_row_false_true_with_clamp = specialize(make_reference_false_with_clamp, 'pow2', 'row', True)
-reference_pow2_col_false_false_with_clamp = specialize(make_reference_false_with_clamp, 'pow2', 'col', False)
-reference_pow2_col_false_true_with_clamp = specialize(make_reference_false_with_clamp, 'pow2', 'col', True)
-reference_fp32_row_false_false_with_weights = specialize(make_reference_false_with_weights, 'fp32', 'row', False)
-reference_fp32_row_false_true_with_weights = specialize(make_reference_false_with_weights, 'fp32', 'row', True)
-reference_fp32_col_false_false_with_weights = specialize(make_reference_false_with_weights, 'fp32', 'col', False)
-reference_fp32_col_false_true_with_weights = specialize(make_reference_false_with_weights, 'fp32', 'col', True)
-reference_pow2_row_false_false_with_weights = specialize(make_reference_false_with_weights, 'pow2', 'row', False)
-reference_pow2_row_false_true_with_weights = specialize(make_reference_false_with_weights, 'pow2', 'row', True)
-reference_pow2_col_false_false_with_weights = specialize(make_reference_false_with_weights, 'pow2', 'col', False)
-reference_pow2_col_false_true_with_weights = specialize(make_reference_false_with_weights, 'pow2', 'col', True)
+reference_fp32_row_false_false = specialize(make_reference_variants, 'fp32', 'row', False, False, False, False)
+reference_fp32_row_false_false_with_clamp = (
+    specialize(make_reference_variants, 'fp32', 'row', False, False, False, True))
+reference_fp32_row_false_false_with_weights = (
+    specialize(make_reference_variants, 'fp32', 'row', False, False, True, False))
 reference_fp32_row_false_false_with_weights_with_clamp = (
-    specialize(make_reference_false_with_weights_with_clamp, 'fp32', 'row', False))
+    specialize(make_reference_variants, 'fp32', 'row', False, False, True, True))
+reference_fp32_row_false_true = specialize(make_reference_variants, 'fp32', 'row', False, True, False, False)
+reference_fp32_row_false_true_with_clamp = specialize(make_reference_variants, 'fp32', 'row', False, True, False, True)
+reference_fp32_row_false_true_with_weights = (
+    specialize(make_reference_variants, 'fp32', 'row', False, True, True, False))
 reference_fp32_row_false_true_with_weights_with_clamp = (
-    specialize(make_reference_false_with_weights_with_clamp, 'fp32', 'row', True))
-reference_fp32_col_false_false_with_weights_with_clamp = (
-    specialize(make_reference_false_with_weights_with_clamp, 'fp32', 'col', False))
-reference_fp32_col_false_true_with_weights_with_clamp = (
-    specialize(make_reference_false_with_weights_with_clamp, 'fp32', 'col', True))
-reference_pow2_row_false_false_with_weights_with_clamp = (
-    specialize(make_reference_false_with_weights_with_clamp, 'pow2', 'row', False))
-reference_pow2_row_false_true_with_weights_with_clamp = (
-    specialize(make_reference_false_with_weights_with_clamp, 'pow2', 'row', True))
-reference_pow2_col_false_false_with_weights_with_clamp = (
-    specialize(make_reference_false_with_weights_with_clamp, 'pow2', 'col', False))
-reference_pow2_col_false_true_with_weights_with_clamp = (
-    specialize(make_reference_false_with_weights_with_clamp, 'pow2', 'col', True))
-reference_fp32_row_true_false = specialize(make_reference_true, 'fp32', 'row', False)
-reference_fp32_row_true_true = specialize(make_reference_true, 'fp32', 'row', True)
-reference_fp32_col_true_false = specialize(make_reference_true, 'fp32', 'col', False)
-reference_fp32_col_true_true = specialize(make_reference_true, 'fp32', 'col', True)
-reference_pow2_row_true_false = specialize(make_reference_true, 'pow2', 'row', False)
-reference_pow2_row_true_true = specialize(make_reference_true, 'pow2', 'row', True)
-reference_pow2_col_true_false = specialize(make_reference_true, 'pow2', 'col', False)
-reference_pow2_col_true_true = specialize(make_reference_true, 'pow2', 'col', True)
-reference_fp32_row_true_false_with_clamp = specialize(make_reference_true_with_clamp, 'fp32', 'row', False)
-reference_fp32_row_true_true_with_clamp = specialize(make_reference_true_with_clamp, 'fp32', 'row', True)
-reference_fp32_col_true_false_with_clamp = specialize(make_reference_true_with_clamp, 'fp32', 'col', False)
-reference_fp32_col_true_true_with_clamp = specialize(make_reference_true_with_clamp, 'fp32', 'col', True)
-reference_pow2_row_true_false_with_clamp = specialize(make_reference_true_with_clamp, 'pow2', 'row', False)
-reference_pow2_row_true_true_with_clamp = specialize(make_reference_true_with_clamp, 'pow2', 'row', True)
-reference_pow2_col_true_false_with_clamp = specialize(make_reference_true_with_clamp, 'pow2', 'col', False)
-reference_pow2_col_true_true_with_clamp = specialize(make_reference_true_with_clamp, 'pow2', 'col', True)
-reference_fp32_row_true_false_with_weights = specialize(make_reference_true_with_weights, 'fp32', 'row', False)
-reference_fp32_row_true_true_with_weights = specialize(make_reference_true_with_weights, 'fp32', 'row', True)
-reference_fp32_col_true_false_with_weights = specialize(make_reference_true_with_weights, 'fp32', 'col', False)
-reference_fp32_col_true_true_with_weights = specialize(make_reference_true_with_weights, 'fp32', 'col', True)
-reference_pow2_row_true_false_with_weights = specialize(make_reference_true_with_weights, 'pow2', 'row', False)
-reference_pow2_row_true_true_with_weights = specialize(make_reference_true_with_weights, 'pow2', 'row', True)
-reference_pow2_col_true_false_with_weights = specialize(make_reference_true_with_weights, 'pow2', 'col', False)
-reference_pow2_col_true_true_with_weights = specialize(make_reference_true_with_weights, 'pow2', 'col', True)
+    specialize(make_reference_variants, 'fp32', 'row', False, True, True, True))
+reference_fp32_row_true_false = specialize(make_reference_variants, 'fp32', 'row', True, False, False, False)
+reference_fp32_row_true_false_with_clamp = specialize(make_reference_variants, 'fp32', 'row', True, False, False, True)
+reference_fp32_row_true_false_with_weights = (
+    specialize(make_reference_variants, 'fp32', 'row', True, False, True, False))
 reference_fp32_row_true_false_with_weights_with_clamp = (
-    specialize(make_reference_true_with_weights_with_clamp, 'fp32', 'row', False))
+    specialize(make_reference_variants, 'fp32', 'row', True, False, True, True))
+reference_fp32_row_true_true = specialize(make_reference_variants, 'fp32', 'row', True, True, False, False)
+reference_fp32_row_true_true_with_clamp = specialize(make_reference_variants, 'fp32', 'row', True, True, False, True)
+reference_fp32_row_true_true_with_weights = specialize(make_reference_variants, 'fp32', 'row', True, True, True, False)
 reference_fp32_row_true_true_with_weights_with_clamp = (
-    specialize(make_reference_true_with_weights_with_clamp, 'fp32', 'row', True))
+    specialize(make_reference_variants, 'fp32', 'row', True, True, True, True))
+reference_fp32_col_false_false = specialize(make_reference_variants, 'fp32', 'col', False, False, False, False)
+reference_fp32_col_false_false_with_clamp = (
+    specialize(make_reference_variants, 'fp32', 'col', False, False, False, True))
+reference_fp32_col_false_false_with_weights = (
+    specialize(make_reference_variants, 'fp32', 'col', False, False, True, False))
+reference_fp32_col_false_false_with_weights_with_clamp = (
+    specialize(make_reference_variants, 'fp32', 'col', False, False, True, True))
+reference_fp32_col_false_true = specialize(make_reference_variants, 'fp32', 'col', False, True, False, False)
+reference_fp32_col_false_true_with_clamp = specialize(make_reference_variants, 'fp32', 'col', False, True, False, True)
+reference_fp32_col_false_true_with_weights = (
+    specialize(make_reference_variants, 'fp32', 'col', False, True, True, False))
+reference_fp32_col_false_true_with_weights_with_clamp = (
+    specialize(make_reference_variants, 'fp32', 'col', False, True, True, True))
+reference_fp32_col_true_false = specialize(make_reference_variants, 'fp32', 'col', True, False, False, False)
+reference_fp32_col_true_false_with_clamp = specialize(make_reference_variants, 'fp32', 'col', True, False, False, True)
+reference_fp32_col_true_false_with_weights = (
+    specialize(make_reference_variants, 'fp32', 'col', True, False, True, False))
 reference_fp32_col_true_false_with_weights_with_clamp = (
-    specialize(make_reference_true_with_weights_with_clamp, 'fp32', 'col', False))
+    specialize(make_reference_variants, 'fp32', 'col', True, False, True, True))
+reference_fp32_col_true_true = specialize(make_reference_variants, 'fp32', 'col', True, True, False, False)
+reference_fp32_col_true_true_with_clamp = specialize(make_reference_variants, 'fp32', 'col', True, True, False, True)
+reference_fp32_col_true_true_with_weights = specialize(make_reference_variants, 'fp32', 'col', True, True, True, False)
 reference_fp32_col_true_true_with_weights_with_clamp = (
-    specialize(make_reference_true_with_weights_with_clamp, 'fp32', 'col', True))
+    specialize(make_reference_variants, 'fp32', 'col', True, True, True, True))
+reference_pow2_row_false_false = specialize(make_reference_variants, 'pow2', 'row', False, False, False, False)
+reference_pow2_row_false_false_with_clamp = (
+    specialize(make_reference_variants, 'pow2', 'row', False, False, False, True))
+reference_pow2_row_false_false_with_weights = (
+    specialize(make_reference_variants, 'pow2', 'row', False, False, True, False))
+reference_pow2_row_false_false_with_weights_with_clamp = (
+    specialize(make_reference_variants, 'pow2', 'row', False, False, True, True))
+reference_pow2_row_false_true = specialize(make_reference_variants, 'pow2', 'row', False, True, False, False)
+reference_pow2_row_false_true_with_clamp = specialize(make_reference_variants, 'pow2', 'row', False, True, False, True)
+reference_pow2_row_false_true_with_weights = (
+    specialize(make_reference_variants, 'pow2', 'row', False, True, True, False))
+reference_pow2_row_false_true_with_weights_with_clamp = (
+    specialize(make_reference_variants, 'pow2', 'row', False, True, True, True))
+reference_pow2_row_true_false = specialize(make_reference_variants, 'pow2', 'row', True, False, False, False)
+reference_pow2_row_true_false_with_clamp = specialize(make_reference_variants, 'pow2', 'row', True, False, False, True)
+reference_pow2_row_true_false_with_weights = (
+    specialize(make_reference_variants, 'pow2', 'row', True, False, True, False))
 reference_pow2_row_true_false_with_weights_with_clamp = (
-    specialize(make_reference_true_with_weights_with_clamp, 'pow2', 'row', False))
+    specialize(make_reference_variants, 'pow2', 'row', True, False, True, True))
+reference_pow2_row_true_true = specialize(make_reference_variants, 'pow2', 'row', True, True, False, False)
+reference_pow2_row_true_true_with_clamp = specialize(make_reference_variants, 'pow2', 'row', True, True, False, True)
+reference_pow2_row_true_true_with_weights = specialize(make_reference_variants, 'pow2', 'row', True, True, True, False)
 reference_pow2_row_true_true_with_weights_with_clamp = (
-    specialize(make_reference_true_with_weights_with_clamp, 'pow2', 'row', True))
+    specialize(make_reference_variants, 'pow2', 'row', True, True, True, True))
+reference_pow2_col_false_false = specialize(make_reference_variants, 'pow2', 'col', False, False, False, False)
+reference_pow2_col_false_false_with_clamp = (
+    specialize(make_reference_variants, 'pow2', 'col', False, False, False, True))
+reference_pow2_col_false_false_with_weights = (
+    specialize(make_reference_variants, 'pow2', 'col', False, False, True, False))
+reference_pow2_col_false_false_with_weights_with_clamp = (
+    specialize(make_reference_variants, 'pow2', 'col', False, False, True, True))
+reference_pow2_col_false_true = specialize(make_reference_variants, 'pow2', 'col', False, True, False, False)
+reference_pow2_col_false_true_with_clamp = specialize(make_reference_variants, 'pow2', 'col', False, True, False, True)
+reference_pow2_col_false_true_with_weights = (
+    specialize(make_reference_variants, 'pow2', 'col', False, True, True, False))
+reference_pow2_col_false_true_with_weights_with_clamp = (
+    specialize(make_reference_variants, 'pow2', 'col', False, True, True, True))
+reference_pow2_col_true_false = specialize(make_reference_variants, 'pow2', 'col', True, False, False, False)
+reference_pow2_col_true_false_with_clamp = specialize(make_reference_variants, 'pow2', 'col', True, False, False, True)
+reference_pow2_col_true_false_with_weights = (
+    specialize(make_reference_variants, 'pow2', 'col', True, False, True, False))
 reference_pow2_col_true_false_with_weights_with_clamp = (
-    specialize(make_reference_true_with_weights_with_clamp, 'pow2', 'col', False))
+    specialize(make_reference_variants, 'pow2', 'col', True, False, True, True))
+reference_pow2_col_true_true = specialize(make_reference_variants, 'pow2', 'col', True, True, False, False)
+reference_pow2_col_true_true_with_clamp = specialize(make_reference_variants, 'pow2', 'col', True, True, False, True)
+reference_pow2_col_true_true_with_weights = specialize(make_reference_variants, 'pow2', 'col', True, True, True, False)
 reference_pow2_col_true_true_with_weights_with_clamp = (
-    specialize(make_reference_true_with_weights_with_clamp, 'pow2', 'col', True))
-reference_ue8m0_row_false_false = specialize(make_reference_ue8m0_false, 'row', False)
-reference_ue8m0_row_false_true = specialize(make_reference_ue8m0_false, 'row', True)
-reference_ue8m0_col_false_false = specialize(make_reference_ue8m0_false, 'col', False)
-reference_ue8m0_col_false_true = specialize(make_reference_ue8m0_false, 'col', True)
-reference_ue8m0_row_false_false_with_clamp = specialize(make_reference_ue8m0_false_with_clamp, 'row', False)
-reference_ue8m0_row_false_true_with_clamp = specialize(make_reference_ue8m0_false_with_clamp, 'row', True)
-reference_ue8m0_col_false_false_with_clamp = specialize(make_reference_ue8m0_false_with_clamp, 'col', False)
-reference_ue8m0_col_false_true_with_clamp = specialize(make_reference_ue8m0_false_with_clamp, 'col', True)
-reference_ue8m0_row_false_false_with_weights = specialize(make_reference_ue8m0_false_with_weights, 'row', False)
-reference_ue8m0_row_false_true_with_weights = specialize(make_reference_ue8m0_false_with_weights, 'row', True)
-reference_ue8m0_col_false_false_with_weights = specialize(make_reference_ue8m0_false_with_weights, 'col', False)
-reference_ue8m0_col_false_true_with_weights = specialize(make_reference_ue8m0_false_with_weights, 'col', True)
+    specialize(make_reference_variants, 'pow2', 'col', True, True, True, True))
+reference_ue8m0_row_false_false = specialize(make_reference_variants, 'ue8m0', 'row', False, False, False, False)
+reference_ue8m0_row_false_false_with_clamp = (
+    specialize(make_reference_variants, 'ue8m0', 'row', False, False, False, True))
+reference_ue8m0_row_false_false_with_weights = (
+    specialize(make_reference_variants, 'ue8m0', 'row', False, False, True, False))
 reference_ue8m0_row_false_false_with_weights_with_clamp = (
-    specialize(make_reference_ue8m0_false_with_weights_with_clamp, 'row', False))
+    specialize(make_reference_variants, 'ue8m0', 'row', False, False, True, True))
+reference_ue8m0_row_false_true = specialize(make_reference_variants, 'ue8m0', 'row', False, True, False, False)
+reference_ue8m0_row_false_true_with_clamp = (
+    specialize(make_reference_variants, 'ue8m0', 'row', False, True, False, True))
+reference_ue8m0_row_false_true_with_weights = (
+    specialize(make_reference_variants, 'ue8m0', 'row', False, True, True, False))
 reference_ue8m0_row_false_true_with_weights_with_clamp = (
-    specialize(make_reference_ue8m0_false_with_weights_with_clamp, 'row', True))
-reference_ue8m0_col_false_false_with_weights_with_clamp = (
-    specialize(make_reference_ue8m0_false_with_weights_with_clamp, 'col', False))
-reference_ue8m0_col_false_true_with_weights_with_clamp = (
-    specialize(make_reference_ue8m0_false_with_weights_with_clamp, 'col', True))
-reference_ue8m0_row_true_false = specialize(make_reference_ue8m0_true, 'row', False)
-reference_ue8m0_row_true_true = specialize(make_reference_ue8m0_true, 'row', True)
-reference_ue8m0_col_true_false = specialize(make_reference_ue8m0_true, 'col', False)
-reference_ue8m0_col_true_true = specialize(make_reference_ue8m0_true, 'col', True)
-reference_ue8m0_row_true_false_with_clamp = specialize(make_reference_ue8m0_true_with_clamp, 'row', False)
-reference_ue8m0_row_true_true_with_clamp = specialize(make_reference_ue8m0_true_with_clamp, 'row', True)
-reference_ue8m0_col_true_false_with_clamp = specialize(make_reference_ue8m0_true_with_clamp, 'col', False)
-reference_ue8m0_col_true_true_with_clamp = specialize(make_reference_ue8m0_true_with_clamp, 'col', True)
-reference_ue8m0_row_true_false_with_weights = specialize(make_reference_ue8m0_true_with_weights, 'row', False)
-reference_ue8m0_row_true_true_with_weights = specialize(make_reference_ue8m0_true_with_weights, 'row', True)
-reference_ue8m0_col_true_false_with_weights = specialize(make_reference_ue8m0_true_with_weights, 'col', False)
-reference_ue8m0_col_true_true_with_weights = specialize(make_reference_ue8m0_true_with_weights, 'col', True)
+    specialize(make_reference_variants, 'ue8m0', 'row', False, True, True, True))
+reference_ue8m0_row_true_false = specialize(make_reference_variants, 'ue8m0', 'row', True, False, False, False)
+reference_ue8m0_row_true_false_with_clamp = (
+    specialize(make_reference_variants, 'ue8m0', 'row', True, False, False, True))
+reference_ue8m0_row_true_false_with_weights = (
+    specialize(make_reference_variants, 'ue8m0', 'row', True, False, True, False))
 reference_ue8m0_row_true_false_with_weights_with_clamp = (
-    specialize(make_reference_ue8m0_true_with_weights_with_clamp, 'row', False))
+    specialize(make_reference_variants, 'ue8m0', 'row', True, False, True, True))
+reference_ue8m0_row_true_true = specialize(make_reference_variants, 'ue8m0', 'row', True, True, False, False)
+reference_ue8m0_row_true_true_with_clamp = specialize(make_reference_variants, 'ue8m0', 'row', True, True, False, True)
+reference_ue8m0_row_true_true_with_weights = (
+    specialize(make_reference_variants, 'ue8m0', 'row', True, True, True, False))
 reference_ue8m0_row_true_true_with_weights_with_clamp = (
-    specialize(make_reference_ue8m0_true_with_weights_with_clamp, 'row', True))
+    specialize(make_reference_variants, 'ue8m0', 'row', True, True, True, True))
+reference_ue8m0_col_false_false = specialize(make_reference_variants, 'ue8m0', 'col', False, False, False, False)
+reference_ue8m0_col_false_false_with_clamp = (
+    specialize(make_reference_variants, 'ue8m0', 'col', False, False, False, True))
+reference_ue8m0_col_false_false_with_weights = (
+    specialize(make_reference_variants, 'ue8m0', 'col', False, False, True, False))
+reference_ue8m0_col_false_false_with_weights_with_clamp = (
+    specialize(make_reference_variants, 'ue8m0', 'col', False, False, True, True))
+reference_ue8m0_col_false_true = specialize(make_reference_variants, 'ue8m0', 'col', False, True, False, False)
+reference_ue8m0_col_false_true_with_clamp = (
+    specialize(make_reference_variants, 'ue8m0', 'col', False, True, False, True))
+reference_ue8m0_col_false_true_with_weights = (
+    specialize(make_reference_variants, 'ue8m0', 'col', False, True, True, False))
+reference_ue8m0_col_false_true_with_weights_with_clamp = (
+    specialize(make_reference_variants, 'ue8m0', 'col', False, True, True, True))
+reference_ue8m0_col_true_false = specialize(make_reference_variants, 'ue8m0', 'col', True, False, False, False)
+reference_ue8m0_col_true_false_with_clamp = (
+    specialize(make_reference_variants, 'ue8m0', 'col', True, False, False, True))
+reference_ue8m0_col_true_false_with_weights = (
+    specialize(make_reference_variants, 'ue8m0', 'col', True, False, True, False))
 reference_ue8m0_col_true_false_with_weights_with_clamp = (
-    specialize(make_reference_ue8m0_true_with_weights_with_clamp, 'col', False))
+    specialize(make_reference_variants, 'ue8m0', 'col', True, False, True, True))
+reference_ue8m0_col_true_true = specialize(make_reference_variants, 'ue8m0', 'col', True, True, False, False)
+reference_ue8m0_col_true_true_with_clamp = specialize(make_reference_variants, 'ue8m0', 'col', True, True, False, True)
+reference_ue8m0_col_true_true_with_weights = (
+    specialize(make_reference_variants, 'ue8m0', 'col', True, True, True, False))
 reference_ue8m0_col_true_true_with_weights_with_clamp = (
-    specialize(make_reference_ue8m0_true_with_weights_with_clamp, 'col', True))
+    specialize(make_reference_variants, 'ue8m0', 'col', True, True, True, True))
 
 
 VARIANTS = {

@@ -30,11 +30,11 @@ def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -73,11 +73,11 @@ def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, b
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -152,11 +152,11 @@ def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, th
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -203,11 +203,11 @@ def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_d
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -291,11 +291,11 @@ def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor,
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -352,11 +352,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -450,11 +450,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, rou
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -516,11 +516,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -617,11 +617,11 @@ def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads,
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -667,11 +667,11 @@ def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, 
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -754,11 +754,11 @@ def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -813,11 +813,11 @@ def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_facto
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -911,11 +911,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_sc
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -977,11 +977,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1080,11 +1080,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1151,11 +1151,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),

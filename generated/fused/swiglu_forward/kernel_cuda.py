@@ -29,11 +29,11 @@ def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -76,11 +76,11 @@ def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, b
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -155,11 +155,11 @@ def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, th
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -210,11 +210,11 @@ def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_d
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -299,11 +299,11 @@ def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor,
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -363,11 +363,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scal
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -460,11 +460,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, rou
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -529,11 +529,11 @@ def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -629,11 +629,11 @@ def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads,
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -682,11 +682,11 @@ def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, 
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -769,11 +769,11 @@ def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -832,11 +832,11 @@ def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_facto
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -929,11 +929,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_sc
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -998,11 +998,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1100,11 +1100,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1174,11 +1174,11 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if fmt == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),

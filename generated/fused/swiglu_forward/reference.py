@@ -12,10 +12,15 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def make_reference_base(fmt, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp,
-        _given=None):
+def make_reference_variants(fmt, with_weights, with_pos_to_token_topk, with_topk_weights, with_pos_to_expert,
+        with_clamp, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=
+        None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
+    if with_pos_to_token_topk:
+        T_tok = topk_weights.shape[0]
+        K = topk_weights.shape[1]
+        n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -27,82 +32,24 @@ def make_reference_base(fmt, x, weights, pos_to_token_topk, topk_weights, pos_to
             _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
         if fmt == 'fp32':
             _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_with_clamp(fmt, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        return _s_out, _s_clamped_count
-
-
-def make_reference_base_2(fmt, with_weights, with_pos_to_expert, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if with_weights == False:
+        if with_clamp:
+            _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        if (with_pos_to_token_topk, with_pos_to_expert) == (False, False):
+            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                (N_t, N_h))
+            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                (N_t, N_h))
+        if with_pos_to_expert:
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (False, True):
             keep = _fit((_t0 >= 0), (N_t,))
+        if with_pos_to_token_topk:
+            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, False):
+            keep = _fit((_t1 >= 0), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+            keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) in ((False, True), (True, False), (True, True)):
             a0 = _fit(
                 torch.where(keep[:, None],
                     _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
@@ -111,85 +58,30 @@ def make_reference_base_2(fmt, with_weights, with_pos_to_expert, x, weights, pos
                 torch.where(keep[:, None],
                     _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
                     0), (N_t, N_h))
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, False, False):
             out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        if with_weights == True:
-            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-            w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-            out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        if (fmt, with_weights) == ('bf16', False):
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if (fmt, with_weights) == ('bf16', True):
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if (fmt, with_weights) == ('fp32', False):
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        if (fmt, with_weights) == ('fp32', True):
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_with_clamp_2(fmt, with_weights, with_pos_to_expert, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit((_t0 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            b0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-            _t2_by_t = _sum(_t2_ones, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-            _t3_by_t = _sum(_t3_ones, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-            _t4_by_t = _sum(_t4_ones, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_h))
-            out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        if with_weights == True:
-            a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
-            b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                (N_t, N_h))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
             _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
+                (True, True, True)):
+            _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        if with_clamp:
             _t2_by_t = _sum(_t2_ones, 1)
             _t2 = _sum(_t2_by_t, 0)
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
             _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
+                (True, True, True)):
+            _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
+        if with_clamp:
             _t3_by_t = _sum(_t3_ones, 1)
             _t3 = _sum(_t3_by_t, 0)
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
             _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
+                (True, True, True)):
+            _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
+        if with_clamp:
             _t4_by_t = _sum(_t4_ones, 1)
             _t4 = _sum(_t4_by_t, 0)
             clamped_count_tile = _fit(
@@ -200,71 +92,65 @@ def make_reference_with_clamp_2(fmt, with_weights, with_pos_to_expert, x, weight
             a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
             b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
                 (N_t, N_h))
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, False, True):
+            out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
+        if (with_weights, with_pos_to_token_topk, with_pos_to_expert) == (True, False, False):
             _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        if (with_weights, with_pos_to_token_topk, with_pos_to_expert) in ((True, False, True), (True, True, False),
+                (True, True, True)):
+            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
+                (N_t,))
+        if (with_weights, with_pos_to_token_topk) == (True, False):
             w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        if with_pos_to_token_topk:
+            _t6 = _fit(
+                torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
+                    _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
+                        torch.float32), 0), (N_t,))
+        if (with_weights, with_pos_to_token_topk) == (True, True):
+            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        if (with_weights, with_clamp) == (True, False):
+            out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        if (fmt, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                with_clamp) in (('bf16', True, False, False, True), ('fp32', True, False, False, True),
+                ('fp32', True, False, True, True), ('fp32', True, True, False, True), ('fp32', True, True, True, True)):
             out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        if (fmt, with_weights) == ('bf16', False):
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if (fmt, with_weights) == ('bf16', True):
+        if (fmt, with_pos_to_token_topk, with_pos_to_expert) == ('bf16', False, False):
             _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
                 _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if (fmt, with_weights) == ('fp32', False):
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        if (fmt, with_weights) == ('fp32', True):
+        if (with_weights, with_pos_to_token_topk) == (False, True):
+            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, True, False):
+            out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
+        if (fmt, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                with_clamp) in (('bf16', False, True, False, True), ('bf16', False, True, True, True),
+                ('bf16', True, False, True, True), ('bf16', True, True, False, True), ('bf16', True, True, True, True),
+                ('fp32', False, True, False, True), ('fp32', False, True, True, True)):
+            out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
+        if (fmt, with_pos_to_token_topk, with_pos_to_expert) in (('bf16', False, True), ('bf16', True, False),
+                ('bf16', True, True)):
+            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
+        if (fmt, with_pos_to_token_topk, with_pos_to_expert) == ('fp32', False, False):
             _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        return _s_out, _s_clamped_count
-
-
-def make_reference_with_pos_to_token_topk_with_topk_weights(fmt, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if fmt == 'fp32':
+        if (fmt, with_pos_to_token_topk, with_pos_to_expert) in (('fp32', False, True), ('fp32', True, False),
+                ('fp32', True, True)):
             _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
+        if not with_clamp:
+            return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
+        if with_clamp:
+            return _s_out, _s_clamped_count
 
 
-def make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
+def make_written_rows_variants(fmt, with_weights, with_pos_to_token_topk, with_topk_weights, with_pos_to_expert,
+        with_clamp, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=
+        None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
+    if with_pos_to_token_topk:
+        T_tok = topk_weights.shape[0]
+        K = topk_weights.shape[1]
+        n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_h = H
@@ -272,552 +158,120 @@ def make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, x, w
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def make_reference_with_pos_to_token_topk_with_topk_weights_2(fmt, with_weights, with_pos_to_expert, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if with_weights == False:
+        if with_pos_to_expert:
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if not with_pos_to_token_topk:
+            keep = _fit((_t0 >= 0), (N_t,))
+        if with_pos_to_token_topk:
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            b0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-        if with_weights == True:
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if not with_pos_to_expert:
             keep = _fit((_t1 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            b0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
-                (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        if with_weights == False:
-            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if with_weights == True:
-            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2(fmt, with_weights, with_pos_to_expert, x,
-        weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
             keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            b0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-            _t2_by_t = _sum(_t2_ones, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-            _t3_by_t = _sum(_t3_ones, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-            _t4_by_t = _sum(_t4_ones, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_h))
-        if with_weights == True:
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit((_t1 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            b0 = _fit(
-                torch.where(keep[:, None],
-                    _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
-                    0), (N_t, N_h))
-            _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-            _t2_by_t = _sum(_t2_ones, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-            _t3_by_t = _sum(_t3_ones, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-            _t4_by_t = _sum(_t4_ones, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_h))
-            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
-                (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        if with_weights == False:
-            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if with_weights == True:
-            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def make_reference_with_weights_with_pos_to_expert(fmt, x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_with_weights_with_pos_to_expert_with_clamp(fmt, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(fmt, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if fmt == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        b0 = _fit(
-            torch.where(keep[:, None],
-                _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32), 0),
-            (N_t, N_h))
-        _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t2_by_t = _sum(_t2_ones, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
-        _t3_by_t = _sum(_t3_ones, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
-        _t4_by_t = _sum(_t4_ones, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_h))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * w[:, None]), (N_t, N_h))
-        if fmt == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), keep[:, None], False)
-        if fmt == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, keep[:, None], False)
-        return _s_out, _s_clamped_count
-
-
-def make_written_rows_with_pos_to_expert(fmt, with_weights, with_clamp, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def make_written_rows_with_pos_to_token_topk_with_topk_weights(fmt, with_weights, with_clamp, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, with_weights, with_clamp, x,
-        weights, pos_to_token_topk, topk_weights, pos_to_expert, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
 # the variants of the shared functions
-reference_bf16 = specialize(make_reference_base, 'bf16')
-reference_fp32 = specialize(make_reference_base, 'fp32')
-reference_bf16_with_clamp = specialize(make_reference_with_clamp, 'bf16')
-reference_fp32_with_clamp = specialize(make_reference_with_clamp, 'fp32')
-reference_bf16_with_pos_to_expert = specialize(make_reference_base_2, 'bf16', False, True)
-reference_bf16_with_weights = specialize(make_reference_base_2, 'bf16', True, False)
-reference_fp32_with_pos_to_expert = specialize(make_reference_base_2, 'fp32', False, True)
-reference_fp32_with_weights = specialize(make_reference_base_2, 'fp32', True, False)
-reference_bf16_with_pos_to_expert_with_clamp = specialize(make_reference_with_clamp_2, 'bf16', False, True)
-reference_bf16_with_weights_with_clamp = specialize(make_reference_with_clamp_2, 'bf16', True, False)
-reference_fp32_with_pos_to_expert_with_clamp = specialize(make_reference_with_clamp_2, 'fp32', False, True)
-reference_fp32_with_weights_with_clamp = specialize(make_reference_with_clamp_2, 'fp32', True, False)
+reference_bf16 = specialize(make_reference_variants, 'bf16', False, False, False, False, False)
+reference_bf16_with_clamp = specialize(make_reference_variants, 'bf16', False, False, False, False, True)
+reference_bf16_with_pos_to_expert = specialize(make_reference_variants, 'bf16', False, False, False, True, False)
+reference_bf16_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_variants, 'bf16', False, False, False, True, True))
 reference_bf16_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights, 'bf16'))
-reference_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+    specialize(make_reference_variants, 'bf16', False, True, True, False, False))
 reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp, 'bf16'))
-reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+    specialize(make_reference_variants, 'bf16', False, True, True, False, True))
 reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_2, 'bf16', False, True))
-reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_2, 'bf16', True, False))
-reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_2, 'fp32', False, True))
-reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_2, 'fp32', True, False))
+    specialize(make_reference_variants, 'bf16', False, True, True, True, False))
 reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'bf16', False, True))
-reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'bf16', True, False))
-reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'fp32', False, True))
-reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'fp32', True, False))
-reference_bf16_with_weights_with_pos_to_expert = specialize(make_reference_with_weights_with_pos_to_expert, 'bf16')
-reference_fp32_with_weights_with_pos_to_expert = specialize(make_reference_with_weights_with_pos_to_expert, 'fp32')
+    specialize(make_reference_variants, 'bf16', False, True, True, True, True))
+reference_bf16_with_weights = specialize(make_reference_variants, 'bf16', True, False, False, False, False)
+reference_bf16_with_weights_with_clamp = specialize(make_reference_variants, 'bf16', True, False, False, False, True)
+reference_bf16_with_weights_with_pos_to_expert = (
+    specialize(make_reference_variants, 'bf16', True, False, False, True, False))
 reference_bf16_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_with_weights_with_pos_to_expert_with_clamp, 'bf16'))
-reference_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
+    specialize(make_reference_variants, 'bf16', True, False, False, True, True))
+reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_variants, 'bf16', True, True, True, False, False))
+reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_variants, 'bf16', True, True, True, False, True))
 reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16'))
-reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+    specialize(make_reference_variants, 'bf16', True, True, True, True, False))
 reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-        'bf16'))
+    specialize(make_reference_variants, 'bf16', True, True, True, True, True))
+reference_fp32 = specialize(make_reference_variants, 'fp32', False, False, False, False, False)
+reference_fp32_with_clamp = specialize(make_reference_variants, 'fp32', False, False, False, False, True)
+reference_fp32_with_pos_to_expert = specialize(make_reference_variants, 'fp32', False, False, False, True, False)
+reference_fp32_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_variants, 'fp32', False, False, False, True, True))
+reference_fp32_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_variants, 'fp32', False, True, True, False, False))
+reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_variants, 'fp32', False, True, True, False, True))
+reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_variants, 'fp32', False, True, True, True, False))
+reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_variants, 'fp32', False, True, True, True, True))
+reference_fp32_with_weights = specialize(make_reference_variants, 'fp32', True, False, False, False, False)
+reference_fp32_with_weights_with_clamp = specialize(make_reference_variants, 'fp32', True, False, False, False, True)
+reference_fp32_with_weights_with_pos_to_expert = (
+    specialize(make_reference_variants, 'fp32', True, False, False, True, False))
+reference_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_variants, 'fp32', True, False, False, True, True))
+reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_variants, 'fp32', True, True, True, False, False))
+reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_variants, 'fp32', True, True, True, False, True))
+reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_variants, 'fp32', True, True, True, True, False))
 reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-        'fp32'))
-written_rows_bf16_with_pos_to_expert = specialize(make_written_rows_with_pos_to_expert, 'bf16', False, False)
-written_rows_bf16_with_pos_to_expert_with_clamp = specialize(make_written_rows_with_pos_to_expert, 'bf16', False, True)
-written_rows_bf16_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_with_pos_to_expert, 'bf16', True, False))
-written_rows_bf16_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_with_pos_to_expert, 'bf16', True, True))
-written_rows_fp32_with_pos_to_expert = specialize(make_written_rows_with_pos_to_expert, 'fp32', False, False)
-written_rows_fp32_with_pos_to_expert_with_clamp = specialize(make_written_rows_with_pos_to_expert, 'fp32', False, True)
-written_rows_fp32_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_with_pos_to_expert, 'fp32', True, False))
-written_rows_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_with_pos_to_expert, 'fp32', True, True))
+    specialize(make_reference_variants, 'fp32', True, True, True, True, True))
+written_rows_bf16_with_pos_to_expert = specialize(make_written_rows_variants, 'bf16', False, False, False, True, False)
+written_rows_bf16_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_variants, 'bf16', False, False, False, True, True))
 written_rows_bf16_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'bf16', False, False))
+    specialize(make_written_rows_variants, 'bf16', False, True, True, False, False))
 written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'bf16', False, True))
-written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'bf16', True, False))
-written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'bf16', True, True))
-written_rows_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'fp32', False, False))
-written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'fp32', False, True))
-written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'fp32', True, False))
-written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights, 'fp32', True, True))
+    specialize(make_written_rows_variants, 'bf16', False, True, True, False, True))
 written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16', False, False))
+    specialize(make_written_rows_variants, 'bf16', False, True, True, True, False))
 written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16', False, True))
+    specialize(make_written_rows_variants, 'bf16', False, True, True, True, True))
+written_rows_bf16_with_weights_with_pos_to_expert = (
+    specialize(make_written_rows_variants, 'bf16', True, False, False, True, False))
+written_rows_bf16_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_variants, 'bf16', True, False, False, True, True))
+written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_variants, 'bf16', True, True, True, False, False))
+written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_variants, 'bf16', True, True, True, False, True))
 written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16', True, False))
+    specialize(make_written_rows_variants, 'bf16', True, True, True, True, False))
 written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16', True, True))
+    specialize(make_written_rows_variants, 'bf16', True, True, True, True, True))
+written_rows_fp32_with_pos_to_expert = specialize(make_written_rows_variants, 'fp32', False, False, False, True, False)
+written_rows_fp32_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_variants, 'fp32', False, False, False, True, True))
+written_rows_fp32_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_variants, 'fp32', False, True, True, False, False))
+written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_variants, 'fp32', False, True, True, False, True))
 written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', False, False))
+    specialize(make_written_rows_variants, 'fp32', False, True, True, True, False))
 written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', False, True))
+    specialize(make_written_rows_variants, 'fp32', False, True, True, True, True))
+written_rows_fp32_with_weights_with_pos_to_expert = (
+    specialize(make_written_rows_variants, 'fp32', True, False, False, True, False))
+written_rows_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_variants, 'fp32', True, False, False, True, True))
+written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_variants, 'fp32', True, True, True, False, False))
+written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_variants, 'fp32', True, True, True, False, True))
 written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', True, False))
+    specialize(make_written_rows_variants, 'fp32', True, True, True, True, False))
 written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', True, True))
+    specialize(make_written_rows_variants, 'fp32', True, True, True, True, True))
 
 
 VARIANTS = {"bf16": reference_bf16, "bf16_with_clamp": reference_bf16_with_clamp, "bf16_with_pos_to_expert":

@@ -20,43 +20,121 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 
 
-def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k):
+def make_e4m3(scale, transpose, with_clamp, H, group_tokens, clamp, x_dtype, *, threads, block_k):
     T_ = T.dynamic("T")
     N_k = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_s = 2
     N_h = H
+    if scale == 'ue8m0':
+        N_h_p = T.ceildiv(N_h, 4)
     B_r = N_r
     B_h = N_h
     B_k = block_k
-    if not (((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((1 * B_k) * B_r) * B_h))
-                    + (((4 * B_k) * B_r) * B_h)) <= 8388608)):
-        raise ValueError(
-            "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take more "
-            "than 8388608 bytes, the cpu profile's max_tile_bytes")
+    if (scale, transpose, with_clamp) in (('fp32', True, False), ('pow2', True, False)):
+        if not (((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((1 * B_k) * B_r) * B_h))
+                        + (((4 * B_k) * B_r) * B_h)) <= 8388608)):
+            raise ValueError(
+                "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take "
+                "more than 8388608 bytes, the cpu profile's max_tile_bytes")
+    if (scale, transpose, with_clamp) in (('fp32', True, True), ('pow2', True, True)):
+        if not (((((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((1 * B_k) * B_r) * B_h))
+                        + (((4 * B_k) * B_r) * B_h)) <= 8388608)):
+            raise ValueError(
+                "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take "
+                "more than 8388608 bytes, the cpu profile's max_tile_bytes")
+    if (scale, transpose, with_clamp) in (('fp32', False, False), ('pow2', False, False)):
+        if not (((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h))
+                            + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) <= 8388608)):
+            raise ValueError(
+                "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take "
+                "more than 8388608 bytes, the cpu profile's max_tile_bytes")
+    if (scale, transpose, with_clamp) in (('fp32', False, True), ('pow2', False, True)):
+        if not (((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                            + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) <= 8388608)):
+            raise ValueError(
+                "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take "
+                "more than 8388608 bytes, the cpu profile's max_tile_bytes")
+    if scale == 'ue8m0':
+        B_h_p = T.ceildiv(B_h, 4)
+    if (scale, transpose, with_clamp) == ('ue8m0', True, False):
+        if not (((((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((1 * B_k) * B_r) * B_h))
+                                + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h)) <= 8388608)):
+            raise ValueError(
+                "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take "
+                "more than 8388608 bytes, the cpu profile's max_tile_bytes")
+    if (scale, transpose, with_clamp) == ('ue8m0', True, True):
+        if not (((((((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((1 * B_k) * B_r) * B_h))
+                                + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h)) <= 8388608)):
+            raise ValueError(
+                "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take "
+                "more than 8388608 bytes, the cpu profile's max_tile_bytes")
+    if (scale, transpose, with_clamp) == ('ue8m0', False, False):
+        if not (((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h))
+                        + ((4 * B_k) * B_h)) <= 8388608)):
+            raise ValueError(
+                "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take "
+                "more than 8388608 bytes, the cpu profile's max_tile_bytes")
+    if (scale, transpose, with_clamp) == ('ue8m0', False, True):
+        if not (((((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((4 * B_k) * B_r) * B_h))
+                                    + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h))
+                        + ((4 * B_k) * B_h)) <= 8388608)):
+            raise ValueError(
+                "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take "
+                "more than 8388608 bytes, the cpu profile's max_tile_bytes")
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
     STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
 
+    if transpose:
+        PARAM_q = T.Tensor((H, T_), 'uint8')
+    if not transpose:
+        PARAM_q = T.Tensor((T_, H), 'uint8')
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
+        q: PARAM_q,
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
             a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
             b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
+            if with_clamp:
+                a = T.alloc_local((B_k, B_r, B_h), 'float32')
+                b = T.alloc_local((B_k, B_r, B_h), 'float32')
             act = T.alloc_local((B_k, B_r, B_h), 'float32')
             act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
             act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
             _t0 = T.alloc_local((B_k, B_h), 'float32')
             amax = T.alloc_local((B_k, B_h), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_k, B_h), 'float32')
+                sf_codes = T.alloc_local((B_k, B_h), 'uint32')
             inv = T.alloc_local((B_k, B_h), 'float32')
-            q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
+            if transpose:
+                q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
+                q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
                 a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
@@ -64,8 +142,18 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k):
                 b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
+                if not with_clamp:
+                    act[i_k, i_r, i_h] = LOAD_x(
+                        STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h]))))
+                                * b0[i_k, i_r, i_h])))
+                if with_clamp:
+                    a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    b[i_k, i_r, i_h] = T.min(
+                        T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                        T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    act[i_k, i_r, i_h] = LOAD_x(
+                        STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h]))))
+                                * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
                     act[i_k, i_r, i_h], T.float32(0.0))
                 act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
@@ -73,635 +161,73 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k):
             T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.grid(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if (((b_k * B_k) + i_k) < N_k):
-                    if scale == 'fp32':
-                        sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_k * B_k) + i_k) < N_k):
+                        if scale == 'fp32':
+                            sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
                     inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
-            for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
-                    q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    if not (((((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + ((4 * B_k) * B_h)) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                            + ((4 * B_k) * B_h)) + (((1 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) <= 8388608)):
-        raise ValueError(
-            "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take more "
-            "than 8388608 bytes, the cpu profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            a = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_k, i_r, i_h] = T.min(
-                    T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if (((b_k * B_k) + i_k) < N_k):
-                    if scale == 'fp32':
-                        sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if scale == 'pow2':
+                if scale == 'ue8m0':
+                    sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_k, i_h_p in T.grid(B_k, B_h_p):
+                    if (((b_k * B_k) + i_k) < N_k):
+                        sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
+                                        T.if_then_else(((i_h_p * T.int32(4)) < N_h),
+                                            sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h),
+                                                sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h),
+                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h),
+                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_k, i_h in T.grid(B_k, B_h):
                     inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
-            for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
-                    q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    if not (((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h))
-                        + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) <= 8388608)):
-        raise ValueError(
-            "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take more "
-            "than 8388608 bytes, the cpu profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if (((b_k * B_k) + i_k) < N_k):
-                    if scale == 'fp32':
-                        sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
-                    q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
-                        encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    if not (((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + ((4 * B_k) * B_h)) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                    + ((4 * B_k) * B_h)) <= 8388608)):
-        raise ValueError(
-            "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take more "
-            "than 8388608 bytes, the cpu profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            a = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_k, i_r, i_h] = T.min(
-                    T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if (((b_k * B_k) + i_k) < N_k):
-                    if scale == 'fp32':
-                        sf[((b_k * B_k) + i_k), i_h] = (amax[i_k, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_k * B_k) + i_k), i_h] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
-                    q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
-                        encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads, block_k):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    B_h_p = T.ceildiv(B_h, 4)
-    if not (((((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + (((1 * B_k) * B_r) * B_h))
-                            + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h)) <= 8388608)):
-        raise ValueError(
-            "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take more "
-            "than 8388608 bytes, the cpu profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            sf_tile = T.alloc_local((B_k, B_h), 'float32')
-            sf_codes = T.alloc_local((B_k, B_h), 'uint32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_h_p in T.grid(B_k, B_h_p):
-                if (((b_k * B_k) + i_k) < N_k):
-                    sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
-                                    T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_k, i_h in T.grid(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
-            for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
-                    q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads, block_k):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    B_h_p = T.ceildiv(B_h, 4)
-    if not (((((((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + ((4 * B_k) * B_h)) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + ((4 * B_k) * B_h)) + (((1 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                        + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h)) <= 8388608)):
-        raise ValueError(
-            "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take more "
-            "than 8388608 bytes, the cpu profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            a = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            sf_tile = T.alloc_local((B_k, B_h), 'float32')
-            sf_codes = T.alloc_local((B_k, B_h), 'uint32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            q_tile = T.alloc_local((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_k, B_r, B_h + bank_pad('uint8')), 'uint8')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_k, i_r, i_h] = T.min(
-                    T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_h_p in T.grid(B_k, B_h_p):
-                if (((b_k * B_k) + i_k) < N_k):
-                    sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
-                                    T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_k, i_h in T.grid(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
-            for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
-                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
-                    q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads, block_k):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    B_h_p = T.ceildiv(B_h, 4)
-    if not (((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h))
-                    + ((4 * B_k) * B_h)) <= 8388608)):
-        raise ValueError(
-            "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take more "
-            "than 8388608 bytes, the cpu profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            sf_tile = T.alloc_local((B_k, B_h), 'float32')
-            sf_codes = T.alloc_local((B_k, B_h), 'uint32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_h_p in T.grid(B_k, B_h_p):
-                if (((b_k * B_k) + i_k) < N_k):
-                    sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
-                                    T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_k, i_h in T.grid(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
-                    q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
-                        encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads, block_k):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = N_r
-    B_h = N_h
-    B_k = block_k
-    B_h_p = T.ceildiv(B_h, 4)
-    if not (((((((((((((((4 * B_k) * B_h) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                                + ((4 * B_k) * B_h)) + (((4 * B_k) * B_r) * B_h)) + (((4 * B_k) * B_r) * B_h))
-                            + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h)) + ((4 * B_k) * B_h)) <= 8388608)):
-        raise ValueError(
-            "swiglu_forward_and_per_channel_cast_and_transpose: at these sizes the tiles of a block would take more "
-            "than 8388608 bytes, the cpu profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k), threads=threads) as (b_k,):
-            a0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_local((B_k, B_r, B_h), 'float32')
-            a = T.alloc_local((B_k, B_r, B_h), 'float32')
-            b = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_k, B_h), 'float32')
-            amax = T.alloc_local((B_k, B_h), 'float32')
-            sf_tile = T.alloc_local((B_k, B_h), 'float32')
-            sf_codes = T.alloc_local((B_k, B_h), 'uint32')
-            inv = T.alloc_local((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_k, i_r, i_h] = T.min(
-                    T.max(b0[i_k, i_r, i_h], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_),
-                    act[i_k, i_r, i_h], T.float32(0.0))
-                act_for_absmax_over_r_for_absmax_over_r[i_k, i_r, i_h] = T.Select(
-                    T.isnan(act_for_absmax_over_r[i_k, i_r, i_h]), T.float32(0.0), act_for_absmax_over_r[i_k, i_r, i_h])
-            T.reduce_absmax(act_for_absmax_over_r_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.grid(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_h_p in T.grid(B_k, B_h_p):
-                if (((b_k * B_k) + i_k) < N_k):
-                    sf[((b_k * B_k) + i_k), i_h_p] = T.reinterpret((((
-                                    T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_k, (i_h_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_k, i_h in T.grid(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.grid(B_k, B_r, B_h):
-                if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
-                    q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
-                        encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
+                if transpose:
+                    q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
+                    q_staged[i_k, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_k, i_r, i_h]), "uint8")
+                if not transpose:
+                    if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                        q[((((b_k * B_k) + i_k) * N_r) + i_r), i_h] = T.cast(
+                            encode_e4m3((act[i_k, i_r, i_h] * inv[i_k, i_h])), "uint8")
+            if transpose:
+                for i_h, i_k, i_r in T.grid(B_h, B_k, B_r):
+                    if (((((b_k * B_k) + i_k) * N_r) + i_r) < T_):
+                        q[i_h, ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
 
 # the variants of the shared factories
-build_e4m3_fp32_true = specialize(make_e4m3_true, 'fp32')
-build_e4m3_pow2_true = specialize(make_e4m3_true, 'pow2')
-build_e4m3_fp32_true_with_clamp = specialize(make_e4m3_true_with_clamp, 'fp32')
-build_e4m3_pow2_true_with_clamp = specialize(make_e4m3_true_with_clamp, 'pow2')
-build_e4m3_fp32_false = specialize(make_e4m3_false, 'fp32')
-build_e4m3_pow2_false = specialize(make_e4m3_false, 'pow2')
-build_e4m3_fp32_false_with_clamp = specialize(make_e4m3_false_with_clamp, 'fp32')
-build_e4m3_pow2_false_with_clamp = specialize(make_e4m3_false_with_clamp, 'pow2')
+build_e4m3_fp32_true = specialize(make_e4m3, 'fp32', True, False)
+build_e4m3_fp32_true_with_clamp = specialize(make_e4m3, 'fp32', True, True)
+build_e4m3_fp32_false = specialize(make_e4m3, 'fp32', False, False)
+build_e4m3_fp32_false_with_clamp = specialize(make_e4m3, 'fp32', False, True)
+build_e4m3_pow2_true = specialize(make_e4m3, 'pow2', True, False)
+build_e4m3_pow2_true_with_clamp = specialize(make_e4m3, 'pow2', True, True)
+build_e4m3_pow2_false = specialize(make_e4m3, 'pow2', False, False)
+build_e4m3_pow2_false_with_clamp = specialize(make_e4m3, 'pow2', False, True)
+build_e4m3_ue8m0_true = specialize(make_e4m3, 'ue8m0', True, False)
+build_e4m3_ue8m0_true_with_clamp = specialize(make_e4m3, 'ue8m0', True, True)
+build_e4m3_ue8m0_false = specialize(make_e4m3, 'ue8m0', False, False)
+build_e4m3_ue8m0_false_with_clamp = specialize(make_e4m3, 'ue8m0', False, True)

@@ -18,38 +18,59 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
+def make_e4m3(scale, transpose, with_clamp, H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
     T_ = T.dynamic("T")
     N_k = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_s = 2
     N_h = H
+    if scale == 'ue8m0':
+        N_h_p = T.ceildiv(N_h, 4)
     B_r = pad_pow2(N_r)
     B_k = fit_rows(block_k, tile_elems, B_r)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
+    if scale == 'ue8m0':
+        B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
+        B_h_p = T.ceildiv(B_h, 4)
     threads = fit_threads(threads, max(B_k * B_h, B_k * B_r * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
     STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
 
+    if transpose:
+        PARAM_q = T.Tensor((H, T_), 'float8_e4m3fn')
+    if not transpose:
+        PARAM_q = T.Tensor((T_, H), 'float8_e4m3fn')
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
+        q: PARAM_q,
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_k = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
             a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
             b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+            if with_clamp:
+                a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+                b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
             act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
             act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
             _t0 = T.alloc_fragment((B_k, B_h), 'float32')
             amax = T.alloc_fragment((B_k, B_h), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
+                sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
             inv = T.alloc_fragment((B_k, B_h), 'float32')
-            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
+            if transpose:
+                q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
+                q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
                 a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
                     LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
@@ -57,593 +78,89 @@ def make_e4m3_true(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k, 
                 b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
                     LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
+                if not with_clamp:
+                    act[i_k, i_r, i_h] = LOAD_x(
+                        STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h]))))
+                                * b0[i_k, i_r, i_h])))
+                if with_clamp:
+                    a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
+                    b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
+                    act[i_k, i_r, i_h] = LOAD_x(
+                        STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h]))))
+                                * b[i_k, i_r, i_h])))
                 act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
                     T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
                     T.float32(0.0))
             T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
             for i_k, i_h in T.Parallel(B_k, B_h):
                 amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if (((b_k * B_k) + i_k) < N_k):
-                    if scale == 'fp32':
-                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_k * B_k) + i_k) < N_k):
+                        if scale == 'fp32':
+                            sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
                 if scale == 'pow2':
                     inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
-            for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def make_e4m3_true_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = pad_pow2(N_r)
-    B_k = fit_rows(block_k, tile_elems, B_r)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
-    threads = fit_threads(threads, max(B_k * B_h, B_k * B_r * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_k = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
-            amax = T.alloc_fragment((B_k, B_h), 'float32')
-            inv = T.alloc_fragment((B_k, B_h), 'float32')
-            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if (((b_k * B_k) + i_k) < N_k):
-                    if scale == 'fp32':
-                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if scale == 'pow2':
+                if scale == 'ue8m0':
+                    sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_k, i_h_p in T.Parallel(B_k, B_h_p):
+                    if (((b_k * B_k) + i_k) < N_k):
+                        sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
+                                            sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1))
+                                                < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_k, i_h in T.Parallel(B_k, B_h):
                     inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
-            for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def make_e4m3_false(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = pad_pow2(N_r)
-    B_k = fit_rows(block_k, tile_elems, B_r)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
-    threads = fit_threads(threads, max(B_k * B_h, B_k * B_r * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_k = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
-            amax = T.alloc_fragment((B_k, B_h), 'float32')
-            inv = T.alloc_fragment((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if (((b_k * B_k) + i_k) < N_k):
-                    if scale == 'fp32':
-                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
-                            * inv[i_k, i_h]), "float8_e4m3fn")
-
-    return kernel
-
-
-def make_e4m3_false_with_clamp(scale, H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    B_r = pad_pow2(N_r)
-    B_k = fit_rows(block_k, tile_elems, B_r)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 1)
-    threads = fit_threads(threads, max(B_k * B_h, B_k * B_r * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_k = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
-            amax = T.alloc_fragment((B_k, B_h), 'float32')
-            inv = T.alloc_fragment((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                if (((b_k * B_k) + i_k) < N_k):
-                    if scale == 'fp32':
-                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = (amax[i_k, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_k * B_k) + i_k), ((b_h * B_h) + i_h)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_k, i_h] = (T.float32(448.0) / amax[i_k, i_h])
-                if scale == 'pow2':
-                    inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
-                            * inv[i_k, i_h]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_true(H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = pad_pow2(N_r)
-    B_k = fit_rows(block_k, tile_elems, B_r)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
-    B_h_p = T.ceildiv(B_h, 4)
-    threads = fit_threads(threads, max(B_k * B_h, B_k * B_r * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_k = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
-            amax = T.alloc_fragment((B_k, B_h), 'float32')
-            sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
-            sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
-            inv = T.alloc_fragment((B_k, B_h), 'float32')
-            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_h_p in T.Parallel(B_k, B_h_p):
-                if (((b_k * B_k) + i_k) < N_k):
-                    sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
-                                        sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
-            for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_ue8m0_true_with_clamp(H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = pad_pow2(N_r)
-    B_k = fit_rows(block_k, tile_elems, B_r)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
-    B_h_p = T.ceildiv(B_h, 4)
-    threads = fit_threads(threads, max(B_k * B_h, B_k * B_r * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((H, T_), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_k = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
-            amax = T.alloc_fragment((B_k, B_h), 'float32')
-            sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
-            sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
-            inv = T.alloc_fragment((B_k, B_h), 'float32')
-            q_tile = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            q_staged = T.alloc_shared((B_k, B_r, B_h + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_h_p in T.Parallel(B_k, B_h_p):
-                if (((b_k * B_k) + i_k) < N_k):
-                    sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
-                                        sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
-                q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
-            for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
-                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_ue8m0_false(H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = pad_pow2(N_r)
-    B_k = fit_rows(block_k, tile_elems, B_r)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
-    B_h_p = T.ceildiv(B_h, 4)
-    threads = fit_threads(threads, max(B_k * B_h, B_k * B_r * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_k = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
-            amax = T.alloc_fragment((B_k, B_h), 'float32')
-            sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
-            sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
-            inv = T.alloc_fragment((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a0[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a0[i_k, i_r, i_h])))) * b0[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_h_p in T.Parallel(B_k, B_h_p):
-                if (((b_k * B_k) + i_k) < N_k):
-                    sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
-                                        sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
-                            * inv[i_k, i_h]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_false_with_clamp(H, group_tokens, clamp, x_dtype, *, threads, block_k, tile_elems):
-    T_ = T.dynamic("T")
-    N_k = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = pad_pow2(N_r)
-    B_k = fit_rows(block_k, tile_elems, B_r)
-    B_h = pick_block(N_h, max(1, (tile_elems // (B_k * B_r))), 4)
-    B_h_p = T.ceildiv(B_h, 4)
-    threads = fit_threads(threads, max(B_k * B_h, B_k * B_r * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_k, B_k) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_k = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b0 = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            a = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            b = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            act_for_absmax_over_r = T.alloc_fragment((B_k, B_r, B_h), 'float32')
-            _t0 = T.alloc_fragment((B_k, B_h), 'float32')
-            amax = T.alloc_fragment((B_k, B_h), 'float32')
-            sf_tile = T.alloc_fragment((B_k, B_h), 'float32')
-            sf_codes = T.alloc_shared((B_k, B_h), 'uint32')
-            inv = T.alloc_fragment((B_k, B_h), 'float32')
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                b0[i_k, i_r, i_h] = T.if_then_else(((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_x(x[((((b_k * B_k) + i_k) * N_r) + i_r), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                a[i_k, i_r, i_h] = T.min(a0[i_k, i_r, i_h], T.float32(clamp))
-                b[i_k, i_r, i_h] = T.min(T.max(b0[i_k, i_r, i_h], (-T.float32(clamp))), T.float32(clamp))
-                act[i_k, i_r, i_h] = LOAD_x(
-                    STORE_x(((a[i_k, i_r, i_h] / (T.float32(1.0) + T.exp((-a[i_k, i_r, i_h])))) * b[i_k, i_r, i_h])))
-                act_for_absmax_over_r[i_k, i_r, i_h] = T.Select((i_r < N_r),
-                    T.Select((((((b_k * B_k) + i_k) * N_r) + i_r) < T_), act[i_k, i_r, i_h], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(act_for_absmax_over_r, _t0, dim=1)
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                amax[i_k, i_h] = T.max(_t0[i_k, i_h], T.float32(0.0001))
-                sf_tile[i_k, i_h] = T.reinterpret(((((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_k, i_h] = ((T.reinterpret(sf_tile[i_k, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_k, i_h_p in T.Parallel(B_k, B_h_p):
-                if (((b_k * B_k) + i_k) < N_k):
-                    sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
-                                        sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_k, i_h in T.Parallel(B_k, B_h):
-                inv[i_k, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_k, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_k, i_r, i_h in T.Parallel(B_k, B_r, B_h):
-                if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
-                            * inv[i_k, i_h]), "float8_e4m3fn")
+                if transpose:
+                    q_tile[i_k, i_r, i_h] = (act[i_k, i_r, i_h] * inv[i_k, i_h])
+                    q_staged[i_k, i_r, i_h] = T.cast(q_tile[i_k, i_r, i_h], "float8_e4m3fn")
+                if not transpose:
+                    if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                        q[((((b_k * B_k) + i_k) * N_r) + i_r), ((b_h * B_h) + i_h)] = T.cast((act[i_k, i_r, i_h]
+                                * inv[i_k, i_h]), "float8_e4m3fn")
+            if transpose:
+                for i_h, i_k, i_r in T.Parallel(B_h, B_k, B_r):
+                    if ((((((b_k * B_k) + i_k) * N_r) + i_r) < T_) & (i_r < N_r)):
+                        q[((b_h * B_h) + i_h), ((((b_k * B_k) + i_k) * N_r) + i_r)] = q_staged[i_k, i_r, i_h]
 
     return kernel
 
 
 # the variants of the shared factories
-build_e4m3_fp32_true = specialize(make_e4m3_true, 'fp32')
-build_e4m3_pow2_true = specialize(make_e4m3_true, 'pow2')
-build_e4m3_fp32_true_with_clamp = specialize(make_e4m3_true_with_clamp, 'fp32')
-build_e4m3_pow2_true_with_clamp = specialize(make_e4m3_true_with_clamp, 'pow2')
-build_e4m3_fp32_false = specialize(make_e4m3_false, 'fp32')
-build_e4m3_pow2_false = specialize(make_e4m3_false, 'pow2')
-build_e4m3_fp32_false_with_clamp = specialize(make_e4m3_false_with_clamp, 'fp32')
-build_e4m3_pow2_false_with_clamp = specialize(make_e4m3_false_with_clamp, 'pow2')
+build_e4m3_fp32_true = specialize(make_e4m3, 'fp32', True, False)
+build_e4m3_fp32_true_with_clamp = specialize(make_e4m3, 'fp32', True, True)
+build_e4m3_fp32_false = specialize(make_e4m3, 'fp32', False, False)
+build_e4m3_fp32_false_with_clamp = specialize(make_e4m3, 'fp32', False, True)
+build_e4m3_pow2_true = specialize(make_e4m3, 'pow2', True, False)
+build_e4m3_pow2_true_with_clamp = specialize(make_e4m3, 'pow2', True, True)
+build_e4m3_pow2_false = specialize(make_e4m3, 'pow2', False, False)
+build_e4m3_pow2_false_with_clamp = specialize(make_e4m3, 'pow2', False, True)
+build_e4m3_ue8m0_true = specialize(make_e4m3, 'ue8m0', True, False)
+build_e4m3_ue8m0_true_with_clamp = specialize(make_e4m3, 'ue8m0', True, True)
+build_e4m3_ue8m0_false = specialize(make_e4m3, 'ue8m0', False, False)
+build_e4m3_ue8m0_false_with_clamp = specialize(make_e4m3, 'ue8m0', False, True)

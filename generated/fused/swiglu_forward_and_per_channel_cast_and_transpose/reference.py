@@ -12,21 +12,26 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16, encode_e4m3
 
 
-def make_reference_e4m3(scale, transpose, x, group_tokens, clamp, _given=None):
+def make_reference_e4m3(scale, transpose, with_clamp, x, group_tokens, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
     N_k = (-(-T_ // group_tokens))
     N_r = group_tokens
     N_s = 2
     N_h = H
+    if scale == 'ue8m0':
+        N_h_p = (-(-N_h // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        if transpose == True:
+        if transpose:
             _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        if transpose == False:
+        if not transpose:
             _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
+        if scale in ('fp32', 'pow2'):
+            _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
+        if scale == 'ue8m0':
+            _s_sf = torch.zeros(((-(-T_ // group_tokens)), (-(-H // 4))), dtype=torch.int32, device=_dev)
         a0 = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
                 _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 0),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
@@ -35,8 +40,17 @@ def make_reference_e4m3(scale, transpose, x, group_tokens, clamp, _given=None):
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
                 _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 1),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
                     torch.float32), 0), (N_k, N_r, N_h))
-        act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((a0 / (_f32(1.0) + _exp((-a0)))) * b0)).to(torch.float32), (N_k, N_r, N_h))
+        if not with_clamp:
+            act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16),
+                    torch.float32: _same}[x.dtype](((a0 / (_f32(1.0) + _exp((-a0)))) * b0)).to(torch.float32),
+                (N_k, N_r, N_h))
+        if with_clamp:
+            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_k, N_r, N_h))
+            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
+                (N_k, N_r, N_h))
+            act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16),
+                    torch.float32: _same}[x.dtype](((a / (_f32(1.0) + _exp((-a)))) * b)).to(torch.float32),
+                (N_k, N_r, N_h))
         act_for_absmax_over_r = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), act, _f32(0.0)),
             (N_k, N_r, N_h))
@@ -44,218 +58,43 @@ def make_reference_e4m3(scale, transpose, x, group_tokens, clamp, _given=None):
         amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_k, N_h))
         if scale == 'fp32':
             sf_tile = _fit((amax / _f32(448.0)), (N_k, N_h))
-        if scale == 'pow2':
+        if scale in ('pow2', 'ue8m0'):
             sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_k, N_h))
-        _store_view(_s_sf, (N_k, N_h), (N_k, N_h), ('k', 'h'), ('k', 'h'), sf_tile, None, False)
+        if scale in ('fp32', 'pow2'):
+            _store_view(_s_sf, (N_k, N_h), (N_k, N_h), ('k', 'h'), ('k', 'h'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_k, N_h))
-        if scale == 'pow2':
+        if scale == 'ue8m0':
+            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_k, N_h))
+            _scatter(_s_sf, (_ix(N_k, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_k, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(sf_codes,
+                                    (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(sf_codes,
+                                    (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if scale in ('pow2', 'ue8m0'):
             inv = _fit(
                 _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_k, N_h))
         q_tile = _fit((act * inv[:, None, :]), (N_k, N_r, N_h))
-        if transpose == True:
+        if transpose:
             _store_view(_s_q, (N_h, N_k * N_r), (N_h, N_k, N_r), ('h', 'k', 'r'), ('k', 'r', 'h'),
                 _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
                 (_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        if transpose == False:
-            _store_view(_s_q, (N_k * N_r, N_h), (N_k, N_r, N_h), ('k', 'r', 'h'), ('k', 'r', 'h'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-                (_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        return _s_q, _s_sf
-
-
-def make_reference_e4m3_with_clamp(scale, transpose, x, group_tokens, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_k = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if transpose == True:
-            _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        if transpose == False:
-            _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
-        a0 = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 0),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
-                    torch.float32), 0), (N_k, N_r, N_h))
-        b0 = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 1),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
-                    torch.float32), 0), (N_k, N_r, N_h))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_k, N_r, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_k, N_r, N_h))
-        act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((a / (_f32(1.0) + _exp((-a)))) * b)).to(torch.float32), (N_k, N_r, N_h))
-        act_for_absmax_over_r = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), act, _f32(0.0)),
-            (N_k, N_r, N_h))
-        _t0 = _absmax(act_for_absmax_over_r, 1)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_k, N_h))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_k, N_h))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_k, N_h))
-        _store_view(_s_sf, (N_k, N_h), (N_k, N_h), ('k', 'h'), ('k', 'h'), sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_k, N_h))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_k, N_h))
-        q_tile = _fit((act * inv[:, None, :]), (N_k, N_r, N_h))
-        if transpose == True:
-            _store_view(_s_q, (N_h, N_k * N_r), (N_h, N_k, N_r), ('h', 'k', 'r'), ('k', 'r', 'h'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-                (_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        if transpose == False:
-            _store_view(_s_q, (N_k * N_r, N_h), (N_k, N_r, N_h), ('k', 'r', 'h'), ('k', 'r', 'h'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-                (_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        return _s_q, _s_sf
-
-
-def make_reference_e4m3_ue8m0(transpose, x, group_tokens, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_k = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = (-(-N_h // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if transpose == True:
-            _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        if transpose == False:
-            _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), (-(-H // 4))), dtype=torch.int32, device=_dev)
-        a0 = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 0),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
-                    torch.float32), 0), (N_k, N_r, N_h))
-        b0 = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 1),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
-                    torch.float32), 0), (N_k, N_r, N_h))
-        act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((a0 / (_f32(1.0) + _exp((-a0)))) * b0)).to(torch.float32), (N_k, N_r, N_h))
-        act_for_absmax_over_r = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), act, _f32(0.0)),
-            (N_k, N_r, N_h))
-        _t0 = _absmax(act_for_absmax_over_r, 1)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_k, N_h))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_k, N_h))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_k, N_h))
-        _scatter(_s_sf, (_ix(N_k, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_k, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_k, N_h))
-        q_tile = _fit((act * inv[:, None, :]), (N_k, N_r, N_h))
-        if transpose == True:
-            _store_view(_s_q, (N_h, N_k * N_r), (N_h, N_k, N_r), ('h', 'k', 'r'), ('k', 'r', 'h'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-                (_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        if transpose == False:
-            _store_view(_s_q, (N_k * N_r, N_h), (N_k, N_r, N_h), ('k', 'r', 'h'), ('k', 'r', 'h'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-                (_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        return _s_q, _s_sf
-
-
-def make_reference_e4m3_ue8m0_with_clamp(transpose, x, group_tokens, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_k = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_s = 2
-    N_h = H
-    N_h_p = (-(-N_h // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if transpose == True:
-            _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        if transpose == False:
-            _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), (-(-H // 4))), dtype=torch.int32, device=_dev)
-        a0 = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 0),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
-                    torch.float32), 0), (N_k, N_r, N_h))
-        b0 = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_k * N_r, N_s * N_h), (N_k, N_r, N_s, N_h), ((2, 1),), ('k', 'r', 'h'), ('k', 'r', 'h')).to(
-                    torch.float32), 0), (N_k, N_r, N_h))
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_k, N_r, N_h))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_k, N_r, N_h))
-        act = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((a / (_f32(1.0) + _exp((-a)))) * b)).to(torch.float32), (N_k, N_r, N_h))
-        act_for_absmax_over_r = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), act, _f32(0.0)),
-            (N_k, N_r, N_h))
-        _t0 = _absmax(act_for_absmax_over_r, 1)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_k, N_h))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_k, N_h))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_k, N_h))
-        _scatter(_s_sf, (_ix(N_k, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_k, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_k, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_k, N_h))
-        q_tile = _fit((act * inv[:, None, :]), (N_k, N_r, N_h))
-        if transpose == True:
-            _store_view(_s_q, (N_h, N_k * N_r), (N_h, N_k, N_r), ('h', 'k', 'r'), ('k', 'r', 'h'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-                (_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        if transpose == False:
+        if not transpose:
             _store_view(_s_q, (N_k * N_r, N_h), (N_k, N_r, N_h), ('k', 'r', 'h'), ('k', 'r', 'h'),
                 _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
                 (_wrap_i32(_wrap_i32(_ix(N_k, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
@@ -263,18 +102,18 @@ def make_reference_e4m3_ue8m0_with_clamp(transpose, x, group_tokens, clamp, _giv
 
 
 # the variants of the shared functions
-reference_e4m3_fp32_true = specialize(make_reference_e4m3, 'fp32', True)
-reference_e4m3_fp32_false = specialize(make_reference_e4m3, 'fp32', False)
-reference_e4m3_pow2_true = specialize(make_reference_e4m3, 'pow2', True)
-reference_e4m3_pow2_false = specialize(make_reference_e4m3, 'pow2', False)
-reference_e4m3_fp32_true_with_clamp = specialize(make_reference_e4m3_with_clamp, 'fp32', True)
-reference_e4m3_fp32_false_with_clamp = specialize(make_reference_e4m3_with_clamp, 'fp32', False)
-reference_e4m3_pow2_true_with_clamp = specialize(make_reference_e4m3_with_clamp, 'pow2', True)
-reference_e4m3_pow2_false_with_clamp = specialize(make_reference_e4m3_with_clamp, 'pow2', False)
-reference_e4m3_ue8m0_true = specialize(make_reference_e4m3_ue8m0, True)
-reference_e4m3_ue8m0_false = specialize(make_reference_e4m3_ue8m0, False)
-reference_e4m3_ue8m0_true_with_clamp = specialize(make_reference_e4m3_ue8m0_with_clamp, True)
-reference_e4m3_ue8m0_false_with_clamp = specialize(make_reference_e4m3_ue8m0_with_clamp, False)
+reference_e4m3_fp32_true = specialize(make_reference_e4m3, 'fp32', True, False)
+reference_e4m3_fp32_true_with_clamp = specialize(make_reference_e4m3, 'fp32', True, True)
+reference_e4m3_fp32_false = specialize(make_reference_e4m3, 'fp32', False, False)
+reference_e4m3_fp32_false_with_clamp = specialize(make_reference_e4m3, 'fp32', False, True)
+reference_e4m3_pow2_true = specialize(make_reference_e4m3, 'pow2', True, False)
+reference_e4m3_pow2_true_with_clamp = specialize(make_reference_e4m3, 'pow2', True, True)
+reference_e4m3_pow2_false = specialize(make_reference_e4m3, 'pow2', False, False)
+reference_e4m3_pow2_false_with_clamp = specialize(make_reference_e4m3, 'pow2', False, True)
+reference_e4m3_ue8m0_true = specialize(make_reference_e4m3, 'ue8m0', True, False)
+reference_e4m3_ue8m0_true_with_clamp = specialize(make_reference_e4m3, 'ue8m0', True, True)
+reference_e4m3_ue8m0_false = specialize(make_reference_e4m3, 'ue8m0', False, False)
+reference_e4m3_ue8m0_false_with_clamp = specialize(make_reference_e4m3, 'ue8m0', False, True)
 
 
 VARIANTS = {

@@ -27,17 +27,25 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
@@ -47,6 +55,9 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -64,16 +75,44 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -92,18 +131,26 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -128,6 +175,9 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -174,16 +224,44 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -202,18 +280,26 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t,), 'int32')
@@ -225,6 +311,9 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -247,16 +336,44 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -276,19 +393,27 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -315,6 +440,9 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -366,16 +494,44 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -396,19 +552,27 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t1 = T.alloc_local((B_t,), 'int32')
@@ -422,6 +586,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -448,16 +615,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -478,20 +673,28 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -520,6 +723,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -576,16 +782,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -606,12 +840,20 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -619,7 +861,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t,), 'int32')
@@ -634,6 +876,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -663,16 +908,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -693,13 +966,21 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -707,7 +988,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -737,6 +1018,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -796,16 +1080,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -824,18 +1136,26 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
@@ -847,6 +1167,9 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -867,16 +1190,44 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -895,19 +1246,27 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -934,6 +1293,9 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -984,16 +1346,44 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1013,19 +1403,27 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t,), 'int32')
@@ -1039,6 +1437,9 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1065,16 +1466,44 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1094,20 +1523,28 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -1136,6 +1573,9 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1192,16 +1632,44 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1222,12 +1690,20 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1235,7 +1711,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t1 = T.alloc_local((B_t,), 'int32')
@@ -1250,6 +1726,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1279,16 +1758,44 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1309,13 +1816,21 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1323,7 +1838,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -1353,6 +1868,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1412,16 +1930,44 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1442,12 +1988,20 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1456,7 +2010,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t,), 'int32')
@@ -1472,6 +2026,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1504,16 +2061,44 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1534,13 +2119,21 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
     B_n = N_n
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1549,7 +2142,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -1580,6 +2173,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
             for i_t in T.grid(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1642,16 +2238,44 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1663,1937 +2287,79 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     return kernel
 
 
-def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads,
-        block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp, x_dtype, *,
-        threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads,
-        block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *,
-        threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor,
-        clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
 # the variants of the shared factories
 build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
 build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
+build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0')
 build_e4m3_fp32_with_clamp = specialize(make_e4m3_with_clamp, 'fp32')
 build_e4m3_pow2_with_clamp = specialize(make_e4m3_with_clamp, 'pow2')
+build_e4m3_ue8m0_with_clamp = specialize(make_e4m3_with_clamp, 'ue8m0')
 build_e4m3_fp32_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'fp32')
 build_e4m3_pow2_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'pow2')
+build_e4m3_ue8m0_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'ue8m0')
 build_e4m3_fp32_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'fp32')
 build_e4m3_pow2_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'pow2')
+build_e4m3_ue8m0_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'ue8m0')
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32'))
 build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'ue8m0'))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
 build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'ue8m0'))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
 build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'ue8m0'))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
 build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'ue8m0'))
 build_e4m3_fp32_with_weights = specialize(make_e4m3_with_weights, 'fp32')
 build_e4m3_pow2_with_weights = specialize(make_e4m3_with_weights, 'pow2')
+build_e4m3_ue8m0_with_weights = specialize(make_e4m3_with_weights, 'ue8m0')
 build_e4m3_fp32_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'fp32')
 build_e4m3_pow2_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'pow2')
+build_e4m3_ue8m0_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'ue8m0')
 build_e4m3_fp32_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'fp32')
 build_e4m3_pow2_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'pow2')
+build_e4m3_ue8m0_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'ue8m0')
 build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'ue8m0'))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'ue8m0'))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'ue8m0'))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'ue8m0'))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'ue8m0'))

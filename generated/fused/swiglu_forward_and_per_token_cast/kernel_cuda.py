@@ -25,18 +25,28 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -47,6 +57,9 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
@@ -62,16 +75,44 @@ def make_e4m3(scale, H, group, routed_scaling_factor, clamp, x_dtype, *, threads
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -90,19 +131,29 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -128,6 +179,9 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
@@ -167,16 +221,44 @@ def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, x_dtype,
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -196,19 +278,29 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -221,6 +313,9 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -241,16 +336,44 @@ def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, 
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -270,20 +393,30 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -311,6 +444,9 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -356,16 +492,44 @@ def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_fact
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -386,20 +550,30 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -414,6 +588,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -438,16 +615,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_s
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -468,21 +673,31 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -512,6 +727,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -562,16 +780,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, grou
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -592,13 +838,23 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -606,7 +862,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -622,6 +878,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -649,16 +908,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale,
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -679,14 +966,24 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -694,7 +991,7 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -725,6 +1022,9 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -778,16 +1078,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -806,19 +1134,29 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -831,6 +1169,9 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
@@ -849,16 +1190,44 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, x_dtyp
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -878,20 +1247,30 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -919,6 +1298,9 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
@@ -962,16 +1344,44 @@ def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, cl
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -991,20 +1401,30 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -1019,6 +1439,9 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1043,16 +1466,44 @@ def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_fa
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1072,21 +1523,31 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         weights: T.Tensor((T_,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -1116,6 +1577,9 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1166,16 +1630,44 @@ def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1196,13 +1688,23 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1210,7 +1712,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -1226,6 +1728,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1253,16 +1758,44 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, gr
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1283,14 +1816,24 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1298,7 +1841,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
         pos_to_token_topk: T.Tensor((T_,), 'int32'),
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -1329,6 +1872,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1382,16 +1928,44 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(s
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1412,13 +1986,23 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1427,7 +2011,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_g, B_g))
@@ -1444,6 +2028,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1474,16 +2061,44 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1504,14 +2119,24 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_c = pad_pow2(N_c)
     B_n = N_n
     B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
@@ -1520,7 +2145,7 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
         topk_weights: T.Tensor((n_topk_weights,), 'float32'),
         pos_to_expert: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
+        sf: PARAM_sf,
         clamped_count: T.Tensor((3,), 'int64'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
@@ -1552,6 +2177,9 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t7 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -1608,16 +2236,44 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
             T.reduce_absmax(y, _t7, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if scale == 'fp32':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_t, i_g in T.Parallel(B_t, B_g):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
@@ -1629,1905 +2285,79 @@ def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_
     return kernel
 
 
-def build_e4m3_ue8m0(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t,
-        tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t,
-        tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * T.float32(routed_scaling_factor)),
-                    T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp, x_dtype, *,
-        threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *, threads, block_t,
-        tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((b0[i_t, i_g, i_c] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_expert(H, group, routed_scaling_factor, clamp, x_dtype, *, threads,
-        block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(H, group, routed_scaling_factor, clamp, x_dtype, *,
-        threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights(H, group, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(H, group, routed_scaling_factor,
-        clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(H, group,
-        routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = T.ceildiv(N_g, 4)
-    B_c = pad_pow2(N_c)
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_t, B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32'),
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_fragment((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            y = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + ((b_g * B_g) + i_g)) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
-                    T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = T.Select((i_c < N_c), (act[i_t, i_g, i_c] * w[i_t]), T.float32(0.0))
-            T.reduce_absmax(y, _t7, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.float32(0.0001))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (keep[i_t] & ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c))):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((y[i_t, i_g, i_c]
-                            * inv[i_t, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
 # the variants of the shared factories
 build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
 build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
+build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0')
 build_e4m3_fp32_with_clamp = specialize(make_e4m3_with_clamp, 'fp32')
 build_e4m3_pow2_with_clamp = specialize(make_e4m3_with_clamp, 'pow2')
+build_e4m3_ue8m0_with_clamp = specialize(make_e4m3_with_clamp, 'ue8m0')
 build_e4m3_fp32_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'fp32')
 build_e4m3_pow2_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'pow2')
+build_e4m3_ue8m0_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'ue8m0')
 build_e4m3_fp32_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'fp32')
 build_e4m3_pow2_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'pow2')
+build_e4m3_ue8m0_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'ue8m0')
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32'))
 build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'ue8m0'))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
 build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'ue8m0'))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
 build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'ue8m0'))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
 build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'ue8m0'))
 build_e4m3_fp32_with_weights = specialize(make_e4m3_with_weights, 'fp32')
 build_e4m3_pow2_with_weights = specialize(make_e4m3_with_weights, 'pow2')
+build_e4m3_ue8m0_with_weights = specialize(make_e4m3_with_weights, 'ue8m0')
 build_e4m3_fp32_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'fp32')
 build_e4m3_pow2_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'pow2')
+build_e4m3_ue8m0_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'ue8m0')
 build_e4m3_fp32_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'fp32')
 build_e4m3_pow2_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'pow2')
+build_e4m3_ue8m0_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'ue8m0')
 build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'ue8m0'))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'ue8m0'))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'ue8m0'))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'ue8m0'))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
     specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'ue8m0'))

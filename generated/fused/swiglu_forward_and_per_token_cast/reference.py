@@ -12,543 +12,49 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_e4m3
 
 
-def make_reference_e4m3(scale, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        a0 = _fit(
-            _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        b0 = _fit(
-            _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_e4m3_with_clamp(scale, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        a0 = _fit(
-            _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        b0 = _fit(
-            _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-        _t2_by_g = _sum(_t2_ones, 2)
-        _t2_by_t = _sum(_t2_by_g, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-        _t3_by_g = _sum(_t3_ones, 2)
-        _t3_by_t = _sum(_t3_by_g, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t4_by_g = _sum(_t4_ones, 2)
-        _t4_by_t = _sum(_t4_by_g, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def make_reference_e4m3_2(scale, with_weights, with_pos_to_expert, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit((_t0 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-        if with_weights == True:
-            a0 = _fit(
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), (N_t, N_g, N_c))
-            b0 = _fit(
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), (N_t, N_g, N_c))
-            _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-            w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        if with_weights == False:
-            y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        if with_weights == True:
-            y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if with_weights == False:
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if with_weights == True:
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        if with_weights == False:
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        if with_weights == True:
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_e4m3_with_clamp_2(scale, with_weights, with_pos_to_expert, x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit((_t0 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t2_by_g = _sum(_t2_ones, 2)
-            _t2_by_t = _sum(_t2_by_g, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t3_by_g = _sum(_t3_ones, 2)
-            _t3_by_t = _sum(_t3_by_g, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-            _t4_by_g = _sum(_t4_ones, 2)
-            _t4_by_t = _sum(_t4_by_g, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_g, N_c))
-        if with_weights == True:
-            a0 = _fit(
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), (N_t, N_g, N_c))
-            b0 = _fit(
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), (N_t, N_g, N_c))
-            _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-            _t2_by_g = _sum(_t2_ones, 2)
-            _t2_by_t = _sum(_t2_by_g, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-            _t3_by_g = _sum(_t3_ones, 2)
-            _t3_by_t = _sum(_t3_by_g, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t4_by_g = _sum(_t4_ones, 2)
-            _t4_by_t = _sum(_t4_by_g, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_g, N_c))
-            _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-            w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        if with_weights == False:
-            y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        if with_weights == True:
-            y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if with_weights == False:
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if with_weights == True:
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        if with_weights == False:
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        if with_weights == True:
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def make_reference_e4m3_with_pos_to_token_topk_with_topk_weights(scale, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t2_by_g = _sum(_t2_ones, 2)
-        _t2_by_t = _sum(_t2_by_g, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t3_by_g = _sum(_t3_ones, 2)
-        _t3_by_t = _sum(_t3_by_g, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-        _t4_by_g = _sum(_t4_ones, 2)
-        _t4_by_t = _sum(_t4_by_g, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_2(scale, with_weights, with_pos_to_expert, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-        if with_weights == True:
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit((_t1 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
-                (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        if with_weights == False:
-            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if with_weights == True:
-            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp_2(scale, with_weights, with_pos_to_expert,
+def make_reference_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_weights, with_pos_to_expert, with_clamp,
         x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
+    if with_pos_to_token_topk:
+        T_tok = topk_weights.shape[0]
+        K = topk_weights.shape[1]
+        n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
         _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        if with_weights == False:
+        if scale in ('fp32', 'pow2'):
+            _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        if scale == 'ue8m0':
+            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        if with_clamp:
+            _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
+        if (with_pos_to_token_topk, with_pos_to_expert) == (False, False):
+            a0 = _fit(
+                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
+                    torch.float32), (N_t, N_g, N_c))
+            b0 = _fit(
+                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
+                    torch.float32), (N_t, N_g, N_c))
+        if with_pos_to_expert:
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (False, True):
+            keep = _fit((_t0 >= 0), (N_t,))
+        if with_pos_to_token_topk:
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t2_by_g = _sum(_t2_ones, 2)
-            _t2_by_t = _sum(_t2_by_g, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t3_by_g = _sum(_t3_ones, 2)
-            _t3_by_t = _sum(_t3_by_g, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-            _t4_by_g = _sum(_t4_ones, 2)
-            _t4_by_t = _sum(_t4_by_g, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_g, N_c))
-        if with_weights == True:
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, False):
             keep = _fit((_t1 >= 0), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+            keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) in ((False, True), (True, False), (True, True)):
             a0 = _fit(
                 torch.where(keep[:, None, None],
                     _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
@@ -557,506 +63,101 @@ def make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp_2(sc
                 torch.where(keep[:, None, None],
                     _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
                         ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t2_by_g = _sum(_t2_ones, 2)
-            _t2_by_t = _sum(_t2_by_g, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t3_by_g = _sum(_t3_ones, 2)
-            _t3_by_t = _sum(_t3_by_g, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-            _t4_by_g = _sum(_t4_ones, 2)
-            _t4_by_t = _sum(_t4_by_g, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_g, N_c))
+        if (with_weights, with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((True, False, True, False),
+                (True, True, False, False), (True, True, True, False)):
             _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
                 (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        if with_weights == False:
+        if (with_pos_to_token_topk, with_clamp) == (True, False):
+            _t6 = _fit(
+                torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
+                    _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
+                        torch.float32), 0), (N_t,))
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, True, False):
             w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if with_weights == True:
-            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def make_reference_e4m3_with_weights_with_pos_to_expert(scale, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t2_by_g = _sum(_t2_ones, 2)
-        _t2_by_t = _sum(_t2_by_g, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t3_by_g = _sum(_t3_ones, 2)
-        _t3_by_t = _sum(_t3_by_g, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-        _t4_by_g = _sum(_t4_ones, 2)
-        _t4_by_t = _sum(_t4_by_g, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def make_reference_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(scale, x,
-        weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t2_by_g = _sum(_t2_ones, 2)
-        _t2_by_t = _sum(_t2_by_g, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t3_by_g = _sum(_t3_ones, 2)
-        _t3_by_t = _sum(_t3_by_g, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-        _t4_by_g = _sum(_t4_ones, 2)
-        _t4_by_t = _sum(_t4_by_g, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def reference_e4m3_ue8m0(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor,
-        clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        a0 = _fit(
-            _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        b0 = _fit(
-            _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def reference_e4m3_ue8m0_with_clamp(x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group,
-        routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        a0 = _fit(
-            _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        b0 = _fit(
-            _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-        _t2_by_g = _sum(_t2_ones, 2)
-        _t2_by_t = _sum(_t2_by_g, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-        _t3_by_g = _sum(_t3_ones, 2)
-        _t3_by_t = _sum(_t3_by_g, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t4_by_g = _sum(_t4_ones, 2)
-        _t4_by_t = _sum(_t4_by_g, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def make_reference_e4m3_ue8m0(with_weights, with_pos_to_expert, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit((_t0 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-        if with_weights == True:
-            a0 = _fit(
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), (N_t, N_g, N_c))
-            b0 = _fit(
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), (N_t, N_g, N_c))
+        if (with_weights, with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (True, False, False, False):
             _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (True, False, False):
             w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        if with_weights == False:
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (True, True, False):
+            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        if not with_clamp:
+            act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+            _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
+                (True, True, True)):
+            _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        if with_clamp:
+            _t2_by_g = _sum(_t2_ones, 2)
+            _t2_by_t = _sum(_t2_by_g, 1)
+            _t2 = _sum(_t2_by_t, 0)
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+            _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
+                (True, True, True)):
+            _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        if with_clamp:
+            _t3_by_g = _sum(_t3_ones, 2)
+            _t3_by_t = _sum(_t3_by_g, 1)
+            _t3 = _sum(_t3_by_t, 0)
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+            _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
+        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
+                (True, True, True)):
+            _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
+        if with_clamp:
+            _t4_by_g = _sum(_t4_ones, 2)
+            _t4_by_t = _sum(_t4_by_g, 1)
+            _t4 = _sum(_t4_by_t, 0)
+            clamped_count_tile = _fit(
+                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
+                (N_n,))
+            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
+                True)
+            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
+            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
+                (N_t, N_g, N_c))
+        if (with_weights, with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((True, False, True, True),
+                (True, True, False, True), (True, True, True, True)):
+            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
+                (N_t,))
+        if (with_pos_to_token_topk, with_clamp) == (True, True):
+            _t6 = _fit(
+                torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
+                    _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
+                        torch.float32), 0), (N_t,))
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, True, True):
+            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
+        if (with_weights, with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (True, False, False, True):
+            _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (True, False, True):
+            w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
+        if (with_weights, with_pos_to_token_topk, with_clamp) == (True, True, True):
+            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
+        if with_clamp:
+            act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
+        if (with_weights, with_pos_to_token_topk) == (False, False):
             y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        if with_weights == True:
+        if (with_weights, with_pos_to_token_topk) in ((False, True), (True, False), (True, True)):
             y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        if with_weights == False:
-            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
-        if with_weights == True:
+        if scale == 'fp32':
+            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
+        if scale in ('pow2', 'ue8m0'):
+            sf_tile = _fit(
+                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+        if (scale, with_pos_to_token_topk, with_pos_to_expert) in (('fp32', False, False), ('pow2', False, False)):
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        if (scale, with_pos_to_token_topk, with_pos_to_expert) in (('fp32', False, True), ('fp32', True, False),
+                ('fp32', True, True), ('pow2', False, True), ('pow2', True, False), ('pow2', True, True)):
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, keep[:, None], False)
+        if scale == 'fp32':
+            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        if scale == 'ue8m0':
+            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        if (scale, with_pos_to_token_topk, with_pos_to_expert) == ('ue8m0', False, False):
             _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
                 _t((((
                                 _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
@@ -1074,107 +175,8 @@ def make_reference_e4m3_ue8m0(with_weights, with_pos_to_expert, x, weights, pos_
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        if with_weights == False:
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        if with_weights == True:
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_e4m3_ue8m0_with_clamp(with_weights, with_pos_to_expert, x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit((_t0 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t2_by_g = _sum(_t2_ones, 2)
-            _t2_by_t = _sum(_t2_by_g, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t3_by_g = _sum(_t3_ones, 2)
-            _t3_by_t = _sum(_t3_by_g, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-            _t4_by_g = _sum(_t4_ones, 2)
-            _t4_by_t = _sum(_t4_by_g, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_g, N_c))
-        if with_weights == True:
-            a0 = _fit(
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), (N_t, N_g, N_c))
-            b0 = _fit(
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), (N_t, N_g, N_c))
-            _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-            _t2_by_g = _sum(_t2_ones, 2)
-            _t2_by_t = _sum(_t2_by_g, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-            _t3_by_g = _sum(_t3_ones, 2)
-            _t3_by_t = _sum(_t3_by_g, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t4_by_g = _sum(_t4_ones, 2)
-            _t4_by_t = _sum(_t4_by_g, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_g, N_c))
-            _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-            w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        if with_weights == False:
-            y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        if with_weights == True:
-            y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        if with_weights == False:
+        if (scale, with_pos_to_token_topk, with_pos_to_expert) in (('ue8m0', False, True), ('ue8m0', True, False),
+                ('ue8m0', True, True)):
             _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
                 _t((((
                                 _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
@@ -1192,959 +194,207 @@ def make_reference_e4m3_ue8m0_with_clamp(with_weights, with_pos_to_expert, x, we
                                     (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), keep[:, None], False)
-        if with_weights == True:
-            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
+        if scale in ('pow2', 'ue8m0'):
+            inv = _fit(
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        if with_weights == False:
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        if with_weights == True:
+        if (with_pos_to_token_topk, with_pos_to_expert) == (False, False):
             _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
                 _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_clamped_count
+        if (with_pos_to_token_topk, with_pos_to_expert) in ((False, True), (True, False), (True, True)):
+            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
+                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
+        if not with_clamp:
+            return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
+        if with_clamp:
+            return _s_q, _s_sf, _s_clamped_count
 
 
-def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
+def make_written_rows_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_weights, with_pos_to_expert,
+        with_clamp, x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp,
+        _given=None):
     T_ = x.shape[0]
     H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
+    if with_pos_to_token_topk:
+        T_tok = topk_weights.shape[0]
+        K = topk_weights.shape[1]
+        n_topk_weights = topk_weights.numel()
     N_t = T_
     N_s = 2
     N_g = (H // group)
     N_c = group
     N_n = 3
-    N_g_p = (-(-N_g // 4))
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), keep[:, None], False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t2_by_g = _sum(_t2_ones, 2)
-        _t2_by_t = _sum(_t2_by_g, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t3_by_g = _sum(_t3_ones, 2)
-        _t3_by_t = _sum(_t3_by_g, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-        _t4_by_g = _sum(_t4_ones, 2)
-        _t4_by_t = _sum(_t4_by_g, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), keep[:, None], False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def make_reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(with_weights, with_pos_to_expert, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        if with_weights == False:
+        if with_pos_to_expert:
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if not with_pos_to_token_topk:
+            keep = _fit((_t0 >= 0), (N_t,))
+        if with_pos_to_token_topk:
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-        if with_weights == True:
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if not with_pos_to_expert:
             keep = _fit((_t1 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
-                (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        if with_weights == False:
-            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if with_weights == True:
-            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), keep[:, None], False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def make_reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp(with_weights, with_pos_to_expert, x,
-        weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        if with_weights == False:
-            _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
             keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t2_by_g = _sum(_t2_ones, 2)
-            _t2_by_t = _sum(_t2_by_g, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t3_by_g = _sum(_t3_ones, 2)
-            _t3_by_t = _sum(_t3_by_g, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-            _t4_by_g = _sum(_t4_ones, 2)
-            _t4_by_t = _sum(_t4_by_g, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_g, N_c))
-        if with_weights == True:
-            _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            keep = _fit((_t1 >= 0), (N_t,))
-            a0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            b0 = _fit(
-                torch.where(keep[:, None, None],
-                    _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
-                        ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-            _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t2_by_g = _sum(_t2_ones, 2)
-            _t2_by_t = _sum(_t2_by_g, 1)
-            _t2 = _sum(_t2_by_t, 0)
-            _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-            _t3_by_g = _sum(_t3_ones, 2)
-            _t3_by_t = _sum(_t3_by_g, 1)
-            _t3 = _sum(_t3_by_t, 0)
-            _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-            _t4_by_g = _sum(_t4_ones, 2)
-            _t4_by_t = _sum(_t4_by_g, 1)
-            _t4 = _sum(_t4_by_t, 0)
-            clamped_count_tile = _fit(
-                torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)),
-                (N_n,))
-            _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-                True)
-            a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-            b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-                (N_t, N_g, N_c))
-            _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
-                (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        if with_weights == False:
-            w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if with_weights == True:
-            w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), keep[:, None], False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def reference_e4m3_ue8m0_with_weights_with_pos_to_expert(x, weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), keep[:, None], False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def reference_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp(x, weights, pos_to_token_topk, topk_weights,
-        pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t2_by_g = _sum(_t2_ones, 2)
-        _t2_by_t = _sum(_t2_by_g, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t3_by_g = _sum(_t3_ones, 2)
-        _t3_by_t = _sum(_t3_by_g, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-        _t4_by_g = _sum(_t4_ones, 2)
-        _t4_by_t = _sum(_t4_by_g, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), keep[:, None], False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), keep[:, None], False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, torch.empty(0, dtype=torch.int64, device=_dev)
-
-
-def reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        a0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        b0 = _fit(
-            torch.where(keep[:, None, None],
-                _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
-                    torch.float32), 0), (N_t, N_g, N_c))
-        _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t2_by_g = _sum(_t2_ones, 2)
-        _t2_by_t = _sum(_t2_by_g, 1)
-        _t2 = _sum(_t2_by_t, 0)
-        _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        _t3_by_g = _sum(_t3_ones, 2)
-        _t3_by_t = _sum(_t3_by_g, 1)
-        _t3 = _sum(_t3_by_t, 0)
-        _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
-        _t4_by_g = _sum(_t4_ones, 2)
-        _t4_by_t = _sum(_t4_by_g, 1)
-        _t4 = _sum(_t4_by_t, 0)
-        clamped_count_tile = _fit(
-            torch.where((_ix(N_n, 0, 1, _dev) == 0), _t2, torch.where((_ix(N_n, 0, 1, _dev) == 1), _t3, _t4)), (N_n,))
-        _store_view(_s_clamped_count, (N_n,), (N_n,), ('n',), ('n',), _t(clamped_count_tile).to(torch.int64), None,
-            True)
-        a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
-        b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
-            (N_t, N_g, N_c))
-        _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0), (N_t,))
-        _t6 = _fit(
-            torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
-                _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
-                    torch.float32), 0), (N_t,))
-        w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
-        _t7 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t7), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), keep[:, None], False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
-        return _s_q, _s_sf, _s_clamped_count
-
-
-def make_written_rows_e4m3_with_pos_to_expert(scale, with_weights, with_clamp, x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights(scale, with_weights, with_clamp, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale, with_weights, with_clamp,
-        x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        return keep
-
-
-def make_written_rows_e4m3_ue8m0_with_pos_to_expert(with_weights, with_clamp, x, weights, pos_to_token_topk,
-        topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t0 >= 0), (N_t,))
-        return keep
-
-
-def make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights(with_weights, with_clamp, x, weights,
-        pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit((_t1 >= 0), (N_t,))
-        return keep
-
-
-def make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(with_weights, with_clamp,
-        x, weights, pos_to_token_topk, topk_weights, pos_to_expert, group, routed_scaling_factor, clamp, _given=None):
-    T_ = x.shape[0]
-    H = (x.shape[1]) // 2
-    T_tok = topk_weights.shape[0]
-    K = topk_weights.shape[1]
-    n_topk_weights = topk_weights.numel()
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 
 
 # the variants of the shared functions
-reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32')
-reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2')
-reference_e4m3_fp32_with_clamp = specialize(make_reference_e4m3_with_clamp, 'fp32')
-reference_e4m3_pow2_with_clamp = specialize(make_reference_e4m3_with_clamp, 'pow2')
-reference_e4m3_fp32_with_pos_to_expert = specialize(make_reference_e4m3_2, 'fp32', False, True)
-reference_e4m3_fp32_with_weights = specialize(make_reference_e4m3_2, 'fp32', True, False)
-reference_e4m3_pow2_with_pos_to_expert = specialize(make_reference_e4m3_2, 'pow2', False, True)
-reference_e4m3_pow2_with_weights = specialize(make_reference_e4m3_2, 'pow2', True, False)
-reference_e4m3_fp32_with_pos_to_expert_with_clamp = specialize(make_reference_e4m3_with_clamp_2, 'fp32', False, True)
-reference_e4m3_fp32_with_weights_with_clamp = specialize(make_reference_e4m3_with_clamp_2, 'fp32', True, False)
-reference_e4m3_pow2_with_pos_to_expert_with_clamp = specialize(make_reference_e4m3_with_clamp_2, 'pow2', False, True)
-reference_e4m3_pow2_with_weights_with_clamp = specialize(make_reference_e4m3_with_clamp_2, 'pow2', True, False)
+reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32', False, False, False, False, False)
+reference_e4m3_fp32_with_clamp = specialize(make_reference_e4m3, 'fp32', False, False, False, False, True)
+reference_e4m3_fp32_with_pos_to_expert = specialize(make_reference_e4m3, 'fp32', False, False, False, True, False)
+reference_e4m3_fp32_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_e4m3, 'fp32', False, False, False, True, True))
 reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32'))
-reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2'))
+    specialize(make_reference_e4m3, 'fp32', False, True, True, False, False))
 reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
-reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
+    specialize(make_reference_e4m3, 'fp32', False, True, True, False, True))
 reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_2, 'fp32', False, True))
-reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_2, 'fp32', True, False))
-reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_2, 'pow2', False, True))
-reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_2, 'pow2', True, False))
+    specialize(make_reference_e4m3, 'fp32', False, True, True, True, False))
 reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'fp32', False, True))
-reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'fp32', True, False))
-reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'pow2', False, True))
-reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp_2, 'pow2', True, False))
+    specialize(make_reference_e4m3, 'fp32', False, True, True, True, True))
+reference_e4m3_fp32_with_weights = specialize(make_reference_e4m3, 'fp32', True, False, False, False, False)
+reference_e4m3_fp32_with_weights_with_clamp = specialize(make_reference_e4m3, 'fp32', True, False, False, False, True)
 reference_e4m3_fp32_with_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3_with_weights_with_pos_to_expert, 'fp32'))
-reference_e4m3_pow2_with_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3_with_weights_with_pos_to_expert, 'pow2'))
+    specialize(make_reference_e4m3, 'fp32', True, False, False, True, False))
 reference_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
-reference_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3_with_weights_with_pos_to_expert_with_clamp, 'pow2'))
+    specialize(make_reference_e4m3, 'fp32', True, False, False, True, True))
+reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_e4m3, 'fp32', True, True, True, False, False))
+reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_e4m3, 'fp32', True, True, True, False, True))
 reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
-reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
+    specialize(make_reference_e4m3, 'fp32', True, True, True, True, False))
 reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-        'fp32'))
+    specialize(make_reference_e4m3, 'fp32', True, True, True, True, True))
+reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2', False, False, False, False, False)
+reference_e4m3_pow2_with_clamp = specialize(make_reference_e4m3, 'pow2', False, False, False, False, True)
+reference_e4m3_pow2_with_pos_to_expert = specialize(make_reference_e4m3, 'pow2', False, False, False, True, False)
+reference_e4m3_pow2_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_e4m3, 'pow2', False, False, False, True, True))
+reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_e4m3, 'pow2', False, True, True, False, False))
+reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_e4m3, 'pow2', False, True, True, False, True))
+reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_e4m3, 'pow2', False, True, True, True, False))
+reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_e4m3, 'pow2', False, True, True, True, True))
+reference_e4m3_pow2_with_weights = specialize(make_reference_e4m3, 'pow2', True, False, False, False, False)
+reference_e4m3_pow2_with_weights_with_clamp = specialize(make_reference_e4m3, 'pow2', True, False, False, False, True)
+reference_e4m3_pow2_with_weights_with_pos_to_expert = (
+    specialize(make_reference_e4m3, 'pow2', True, False, False, True, False))
+reference_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_e4m3, 'pow2', True, False, False, True, True))
+reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_e4m3, 'pow2', True, True, True, False, False))
+reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_e4m3, 'pow2', True, True, True, False, True))
+reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_e4m3, 'pow2', True, True, True, True, False))
 reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-        'pow2'))
-reference_e4m3_ue8m0_with_pos_to_expert = specialize(make_reference_e4m3_ue8m0, False, True)
-reference_e4m3_ue8m0_with_weights = specialize(make_reference_e4m3_ue8m0, True, False)
-reference_e4m3_ue8m0_with_pos_to_expert_with_clamp = specialize(make_reference_e4m3_ue8m0_with_clamp, False, True)
-reference_e4m3_ue8m0_with_weights_with_clamp = specialize(make_reference_e4m3_ue8m0_with_clamp, True, False)
+    specialize(make_reference_e4m3, 'pow2', True, True, True, True, True))
+reference_e4m3_ue8m0 = specialize(make_reference_e4m3, 'ue8m0', False, False, False, False, False)
+reference_e4m3_ue8m0_with_clamp = specialize(make_reference_e4m3, 'ue8m0', False, False, False, False, True)
+reference_e4m3_ue8m0_with_pos_to_expert = specialize(make_reference_e4m3, 'ue8m0', False, False, False, True, False)
+reference_e4m3_ue8m0_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_e4m3, 'ue8m0', False, False, False, True, True))
+reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_e4m3, 'ue8m0', False, True, True, False, False))
+reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_reference_e4m3, 'ue8m0', False, True, True, False, True))
 reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights, False, True))
-reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights, True, False))
+    specialize(make_reference_e4m3, 'ue8m0', False, True, True, True, False))
 reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp, False, True))
+    specialize(make_reference_e4m3, 'ue8m0', False, True, True, True, True))
+reference_e4m3_ue8m0_with_weights = specialize(make_reference_e4m3, 'ue8m0', True, False, False, False, False)
+reference_e4m3_ue8m0_with_weights_with_clamp = specialize(make_reference_e4m3, 'ue8m0', True, False, False, False, True)
+reference_e4m3_ue8m0_with_weights_with_pos_to_expert = (
+    specialize(make_reference_e4m3, 'ue8m0', True, False, False, True, False))
+reference_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_e4m3, 'ue8m0', True, False, False, True, True))
+reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_reference_e4m3, 'ue8m0', True, True, True, False, False))
 reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp, True, False))
-written_rows_e4m3_fp32_with_pos_to_expert = specialize(make_written_rows_e4m3_with_pos_to_expert, 'fp32', False, False)
+    specialize(make_reference_e4m3, 'ue8m0', True, True, True, False, True))
+reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_reference_e4m3, 'ue8m0', True, True, True, True, False))
+reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_reference_e4m3, 'ue8m0', True, True, True, True, True))
+written_rows_e4m3_fp32_with_pos_to_expert = specialize(make_written_rows_e4m3, 'fp32', False, False, False, True, False)
 written_rows_e4m3_fp32_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_expert, 'fp32', False, True))
-written_rows_e4m3_fp32_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_with_pos_to_expert, 'fp32', True, False))
-written_rows_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_expert, 'fp32', True, True))
-written_rows_e4m3_pow2_with_pos_to_expert = specialize(make_written_rows_e4m3_with_pos_to_expert, 'pow2', False, False)
-written_rows_e4m3_pow2_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_expert, 'pow2', False, True))
-written_rows_e4m3_pow2_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_with_pos_to_expert, 'pow2', True, False))
-written_rows_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_expert, 'pow2', True, True))
+    specialize(make_written_rows_e4m3, 'fp32', False, False, False, True, True))
 written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32', False, False))
+    specialize(make_written_rows_e4m3, 'fp32', False, True, True, False, False))
 written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32', False, True))
-written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32', True, False))
-written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32', True, True))
-written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2', False, False))
-written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2', False, True))
-written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2', True, False))
-written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2', True, True))
+    specialize(make_written_rows_e4m3, 'fp32', False, True, True, False, True))
 written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', False,
-        False))
+    specialize(make_written_rows_e4m3, 'fp32', False, True, True, True, False))
 written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', False, True))
+    specialize(make_written_rows_e4m3, 'fp32', False, True, True, True, True))
+written_rows_e4m3_fp32_with_weights_with_pos_to_expert = (
+    specialize(make_written_rows_e4m3, 'fp32', True, False, False, True, False))
+written_rows_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_e4m3, 'fp32', True, False, False, True, True))
+written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_e4m3, 'fp32', True, True, True, False, False))
+written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_e4m3, 'fp32', True, True, True, False, True))
 written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', True, False))
+    specialize(make_written_rows_e4m3, 'fp32', True, True, True, True, False))
 written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32', True, True))
+    specialize(make_written_rows_e4m3, 'fp32', True, True, True, True, True))
+written_rows_e4m3_pow2_with_pos_to_expert = specialize(make_written_rows_e4m3, 'pow2', False, False, False, True, False)
+written_rows_e4m3_pow2_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_e4m3, 'pow2', False, False, False, True, True))
+written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_e4m3, 'pow2', False, True, True, False, False))
+written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_e4m3, 'pow2', False, True, True, False, True))
 written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2', False,
-        False))
+    specialize(make_written_rows_e4m3, 'pow2', False, True, True, True, False))
 written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2', False, True))
+    specialize(make_written_rows_e4m3, 'pow2', False, True, True, True, True))
+written_rows_e4m3_pow2_with_weights_with_pos_to_expert = (
+    specialize(make_written_rows_e4m3, 'pow2', True, False, False, True, False))
+written_rows_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_e4m3, 'pow2', True, False, False, True, True))
+written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_e4m3, 'pow2', True, True, True, False, False))
+written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_e4m3, 'pow2', True, True, True, False, True))
 written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2', True, False))
+    specialize(make_written_rows_e4m3, 'pow2', True, True, True, True, False))
 written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2', True, True))
-written_rows_e4m3_ue8m0_with_pos_to_expert = specialize(make_written_rows_e4m3_ue8m0_with_pos_to_expert, False, False)
+    specialize(make_written_rows_e4m3, 'pow2', True, True, True, True, True))
+written_rows_e4m3_ue8m0_with_pos_to_expert = (
+    specialize(make_written_rows_e4m3, 'ue8m0', False, False, False, True, False))
 written_rows_e4m3_ue8m0_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_expert, False, True))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_expert, True, False))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_expert, True, True))
+    specialize(make_written_rows_e4m3, 'ue8m0', False, False, False, True, True))
 written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights, False, False))
+    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, False, False))
 written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights, False, True))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights, True, False))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights, True, True))
+    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, False, True))
 written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, False, False))
+    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, True, False))
 written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, False, True))
+    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, True, True))
+written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert = (
+    specialize(make_written_rows_e4m3, 'ue8m0', True, False, False, True, False))
+written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_written_rows_e4m3, 'ue8m0', True, False, False, True, True))
+written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, False, False))
+written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, False, True))
 written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, True, False))
+    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, True, False))
 written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, True, True))
+    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, True, True))
 
 
 VARIANTS = {"e4m3_fp32": reference_e4m3_fp32, "e4m3_fp32_with_clamp": reference_e4m3_fp32_with_clamp,

@@ -7,11 +7,12 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_base(grad_out, x, mix, x_grad_acc, _given=None):
+def make_reference_variants(with_x_grad_acc, grad_out, x, mix, x_grad_acc, _given=None):
     T_ = grad_out.shape[0]
     D = grad_out.shape[1]
     M = x.shape[1]
@@ -25,7 +26,13 @@ def reference_base(grad_out, x, mix, x_grad_acc, _given=None):
         _s_mix_grad = torch.zeros((T_, M), dtype=torch.float32, device=_dev)
         g = _fit(_view(grad_out, (N_t, N_d), (N_t, N_d), (), ('t', 'd'), ('t', 'd')).to(torch.float32), (N_t, N_d))
         _t0 = _fit(_view(mix, (N_t, N_s), (N_t, N_s), (), ('t', 's'), ('t', 's')).to(torch.float32), (N_t, N_s))
-        x_grad_tile = _fit((_t0[:, :, None] * g[:, None, :]), (N_t, N_s, N_d))
+        if not with_x_grad_acc:
+            x_grad_tile = _fit((_t0[:, :, None] * g[:, None, :]), (N_t, N_s, N_d))
+        if with_x_grad_acc:
+            _t1 = _fit(
+                _view(x_grad_acc, (N_t, N_s, N_d), (N_t, N_s, N_d), (), ('t', 's', 'd'), ('t', 's', 'd')).to(
+                    torch.float32), (N_t, N_s, N_d))
+            x_grad_tile = _fit(((_t0[:, :, None] * g[:, None, :]) + _t1), (N_t, N_s, N_d))
         _store_view(_s_x_grad, (N_t, N_s, N_d), (N_t, N_s, N_d), ('t', 's', 'd'), ('t', 's', 'd'),
             _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
         _t2 = _fit(_view(x, (N_t, N_s, N_d), (N_t, N_s, N_d), (), ('t', 's', 'd'), ('t', 's', 'd')).to(torch.float32),
@@ -36,32 +43,9 @@ def reference_base(grad_out, x, mix, x_grad_acc, _given=None):
         return _s_x_grad, _s_mix_grad
 
 
-def reference_with_x_grad_acc(grad_out, x, mix, x_grad_acc, _given=None):
-    T_ = grad_out.shape[0]
-    D = grad_out.shape[1]
-    M = x.shape[1]
-    N_t = T_
-    N_s = M
-    N_d = D
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = grad_out.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, M, D), dtype=torch.bfloat16, device=_dev)
-        _s_mix_grad = torch.zeros((T_, M), dtype=torch.float32, device=_dev)
-        g = _fit(_view(grad_out, (N_t, N_d), (N_t, N_d), (), ('t', 'd'), ('t', 'd')).to(torch.float32), (N_t, N_d))
-        _t0 = _fit(_view(mix, (N_t, N_s), (N_t, N_s), (), ('t', 's'), ('t', 's')).to(torch.float32), (N_t, N_s))
-        _t1 = _fit(
-            _view(x_grad_acc, (N_t, N_s, N_d), (N_t, N_s, N_d), (), ('t', 's', 'd'), ('t', 's', 'd')).to(torch.float32),
-            (N_t, N_s, N_d))
-        x_grad_tile = _fit(((_t0[:, :, None] * g[:, None, :]) + _t1), (N_t, N_s, N_d))
-        _store_view(_s_x_grad, (N_t, N_s, N_d), (N_t, N_s, N_d), ('t', 's', 'd'), ('t', 's', 'd'),
-            _codes_as(encode_bf16(x_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t2 = _fit(_view(x, (N_t, N_s, N_d), (N_t, N_s, N_d), (), ('t', 's', 'd'), ('t', 's', 'd')).to(torch.float32),
-            (N_t, N_s, N_d))
-        gx = _fit((g[:, None, :] * _t2), (N_t, N_s, N_d))
-        mix_grad_tile = _sum(gx, 2)
-        _store_view(_s_mix_grad, (N_t, N_s), (N_t, N_s), ('t', 's'), ('t', 's'), mix_grad_tile, None, False)
-        return _s_x_grad, _s_mix_grad
+# the variants of the shared functions
+reference_base = specialize(make_reference_variants, False)
+reference_with_x_grad_acc = specialize(make_reference_variants, True)
 
 
 VARIANTS = {

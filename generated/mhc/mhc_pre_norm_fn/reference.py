@@ -7,10 +7,11 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 
 
-def reference_base(residual, fn, norm_weight, eps, _given=None):
+def make_reference_variants(with_norm_weight, residual, fn, norm_weight, eps, _given=None):
     T_ = residual.shape[0]
     K = residual.shape[1]
     N = fn.shape[0]
@@ -25,7 +26,12 @@ def reference_base(residual, fn, norm_weight, eps, _given=None):
         _s_sqrsum = torch.zeros((T_,), dtype=torch.float32, device=_dev)
         r = _fit(_view(residual, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32), (N_t, N_k))
         _t0 = _fit(_view(fn, (N_n, N_k), (N_n, N_k), (), ('n', 'k'), ('n', 'k')).to(torch.float32), (N_n, N_k))
-        f = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(_t0)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_n, N_k))
+        if not with_norm_weight:
+            f = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(_t0)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_n, N_k))
+        if with_norm_weight:
+            _t1 = _fit(_view(norm_weight, (N_k,), (N_k,), (), ('k',), ('k',)).to(torch.float32), (N_k,))
+            w = _fit((_t0 * _t1[None, :]), (N_n, N_k))
+            f = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(w)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_n, N_k))
         out_mul_tile = _matmul(r, f)
         _store_view(_s_out_mul, (N_t, N_n), (N_t, N_n), ('t', 'n'), ('t', 'n'), out_mul_tile, None, False)
         r2 = _fit((r * r), (N_t, N_k))
@@ -37,33 +43,9 @@ def reference_base(residual, fn, norm_weight, eps, _given=None):
         return _s_mixes, _s_out_mul, _s_sqrsum
 
 
-def reference_with_norm_weight(residual, fn, norm_weight, eps, _given=None):
-    T_ = residual.shape[0]
-    K = residual.shape[1]
-    N = fn.shape[0]
-    N_t = T_
-    N_n = N
-    N_k = K
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = residual.device
-    with torch.device(_dev):
-        _s_mixes = torch.zeros((T_, N), dtype=torch.float32, device=_dev)
-        _s_out_mul = torch.zeros((T_, N), dtype=torch.float32, device=_dev)
-        _s_sqrsum = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        r = _fit(_view(residual, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32), (N_t, N_k))
-        _t0 = _fit(_view(fn, (N_n, N_k), (N_n, N_k), (), ('n', 'k'), ('n', 'k')).to(torch.float32), (N_n, N_k))
-        _t1 = _fit(_view(norm_weight, (N_k,), (N_k,), (), ('k',), ('k',)).to(torch.float32), (N_k,))
-        w = _fit((_t0 * _t1[None, :]), (N_n, N_k))
-        f = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(w)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_n, N_k))
-        out_mul_tile = _matmul(r, f)
-        _store_view(_s_out_mul, (N_t, N_n), (N_t, N_n), ('t', 'n'), ('t', 'n'), out_mul_tile, None, False)
-        r2 = _fit((r * r), (N_t, N_k))
-        sqrsum_tile = _sum(r2, 1)
-        _store_view(_s_sqrsum, (N_t,), (N_t,), ('t',), ('t',), sqrsum_tile, None, False)
-        mixes_tile = _fit((out_mul_tile * _rsqrt(((sqrsum_tile[:, None] / _f32(float(K))) + _f32(float(eps))))),
-            (N_t, N_n))
-        _store_view(_s_mixes, (N_t, N_n), (N_t, N_n), ('t', 'n'), ('t', 'n'), mixes_tile, None, False)
-        return _s_mixes, _s_out_mul, _s_sqrsum
+# the variants of the shared functions
+reference_base = specialize(make_reference_variants, False)
+reference_with_norm_weight = specialize(make_reference_variants, True)
 
 
 VARIANTS = {

@@ -7,11 +7,12 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_base(grad_mixes, residual, fn, norm_weight, out_mul, sqrsum, eps, _given=None):
+def make_reference_variants(with_norm_weight, grad_mixes, residual, fn, norm_weight, out_mul, sqrsum, eps, _given=None):
     T_ = grad_mixes.shape[0]
     N = grad_mixes.shape[1]
     K = residual.shape[1]
@@ -23,6 +24,8 @@ def reference_base(grad_mixes, residual, fn, norm_weight, out_mul, sqrsum, eps, 
     with torch.device(_dev):
         _s_residual_grad = torch.zeros((T_, K), dtype=torch.bfloat16, device=_dev)
         _s_fn_grad = torch.zeros((N, K), dtype=torch.float32, device=_dev)
+        if with_norm_weight:
+            _s_norm_weight_grad = torch.zeros((K,), dtype=torch.float32, device=_dev)
         g = _fit(_view(grad_mixes, (N_t, N_n), (N_t, N_n), (), ('t', 'n'), ('t', 'n')).to(torch.float32), (N_t, N_n))
         _t0 = _fit(_view(sqrsum, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
         s = _fit(torch.maximum(_t(_t0), _t((-_t0))), (N_t,))
@@ -34,58 +37,37 @@ def reference_base(grad_mixes, residual, fn, norm_weight, out_mul, sqrsum, eps, 
         gsum = _sum(ga, 1)
         ds = _fit((-(((_f32(0.5) * rho) * gsum) / (s + (_f32(float(eps)) * _f32(float(K)))))), (N_t,))
         fv = _fit(_view(fn, (N_n, N_k), (N_n, N_k), (), ('n', 'k'), ('n', 'k')).to(torch.float32), (N_n, N_k))
-        f = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(fv)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_n, N_k))
+        if not with_norm_weight:
+            f = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(fv)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_n, N_k))
+        if with_norm_weight:
+            _t2 = _fit(_view(norm_weight, (N_k,), (N_k,), (), ('k',), ('k',)).to(torch.float32), (N_k,))
+            w = _fit((fv * _t2[None, :]), (N_n, N_k))
+            f = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(w)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_n, N_k))
         dr = _matmul(da, f.T)
         r = _fit(_view(residual, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32), (N_t, N_k))
         residual_grad_tile = _fit((dr + ((_f32(2.0) * r) * ds[:, None])), (N_t, N_k))
         _store_view(_s_residual_grad, (N_t, N_k), (N_t, N_k), ('t', 'k'), ('t', 'k'),
             _codes_as(encode_bf16(residual_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        fn_grad_tile = _matmul(da.T, r.T)
+        if not with_norm_weight:
+            fn_grad_tile = _matmul(da.T, r.T)
+        if with_norm_weight:
+            _t3 = _fit(_view(norm_weight, (N_k,), (N_k,), (), ('k',), ('k',)).to(torch.float32), (N_k,))
+            rw = _fit((r * _t3[None, :]), (N_t, N_k))
+            fn_grad_tile = _matmul(da.T, rw.T)
         _store_view(_s_fn_grad, (N_n, N_k), (N_n, N_k), ('n', 'k'), ('n', 'k'), fn_grad_tile, None, True)
-        return _s_residual_grad, _s_fn_grad, torch.empty(0, dtype=torch.float32, device=_dev)
+        if not with_norm_weight:
+            return _s_residual_grad, _s_fn_grad, torch.empty(0, dtype=torch.float32, device=_dev)
+        if with_norm_weight:
+            q = _matmul(da, fv.T)
+            p = _fit((r * q), (N_t, N_k))
+            norm_weight_grad_tile = _sum(p, 0)
+            _store_view(_s_norm_weight_grad, (N_k,), (N_k,), ('k',), ('k',), norm_weight_grad_tile, None, True)
+            return _s_residual_grad, _s_fn_grad, _s_norm_weight_grad
 
 
-def reference_with_norm_weight(grad_mixes, residual, fn, norm_weight, out_mul, sqrsum, eps, _given=None):
-    T_ = grad_mixes.shape[0]
-    N = grad_mixes.shape[1]
-    K = residual.shape[1]
-    N_t = T_
-    N_n = N
-    N_k = K
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = grad_mixes.device
-    with torch.device(_dev):
-        _s_residual_grad = torch.zeros((T_, K), dtype=torch.bfloat16, device=_dev)
-        _s_fn_grad = torch.zeros((N, K), dtype=torch.float32, device=_dev)
-        _s_norm_weight_grad = torch.zeros((K,), dtype=torch.float32, device=_dev)
-        g = _fit(_view(grad_mixes, (N_t, N_n), (N_t, N_n), (), ('t', 'n'), ('t', 'n')).to(torch.float32), (N_t, N_n))
-        _t0 = _fit(_view(sqrsum, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        s = _fit(torch.maximum(_t(_t0), _t((-_t0))), (N_t,))
-        rho = _fit(_rsqrt(((s / _f32(float(K))) + _f32(float(eps)))), (N_t,))
-        gr = _fit((g * rho[:, None]), (N_t, N_n))
-        da = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(gr)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_t, N_n))
-        _t1 = _fit(_view(out_mul, (N_t, N_n), (N_t, N_n), (), ('t', 'n'), ('t', 'n')).to(torch.float32), (N_t, N_n))
-        ga = _fit((g * _t1), (N_t, N_n))
-        gsum = _sum(ga, 1)
-        ds = _fit((-(((_f32(0.5) * rho) * gsum) / (s + (_f32(float(eps)) * _f32(float(K)))))), (N_t,))
-        fv = _fit(_view(fn, (N_n, N_k), (N_n, N_k), (), ('n', 'k'), ('n', 'k')).to(torch.float32), (N_n, N_k))
-        _t2 = _fit(_view(norm_weight, (N_k,), (N_k,), (), ('k',), ('k',)).to(torch.float32), (N_k,))
-        w = _fit((fv * _t2[None, :]), (N_n, N_k))
-        f = _fit(_from_bits(((_wrap_i32(_wrap_i32(_bits(w)) + 0x1000) & -8192) & 0xFFFFFFFF)), (N_n, N_k))
-        dr = _matmul(da, f.T)
-        r = _fit(_view(residual, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32), (N_t, N_k))
-        residual_grad_tile = _fit((dr + ((_f32(2.0) * r) * ds[:, None])), (N_t, N_k))
-        _store_view(_s_residual_grad, (N_t, N_k), (N_t, N_k), ('t', 'k'), ('t', 'k'),
-            _codes_as(encode_bf16(residual_grad_tile), torch.uint16, torch.bfloat16), None, False)
-        _t3 = _fit(_view(norm_weight, (N_k,), (N_k,), (), ('k',), ('k',)).to(torch.float32), (N_k,))
-        rw = _fit((r * _t3[None, :]), (N_t, N_k))
-        fn_grad_tile = _matmul(da.T, rw.T)
-        _store_view(_s_fn_grad, (N_n, N_k), (N_n, N_k), ('n', 'k'), ('n', 'k'), fn_grad_tile, None, True)
-        q = _matmul(da, fv.T)
-        p = _fit((r * q), (N_t, N_k))
-        norm_weight_grad_tile = _sum(p, 0)
-        _store_view(_s_norm_weight_grad, (N_k,), (N_k,), ('k',), ('k',), norm_weight_grad_tile, None, True)
-        return _s_residual_grad, _s_fn_grad, _s_norm_weight_grad
+# the variants of the shared functions
+reference_base = specialize(make_reference_variants, False)
+reference_with_norm_weight = specialize(make_reference_variants, True)
 
 
 VARIANTS = {

@@ -12,67 +12,6 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import order_key
 
 
-def reference_base(logits, mask, bias, num_topk, num_slots, routed_scaling_factor, _given=None):
-    T_ = logits.shape[0]
-    E = logits.shape[1]
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = logits.device
-    with torch.device(_dev):
-        _s_topk_idx = torch.zeros((T_, num_slots), dtype=torch.int64, device=_dev)
-        _s_topk_weights = torch.zeros((T_, num_slots), dtype=torch.float32, device=_dev)
-        _s_scores = torch.zeros((T_, E), dtype=torch.float32, device=_dev)
-        l = _fit(_view(logits, (N_t, N_e), (N_t, N_e), (), ('t', 'e'), ('t', 'e')).to(torch.float32), (N_t, N_e))
-        u = _fit(_sqrt(torch.where((l > _f32(20.0)), l, _log1p(_exp(l)))), (N_t, N_e))
-        sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(u), -2147483648), (N_t, N_e))
-        sel = torch.zeros((N_t, N_j), dtype=torch.int64, device=_dev)
-        for r_j in range(N_j):
-            sel_best = _nanmax(sel_key, 1)
-            sel_cand = _fit(torch.where((sel_key == sel_best[:, None]), _ix(N_e, 1, 2, _dev), N_e), (N_t, N_e))
-            sel_pick = _nanmin(sel_cand, 1)
-            sel.select(1, r_j).copy_(_fit(sel_pick, (N_t,)))
-            sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) == sel_pick[:, None]), -2147483648, sel_key), (N_t, N_e))
-        u_by_e = _fit(u, (N_t, N_e))
-        picked = _fit(_take(u_by_e, (_ix(N_t, 0, 2, _dev), sel), ((sel >= 0) & (sel < N_e))), (N_t, N_j))
-        _t2_tree = _fit(picked, (N_t, N_j)).clone()
-        for l_j in range(31):
-            for p_j in range(
-                    torch.maximum(
-                        _t(
-                            torch.minimum(_t(_wrap_i32(1 << _wrap_i32(30 - l_j))),
-                                _t(_wrap_i32(N_j - _wrap_i32(1 << _wrap_i32(30 - l_j)))))), _t(0))):
-                _t2_tree.select(1, p_j).copy_(
-                    _fit((_take(_t2_tree, (_ix(N_t, 0, 1, _dev), p_j))
-                            + _take(_t2_tree,
-                                (_ix(N_t, 0, 1, _dev), _wrap_i32(p_j + _wrap_i32(1 << _wrap_i32(30 - l_j)))))), (N_t,)))
-        _t2 = _fit(_take(_t2_tree, (_ix(N_t, 0, 1, _dev), 0)), (N_t,))
-        den = _fit((_t2 + _f32(1e-20)), (N_t,))
-        w = _fit(((picked / den[:, None]) * _f32(float(routed_scaling_factor))), (N_t, N_j))
-        slot = _fit(_ix(N_s, 0, 1, _dev), (N_s,))
-        sel_by_j = _fit(sel, (N_t, N_j))
-        _t3 = _fit(
-            _take(sel_by_j, (_ix(N_t, 0, 2, _dev), slot[None, :]), ((slot[None, :] >= 0) & (slot[None, :] < N_j))),
-            (N_t, N_s))
-        idx = _fit(
-            torch.where((slot[None, :] < int(num_topk)), _t3,
-                _wrap_i32(_wrap_i32(int(E) + slot[None, :]) - int(num_topk))), (N_t, N_s))
-        w_by_j = _fit(w, (N_t, N_j))
-        _t4 = _fit(_take(w_by_j, (_ix(N_t, 0, 2, _dev), slot[None, :]), ((slot[None, :] >= 0) & (slot[None, :] < N_j))),
-            (N_t, N_s))
-        weight = _fit(torch.where((slot[None, :] < int(num_topk)), _t4, _f32(1.0)), (N_t, N_s))
-        topk_idx_tile = _fit(_trunc(idx), (N_t, N_s))
-        _store_view(_s_topk_idx, (N_t, N_s), (N_t, N_s), ('t', 's'), ('t', 's'), _t(topk_idx_tile).to(torch.int64),
-            None, False)
-        topk_weights_tile = _fit(weight, (N_t, N_s))
-        _store_view(_s_topk_weights, (N_t, N_s), (N_t, N_s), ('t', 's'), ('t', 's'), topk_weights_tile, None, False)
-        scores_tile = _fit(u, (N_t, N_e))
-        _store_view(_s_scores, (N_t, N_e), (N_t, N_e), ('t', 'e'), ('t', 'e'), scores_tile, None, False)
-        return _s_topk_idx, _s_topk_weights, _s_scores
-
-
 def make_reference_variants(with_mask, with_bias, logits, mask, bias, num_topk, num_slots, routed_scaling_factor,
         _given=None):
     T_ = logits.shape[0]
@@ -88,16 +27,16 @@ def make_reference_variants(with_mask, with_bias, logits, mask, bias, num_topk, 
         _s_topk_weights = torch.zeros((T_, num_slots), dtype=torch.float32, device=_dev)
         _s_scores = torch.zeros((T_, E), dtype=torch.float32, device=_dev)
         l = _fit(_view(logits, (N_t, N_e), (N_t, N_e), (), ('t', 'e'), ('t', 'e')).to(torch.float32), (N_t, N_e))
-        if with_mask == False:
-            u = _fit(_sqrt(torch.where((l > _f32(20.0)), l, _log1p(_exp(l)))), (N_t, N_e))
+        if with_mask:
+            _t0 = _fit(_view(mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            routed = _fit((_t0 != 0), (N_t,))
+        u = _fit(_sqrt(torch.where((l > _f32(20.0)), l, _log1p(_exp(l)))), (N_t, N_e))
+        if not with_bias:
+            sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(u), -2147483648), (N_t, N_e))
+        if with_bias:
             _t1 = _fit(_view(bias, (N_e,), (N_e,), (), ('e',), ('e',)).to(torch.float32), (N_e,))
             r = _fit((u + _t1[None, :]), (N_t, N_e))
             sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(r), -2147483648), (N_t, N_e))
-        if with_mask == True:
-            _t0 = _fit(_view(mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-            routed = _fit((_t0 != 0), (N_t,))
-            u = _fit(_sqrt(torch.where((l > _f32(20.0)), l, _log1p(_exp(l)))), (N_t, N_e))
-            sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(u), -2147483648), (N_t, N_e))
         sel = torch.zeros((N_t, N_j), dtype=torch.int64, device=_dev)
         for r_j in range(N_j):
             sel_best = _nanmax(sel_key, 1)
@@ -133,93 +72,30 @@ def make_reference_variants(with_mask, with_bias, logits, mask, bias, num_topk, 
         _t4 = _fit(_take(w_by_j, (_ix(N_t, 0, 2, _dev), slot[None, :]), ((slot[None, :] >= 0) & (slot[None, :] < N_j))),
             (N_t, N_s))
         weight = _fit(torch.where((slot[None, :] < int(num_topk)), _t4, _f32(1.0)), (N_t, N_s))
-        if with_mask == False:
+        if not with_mask:
             topk_idx_tile = _fit(_trunc(idx), (N_t, N_s))
-        if with_mask == True:
+        if with_mask:
             topk_idx_tile = _fit(torch.where(routed[:, None], _trunc(idx), -1), (N_t, N_s))
         _store_view(_s_topk_idx, (N_t, N_s), (N_t, N_s), ('t', 's'), ('t', 's'), _t(topk_idx_tile).to(torch.int64),
             None, False)
-        if with_mask == False:
+        if not with_mask:
             topk_weights_tile = _fit(weight, (N_t, N_s))
-        if with_mask == True:
+        if with_mask:
             topk_weights_tile = _fit(torch.where(routed[:, None], weight, _f32(0.0)), (N_t, N_s))
         _store_view(_s_topk_weights, (N_t, N_s), (N_t, N_s), ('t', 's'), ('t', 's'), topk_weights_tile, None, False)
-        if with_mask == False:
+        if not with_mask:
             scores_tile = _fit(u, (N_t, N_e))
-        if with_mask == True:
+        if with_mask:
             scores_tile = _fit(torch.where(routed[:, None], u, _f32(0.0)), (N_t, N_e))
         _store_view(_s_scores, (N_t, N_e), (N_t, N_e), ('t', 'e'), ('t', 'e'), scores_tile, None, False)
         return _s_topk_idx, _s_topk_weights, _s_scores
 
 
-def reference_with_mask_with_bias(logits, mask, bias, num_topk, num_slots, routed_scaling_factor, _given=None):
-    T_ = logits.shape[0]
-    E = logits.shape[1]
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = logits.device
-    with torch.device(_dev):
-        _s_topk_idx = torch.zeros((T_, num_slots), dtype=torch.int64, device=_dev)
-        _s_topk_weights = torch.zeros((T_, num_slots), dtype=torch.float32, device=_dev)
-        _s_scores = torch.zeros((T_, E), dtype=torch.float32, device=_dev)
-        l = _fit(_view(logits, (N_t, N_e), (N_t, N_e), (), ('t', 'e'), ('t', 'e')).to(torch.float32), (N_t, N_e))
-        _t0 = _fit(_view(mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        routed = _fit((_t0 != 0), (N_t,))
-        u = _fit(_sqrt(torch.where((l > _f32(20.0)), l, _log1p(_exp(l)))), (N_t, N_e))
-        _t1 = _fit(_view(bias, (N_e,), (N_e,), (), ('e',), ('e',)).to(torch.float32), (N_e,))
-        r = _fit((u + _t1[None, :]), (N_t, N_e))
-        sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(r), -2147483648), (N_t, N_e))
-        sel = torch.zeros((N_t, N_j), dtype=torch.int64, device=_dev)
-        for r_j in range(N_j):
-            sel_best = _nanmax(sel_key, 1)
-            sel_cand = _fit(torch.where((sel_key == sel_best[:, None]), _ix(N_e, 1, 2, _dev), N_e), (N_t, N_e))
-            sel_pick = _nanmin(sel_cand, 1)
-            sel.select(1, r_j).copy_(_fit(sel_pick, (N_t,)))
-            sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) == sel_pick[:, None]), -2147483648, sel_key), (N_t, N_e))
-        u_by_e = _fit(u, (N_t, N_e))
-        picked = _fit(_take(u_by_e, (_ix(N_t, 0, 2, _dev), sel), ((sel >= 0) & (sel < N_e))), (N_t, N_j))
-        _t2_tree = _fit(picked, (N_t, N_j)).clone()
-        for l_j in range(31):
-            for p_j in range(
-                    torch.maximum(
-                        _t(
-                            torch.minimum(_t(_wrap_i32(1 << _wrap_i32(30 - l_j))),
-                                _t(_wrap_i32(N_j - _wrap_i32(1 << _wrap_i32(30 - l_j)))))), _t(0))):
-                _t2_tree.select(1, p_j).copy_(
-                    _fit((_take(_t2_tree, (_ix(N_t, 0, 1, _dev), p_j))
-                            + _take(_t2_tree,
-                                (_ix(N_t, 0, 1, _dev), _wrap_i32(p_j + _wrap_i32(1 << _wrap_i32(30 - l_j)))))), (N_t,)))
-        _t2 = _fit(_take(_t2_tree, (_ix(N_t, 0, 1, _dev), 0)), (N_t,))
-        den = _fit((_t2 + _f32(1e-20)), (N_t,))
-        w = _fit(((picked / den[:, None]) * _f32(float(routed_scaling_factor))), (N_t, N_j))
-        slot = _fit(_ix(N_s, 0, 1, _dev), (N_s,))
-        sel_by_j = _fit(sel, (N_t, N_j))
-        _t3 = _fit(
-            _take(sel_by_j, (_ix(N_t, 0, 2, _dev), slot[None, :]), ((slot[None, :] >= 0) & (slot[None, :] < N_j))),
-            (N_t, N_s))
-        idx = _fit(
-            torch.where((slot[None, :] < int(num_topk)), _t3,
-                _wrap_i32(_wrap_i32(int(E) + slot[None, :]) - int(num_topk))), (N_t, N_s))
-        w_by_j = _fit(w, (N_t, N_j))
-        _t4 = _fit(_take(w_by_j, (_ix(N_t, 0, 2, _dev), slot[None, :]), ((slot[None, :] >= 0) & (slot[None, :] < N_j))),
-            (N_t, N_s))
-        weight = _fit(torch.where((slot[None, :] < int(num_topk)), _t4, _f32(1.0)), (N_t, N_s))
-        topk_idx_tile = _fit(torch.where(routed[:, None], _trunc(idx), -1), (N_t, N_s))
-        _store_view(_s_topk_idx, (N_t, N_s), (N_t, N_s), ('t', 's'), ('t', 's'), _t(topk_idx_tile).to(torch.int64),
-            None, False)
-        topk_weights_tile = _fit(torch.where(routed[:, None], weight, _f32(0.0)), (N_t, N_s))
-        _store_view(_s_topk_weights, (N_t, N_s), (N_t, N_s), ('t', 's'), ('t', 's'), topk_weights_tile, None, False)
-        scores_tile = _fit(torch.where(routed[:, None], u, _f32(0.0)), (N_t, N_e))
-        _store_view(_s_scores, (N_t, N_e), (N_t, N_e), ('t', 'e'), ('t', 'e'), scores_tile, None, False)
-        return _s_topk_idx, _s_topk_weights, _s_scores
-
-
 # the variants of the shared functions
+reference_base = specialize(make_reference_variants, False, False)
 reference_with_bias = specialize(make_reference_variants, False, True)
 reference_with_mask = specialize(make_reference_variants, True, False)
+reference_with_mask_with_bias = specialize(make_reference_variants, True, True)
 
 
 VARIANTS = {

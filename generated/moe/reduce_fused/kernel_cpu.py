@@ -31,13 +31,13 @@ def make_base(out_format, K, H, x_dtype, *, threads, block_t):
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -95,13 +95,13 @@ def make_with_sf(out_format, K, H, x_dtype, *, threads, block_t):
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -163,13 +163,13 @@ def make_with_x_sf(out_format, K, H, x_dtype, *, threads, block_t):
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -241,13 +241,13 @@ def make_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threads, block_t):
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -321,13 +321,13 @@ def make_with_topk_weights(out_format, K, H, x_dtype, *, threads, block_t):
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -388,13 +388,13 @@ def make_with_topk_weights_with_sf(out_format, K, H, x_dtype, *, threads, block_
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -459,13 +459,13 @@ def make_with_topk_weights_with_x_sf(out_format, K, H, x_dtype, *, threads, bloc
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -541,13 +541,13 @@ def make_with_topk_weights_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threa
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'uint16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),

@@ -31,13 +31,13 @@ def make_base(out_format, K, H, x_dtype, *, threads, block_t, tile_elems):
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -95,13 +95,13 @@ def make_with_sf(out_format, K, H, x_dtype, *, threads, block_t, tile_elems):
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -164,13 +164,13 @@ def make_with_x_sf(out_format, K, H, x_dtype, *, threads, block_t, tile_elems):
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -242,13 +242,13 @@ def make_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threads, block_t, tile_
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -323,13 +323,13 @@ def make_with_topk_weights(out_format, K, H, x_dtype, *, threads, block_t, tile_
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -390,13 +390,13 @@ def make_with_topk_weights_with_sf(out_format, K, H, x_dtype, *, threads, block_
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -462,13 +462,13 @@ def make_with_topk_weights_with_x_sf(out_format, K, H, x_dtype, *, threads, bloc
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
@@ -544,13 +544,13 @@ def make_with_topk_weights_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threa
     threads = fit_threads(threads, B_t * B_h, tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out_format == 'bf16':
         PARAM_out = T.Tensor((T_, H), 'bfloat16')
     if out_format == 'fp32':
         PARAM_out = T.Tensor((T_, H), 'float32')
     if out_format == 'e4m3':
         PARAM_out = T.Tensor((T_, H), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),

@@ -12,12 +12,15 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16, encode_e4m3
 
 
-def make_reference_base(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos, _given=None):
+def make_reference_variants(out_format, with_topk_weights, with_x_sf, with_sf, x, topk_weights, x_sf, sf,
+        token_topk_to_pos, _given=None):
     T_exp = x.shape[0]
     H = x.shape[1]
     T_ = token_topk_to_pos.shape[0]
     K = token_topk_to_pos.shape[1]
     n_x = x.shape[0]
+    if with_x_sf:
+        n_x_sf = x_sf.numel()
     N_t = T_
     N_k = K
     N_h = H
@@ -37,7 +40,21 @@ def make_reference_base(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos
             torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
                 _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
                     torch.float32), 0), (N_t, N_k, N_h))
-        w = _fit(torch.where((p >= 0), _f32(1.0), _f32(0.0)), (N_t, N_k))
+        if (with_topk_weights, with_x_sf) == (False, False):
+            w = _fit(torch.where((p >= 0), _f32(1.0), _f32(0.0)), (N_t, N_k))
+        if with_topk_weights:
+            _t0 = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32),
+                (N_t, N_k))
+        if with_x_sf:
+            _t1 = _fit(
+                torch.where(((p >= 0) & (p < n_x_sf)),
+                    _gather(x_sf.reshape(-1), (p,), ((p >= 0) & (p < n_x_sf))).to(torch.float32), 0), (N_t, N_k))
+        if (with_topk_weights, with_x_sf) == (False, True):
+            w = _fit(torch.where((p >= 0), _t1, _f32(0.0)), (N_t, N_k))
+        if (with_topk_weights, with_x_sf) == (True, False):
+            w = _fit(torch.where((p >= 0), _t0, _f32(0.0)), (N_t, N_k))
+        if (with_topk_weights, with_x_sf) == (True, True):
+            w = _fit(torch.where((p >= 0), (_t0 * _t1), _f32(0.0)), (N_t, N_k))
         acc = _fit(_f32(0.0), (N_t, N_h))
         xv_by_k = _fit(xv, (N_t, N_k, N_h))
         w_by_k = _fit(w, (N_t, N_k))
@@ -45,351 +62,11 @@ def make_reference_base(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos
             acc = _fit(
                 _fma(_take(xv_by_k, (_ix(N_t, 0, 2, _dev), r_k, _ix(N_h, 1, 2, _dev))),
                     _take(w_by_k, (_ix(N_t, 0, 2, _dev), r_k)), acc), (N_t, N_h))
-        out_tile = _fit(acc, (N_t, N_h))
-        if out_format == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if out_format == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        if out_format == 'e4m3':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_out,
-
-
-def make_reference_with_sf(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos, _given=None):
-    T_exp = x.shape[0]
-    H = x.shape[1]
-    T_ = token_topk_to_pos.shape[0]
-    K = token_topk_to_pos.shape[1]
-    n_x = x.shape[0]
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if out_format == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if out_format == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if out_format == 'e4m3':
-            _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
-            (N_t, N_k))
-        xv = _fit(
-            torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
-                _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
-                    torch.float32), 0), (N_t, N_k, N_h))
-        w = _fit(torch.where((p >= 0), _f32(1.0), _f32(0.0)), (N_t, N_k))
-        acc = _fit(_f32(0.0), (N_t, N_h))
-        xv_by_k = _fit(xv, (N_t, N_k, N_h))
-        w_by_k = _fit(w, (N_t, N_k))
-        for r_k in range(N_k):
-            acc = _fit(
-                _fma(_take(xv_by_k, (_ix(N_t, 0, 2, _dev), r_k, _ix(N_h, 1, 2, _dev))),
-                    _take(w_by_k, (_ix(N_t, 0, 2, _dev), r_k)), acc), (N_t, N_h))
-        _t3 = _fit(_view(sf, (N_u,), (N_u,), ((0, 0),), (), ()).to(torch.float32), ())
-        out_tile = _fit((acc * _t3), (N_t, N_h))
-        if out_format == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if out_format == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        if out_format == 'e4m3':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_out,
-
-
-def make_reference_with_x_sf(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos, _given=None):
-    T_exp = x.shape[0]
-    H = x.shape[1]
-    T_ = token_topk_to_pos.shape[0]
-    K = token_topk_to_pos.shape[1]
-    n_x = x.shape[0]
-    n_x_sf = x_sf.numel()
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if out_format == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if out_format == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if out_format == 'e4m3':
-            _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
-            (N_t, N_k))
-        xv = _fit(
-            torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
-                _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
-                    torch.float32), 0), (N_t, N_k, N_h))
-        _t1 = _fit(
-            torch.where(((p >= 0) & (p < n_x_sf)),
-                _gather(x_sf.reshape(-1), (p,), ((p >= 0) & (p < n_x_sf))).to(torch.float32), 0), (N_t, N_k))
-        w = _fit(torch.where((p >= 0), _t1, _f32(0.0)), (N_t, N_k))
-        acc = _fit(_f32(0.0), (N_t, N_h))
-        xv_by_k = _fit(xv, (N_t, N_k, N_h))
-        w_by_k = _fit(w, (N_t, N_k))
-        for r_k in range(N_k):
-            acc = _fit(
-                _fma(_take(xv_by_k, (_ix(N_t, 0, 2, _dev), r_k, _ix(N_h, 1, 2, _dev))),
-                    _take(w_by_k, (_ix(N_t, 0, 2, _dev), r_k)), acc), (N_t, N_h))
-        out_tile = _fit(acc, (N_t, N_h))
-        if out_format == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if out_format == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        if out_format == 'e4m3':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_out,
-
-
-def make_reference_with_x_sf_with_sf(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos, _given=None):
-    T_exp = x.shape[0]
-    H = x.shape[1]
-    T_ = token_topk_to_pos.shape[0]
-    K = token_topk_to_pos.shape[1]
-    n_x = x.shape[0]
-    n_x_sf = x_sf.numel()
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if out_format == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if out_format == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if out_format == 'e4m3':
-            _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
-            (N_t, N_k))
-        xv = _fit(
-            torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
-                _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
-                    torch.float32), 0), (N_t, N_k, N_h))
-        _t1 = _fit(
-            torch.where(((p >= 0) & (p < n_x_sf)),
-                _gather(x_sf.reshape(-1), (p,), ((p >= 0) & (p < n_x_sf))).to(torch.float32), 0), (N_t, N_k))
-        w = _fit(torch.where((p >= 0), _t1, _f32(0.0)), (N_t, N_k))
-        acc = _fit(_f32(0.0), (N_t, N_h))
-        xv_by_k = _fit(xv, (N_t, N_k, N_h))
-        w_by_k = _fit(w, (N_t, N_k))
-        for r_k in range(N_k):
-            acc = _fit(
-                _fma(_take(xv_by_k, (_ix(N_t, 0, 2, _dev), r_k, _ix(N_h, 1, 2, _dev))),
-                    _take(w_by_k, (_ix(N_t, 0, 2, _dev), r_k)), acc), (N_t, N_h))
-        _t3 = _fit(_view(sf, (N_u,), (N_u,), ((0, 0),), (), ()).to(torch.float32), ())
-        out_tile = _fit((acc * _t3), (N_t, N_h))
-        if out_format == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if out_format == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        if out_format == 'e4m3':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_out,
-
-
-def make_reference_with_topk_weights(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos, _given=None):
-    T_exp = x.shape[0]
-    H = x.shape[1]
-    T_ = token_topk_to_pos.shape[0]
-    K = token_topk_to_pos.shape[1]
-    n_x = x.shape[0]
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if out_format == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if out_format == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if out_format == 'e4m3':
-            _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
-            (N_t, N_k))
-        xv = _fit(
-            torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
-                _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
-                    torch.float32), 0), (N_t, N_k, N_h))
-        _t0 = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32),
-            (N_t, N_k))
-        w = _fit(torch.where((p >= 0), _t0, _f32(0.0)), (N_t, N_k))
-        acc = _fit(_f32(0.0), (N_t, N_h))
-        xv_by_k = _fit(xv, (N_t, N_k, N_h))
-        w_by_k = _fit(w, (N_t, N_k))
-        for r_k in range(N_k):
-            acc = _fit(
-                _fma(_take(xv_by_k, (_ix(N_t, 0, 2, _dev), r_k, _ix(N_h, 1, 2, _dev))),
-                    _take(w_by_k, (_ix(N_t, 0, 2, _dev), r_k)), acc), (N_t, N_h))
-        out_tile = _fit(acc, (N_t, N_h))
-        if out_format == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if out_format == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        if out_format == 'e4m3':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_out,
-
-
-def make_reference_with_topk_weights_with_sf(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos, _given=None):
-    T_exp = x.shape[0]
-    H = x.shape[1]
-    T_ = token_topk_to_pos.shape[0]
-    K = token_topk_to_pos.shape[1]
-    n_x = x.shape[0]
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if out_format == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if out_format == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if out_format == 'e4m3':
-            _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
-            (N_t, N_k))
-        xv = _fit(
-            torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
-                _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
-                    torch.float32), 0), (N_t, N_k, N_h))
-        _t0 = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32),
-            (N_t, N_k))
-        w = _fit(torch.where((p >= 0), _t0, _f32(0.0)), (N_t, N_k))
-        acc = _fit(_f32(0.0), (N_t, N_h))
-        xv_by_k = _fit(xv, (N_t, N_k, N_h))
-        w_by_k = _fit(w, (N_t, N_k))
-        for r_k in range(N_k):
-            acc = _fit(
-                _fma(_take(xv_by_k, (_ix(N_t, 0, 2, _dev), r_k, _ix(N_h, 1, 2, _dev))),
-                    _take(w_by_k, (_ix(N_t, 0, 2, _dev), r_k)), acc), (N_t, N_h))
-        _t3 = _fit(_view(sf, (N_u,), (N_u,), ((0, 0),), (), ()).to(torch.float32), ())
-        out_tile = _fit((acc * _t3), (N_t, N_h))
-        if out_format == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if out_format == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        if out_format == 'e4m3':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_out,
-
-
-def make_reference_with_topk_weights_with_x_sf(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos, _given=None):
-    T_exp = x.shape[0]
-    H = x.shape[1]
-    T_ = token_topk_to_pos.shape[0]
-    K = token_topk_to_pos.shape[1]
-    n_x = x.shape[0]
-    n_x_sf = x_sf.numel()
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if out_format == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if out_format == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if out_format == 'e4m3':
-            _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
-            (N_t, N_k))
-        xv = _fit(
-            torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
-                _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
-                    torch.float32), 0), (N_t, N_k, N_h))
-        _t0 = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32),
-            (N_t, N_k))
-        _t1 = _fit(
-            torch.where(((p >= 0) & (p < n_x_sf)),
-                _gather(x_sf.reshape(-1), (p,), ((p >= 0) & (p < n_x_sf))).to(torch.float32), 0), (N_t, N_k))
-        w = _fit(torch.where((p >= 0), (_t0 * _t1), _f32(0.0)), (N_t, N_k))
-        acc = _fit(_f32(0.0), (N_t, N_h))
-        xv_by_k = _fit(xv, (N_t, N_k, N_h))
-        w_by_k = _fit(w, (N_t, N_k))
-        for r_k in range(N_k):
-            acc = _fit(
-                _fma(_take(xv_by_k, (_ix(N_t, 0, 2, _dev), r_k, _ix(N_h, 1, 2, _dev))),
-                    _take(w_by_k, (_ix(N_t, 0, 2, _dev), r_k)), acc), (N_t, N_h))
-        out_tile = _fit(acc, (N_t, N_h))
-        if out_format == 'bf16':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if out_format == 'fp32':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'), out_tile, None, False)
-        if out_format == 'e4m3':
-            _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-                _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_out,
-
-
-def make_reference_with_topk_weights_with_x_sf_with_sf(out_format, x, topk_weights, x_sf, sf, token_topk_to_pos, _given=
-        None):
-    T_exp = x.shape[0]
-    H = x.shape[1]
-    T_ = token_topk_to_pos.shape[0]
-    K = token_topk_to_pos.shape[1]
-    n_x = x.shape[0]
-    n_x_sf = x_sf.numel()
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if out_format == 'bf16':
-            _s_out = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if out_format == 'fp32':
-            _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        if out_format == 'e4m3':
-            _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
-            (N_t, N_k))
-        xv = _fit(
-            torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
-                _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
-                    torch.float32), 0), (N_t, N_k, N_h))
-        _t0 = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32),
-            (N_t, N_k))
-        _t1 = _fit(
-            torch.where(((p >= 0) & (p < n_x_sf)),
-                _gather(x_sf.reshape(-1), (p,), ((p >= 0) & (p < n_x_sf))).to(torch.float32), 0), (N_t, N_k))
-        w = _fit(torch.where((p >= 0), (_t0 * _t1), _f32(0.0)), (N_t, N_k))
-        acc = _fit(_f32(0.0), (N_t, N_h))
-        xv_by_k = _fit(xv, (N_t, N_k, N_h))
-        w_by_k = _fit(w, (N_t, N_k))
-        for r_k in range(N_k):
-            acc = _fit(
-                _fma(_take(xv_by_k, (_ix(N_t, 0, 2, _dev), r_k, _ix(N_h, 1, 2, _dev))),
-                    _take(w_by_k, (_ix(N_t, 0, 2, _dev), r_k)), acc), (N_t, N_h))
-        _t3 = _fit(_view(sf, (N_u,), (N_u,), ((0, 0),), (), ()).to(torch.float32), ())
-        out_tile = _fit((acc * _t3), (N_t, N_h))
+        if not with_sf:
+            out_tile = _fit(acc, (N_t, N_h))
+        if with_sf:
+            _t3 = _fit(_view(sf, (N_u,), (N_u,), ((0, 0),), (), ()).to(torch.float32), ())
+            out_tile = _fit((acc * _t3), (N_t, N_h))
         if out_format == 'bf16':
             _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
                 _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
@@ -402,33 +79,30 @@ def make_reference_with_topk_weights_with_x_sf_with_sf(out_format, x, topk_weigh
 
 
 # the variants of the shared functions
-reference_bf16 = specialize(make_reference_base, 'bf16')
-reference_fp32 = specialize(make_reference_base, 'fp32')
-reference_e4m3 = specialize(make_reference_base, 'e4m3')
-reference_bf16_with_sf = specialize(make_reference_with_sf, 'bf16')
-reference_fp32_with_sf = specialize(make_reference_with_sf, 'fp32')
-reference_e4m3_with_sf = specialize(make_reference_with_sf, 'e4m3')
-reference_bf16_with_x_sf = specialize(make_reference_with_x_sf, 'bf16')
-reference_fp32_with_x_sf = specialize(make_reference_with_x_sf, 'fp32')
-reference_e4m3_with_x_sf = specialize(make_reference_with_x_sf, 'e4m3')
-reference_bf16_with_x_sf_with_sf = specialize(make_reference_with_x_sf_with_sf, 'bf16')
-reference_fp32_with_x_sf_with_sf = specialize(make_reference_with_x_sf_with_sf, 'fp32')
-reference_e4m3_with_x_sf_with_sf = specialize(make_reference_with_x_sf_with_sf, 'e4m3')
-reference_bf16_with_topk_weights = specialize(make_reference_with_topk_weights, 'bf16')
-reference_fp32_with_topk_weights = specialize(make_reference_with_topk_weights, 'fp32')
-reference_e4m3_with_topk_weights = specialize(make_reference_with_topk_weights, 'e4m3')
-reference_bf16_with_topk_weights_with_sf = specialize(make_reference_with_topk_weights_with_sf, 'bf16')
-reference_fp32_with_topk_weights_with_sf = specialize(make_reference_with_topk_weights_with_sf, 'fp32')
-reference_e4m3_with_topk_weights_with_sf = specialize(make_reference_with_topk_weights_with_sf, 'e4m3')
-reference_bf16_with_topk_weights_with_x_sf = specialize(make_reference_with_topk_weights_with_x_sf, 'bf16')
-reference_fp32_with_topk_weights_with_x_sf = specialize(make_reference_with_topk_weights_with_x_sf, 'fp32')
-reference_e4m3_with_topk_weights_with_x_sf = specialize(make_reference_with_topk_weights_with_x_sf, 'e4m3')
-reference_bf16_with_topk_weights_with_x_sf_with_sf = (
-    specialize(make_reference_with_topk_weights_with_x_sf_with_sf, 'bf16'))
-reference_fp32_with_topk_weights_with_x_sf_with_sf = (
-    specialize(make_reference_with_topk_weights_with_x_sf_with_sf, 'fp32'))
-reference_e4m3_with_topk_weights_with_x_sf_with_sf = (
-    specialize(make_reference_with_topk_weights_with_x_sf_with_sf, 'e4m3'))
+reference_bf16 = specialize(make_reference_variants, 'bf16', False, False, False)
+reference_bf16_with_sf = specialize(make_reference_variants, 'bf16', False, False, True)
+reference_bf16_with_x_sf = specialize(make_reference_variants, 'bf16', False, True, False)
+reference_bf16_with_x_sf_with_sf = specialize(make_reference_variants, 'bf16', False, True, True)
+reference_bf16_with_topk_weights = specialize(make_reference_variants, 'bf16', True, False, False)
+reference_bf16_with_topk_weights_with_sf = specialize(make_reference_variants, 'bf16', True, False, True)
+reference_bf16_with_topk_weights_with_x_sf = specialize(make_reference_variants, 'bf16', True, True, False)
+reference_bf16_with_topk_weights_with_x_sf_with_sf = specialize(make_reference_variants, 'bf16', True, True, True)
+reference_fp32 = specialize(make_reference_variants, 'fp32', False, False, False)
+reference_fp32_with_sf = specialize(make_reference_variants, 'fp32', False, False, True)
+reference_fp32_with_x_sf = specialize(make_reference_variants, 'fp32', False, True, False)
+reference_fp32_with_x_sf_with_sf = specialize(make_reference_variants, 'fp32', False, True, True)
+reference_fp32_with_topk_weights = specialize(make_reference_variants, 'fp32', True, False, False)
+reference_fp32_with_topk_weights_with_sf = specialize(make_reference_variants, 'fp32', True, False, True)
+reference_fp32_with_topk_weights_with_x_sf = specialize(make_reference_variants, 'fp32', True, True, False)
+reference_fp32_with_topk_weights_with_x_sf_with_sf = specialize(make_reference_variants, 'fp32', True, True, True)
+reference_e4m3 = specialize(make_reference_variants, 'e4m3', False, False, False)
+reference_e4m3_with_sf = specialize(make_reference_variants, 'e4m3', False, False, True)
+reference_e4m3_with_x_sf = specialize(make_reference_variants, 'e4m3', False, True, False)
+reference_e4m3_with_x_sf_with_sf = specialize(make_reference_variants, 'e4m3', False, True, True)
+reference_e4m3_with_topk_weights = specialize(make_reference_variants, 'e4m3', True, False, False)
+reference_e4m3_with_topk_weights_with_sf = specialize(make_reference_variants, 'e4m3', True, False, True)
+reference_e4m3_with_topk_weights_with_x_sf = specialize(make_reference_variants, 'e4m3', True, True, False)
+reference_e4m3_with_topk_weights_with_x_sf_with_sf = specialize(make_reference_variants, 'e4m3', True, True, True)
 
 
 VARIANTS = {

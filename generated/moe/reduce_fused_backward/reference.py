@@ -7,11 +7,13 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_base(grad_out, x, topk_weights, token_topk_to_pos, pos_to_expert, _given=None):
+def make_reference_variants(with_topk_weights, grad_out, x, topk_weights, token_topk_to_pos, pos_to_expert, _given=
+        None):
     T_ = grad_out.shape[0]
     H = grad_out.shape[1]
     T_exp = x.shape[0]
@@ -30,7 +32,13 @@ def reference_base(grad_out, x, topk_weights, token_topk_to_pos, pos_to_expert, 
         p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
             (N_t, N_k))
         g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        x_grad_tile = _fit(torch.where((p[:, :, None] >= 0), g[:, None, :], _f32(0.0)), (N_t, N_k, N_h))
+        if not with_topk_weights:
+            x_grad_tile = _fit(torch.where((p[:, :, None] >= 0), g[:, None, :], _f32(0.0)), (N_t, N_k, N_h))
+        if with_topk_weights:
+            _t0 = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32),
+                (N_t, N_k))
+            x_grad_tile = _fit(torch.where((p[:, :, None] >= 0), (g[:, None, :] * _t0[:, :, None]), _f32(0.0)),
+                (N_t, N_k, N_h))
         _scatter(_s_x_grad, (p[:, :, None], _ix(N_h, 2, 3, _dev)),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
                 grad_out.dtype](x_grad_tile), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x_grad)), False)
@@ -45,41 +53,9 @@ def reference_base(grad_out, x, topk_weights, token_topk_to_pos, pos_to_expert, 
         return _s_x_grad, _s_topk_weights_grad
 
 
-def reference_with_topk_weights(grad_out, x, topk_weights, token_topk_to_pos, pos_to_expert, _given=None):
-    T_ = grad_out.shape[0]
-    H = grad_out.shape[1]
-    T_exp = x.shape[0]
-    K = token_topk_to_pos.shape[1]
-    n_x = x.shape[0]
-    n_pos_to_expert = pos_to_expert.numel()
-    N_t = T_
-    N_k = K
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = grad_out.device
-    with torch.device(_dev):
-        n_x_grad = T_exp
-        _s_x_grad = torch.zeros((T_exp, H), dtype=grad_out.dtype, device=_dev)
-        _s_topk_weights_grad = torch.zeros((T_, K), dtype=torch.float32, device=_dev)
-        p = _fit(_view(token_topk_to_pos, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.int64),
-            (N_t, N_k))
-        g = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        _t0 = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32),
-            (N_t, N_k))
-        x_grad_tile = _fit(torch.where((p[:, :, None] >= 0), (g[:, None, :] * _t0[:, :, None]), _f32(0.0)),
-            (N_t, N_k, N_h))
-        _scatter(_s_x_grad, (p[:, :, None], _ix(N_h, 2, 3, _dev)),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                grad_out.dtype](x_grad_tile), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x_grad)), False)
-        xv = _fit(
-            torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
-                _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
-                    torch.float32), 0), (N_t, N_k, N_h))
-        gx = _fit((g[:, None, :] * xv), (N_t, N_k, N_h))
-        topk_weights_grad_tile = _sum(gx, 2)
-        _store_view(_s_topk_weights_grad, (N_t, N_k), (N_t, N_k), ('t', 'k'), ('t', 'k'), topk_weights_grad_tile, None,
-            False)
-        return _s_x_grad, _s_topk_weights_grad
+# the variants of the shared functions
+reference_base = specialize(make_reference_variants, False)
+reference_with_topk_weights = specialize(make_reference_variants, True)
 
 
 VARIANTS = {

@@ -56,7 +56,12 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             l = T.alloc_fragment((B_t, B_e), 'float32')
-            if scoring == 'sigmoid':
+            if scoring == 'softmax':
+                _t1 = T.alloc_fragment((B_t,), 'float32')
+                ex = T.alloc_fragment((B_t, B_e), 'float32')
+                total = T.alloc_fragment((B_t,), 'float32')
+                ex_by_e = T.alloc_shared((B_t, B_e), 'float32')
+            if scoring in ('sigmoid', 'softmax'):
                 s = T.alloc_fragment((B_t, B_e), 'float32')
             if scoring == 'sqrtsoftplus':
                 sqrt_softplus = T.alloc_fragment((B_t, B_e), 'float32')
@@ -91,7 +96,7 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
             sel_cand = T.alloc_fragment((B_t, B_e), 'int32')
             sel_pick = T.alloc_fragment((B_t,), 'int32')
             sel = T.alloc_shared((B_t, B_j), 'int32')
-            if scoring == 'sigmoid':
+            if scoring in ('sigmoid', 'softmax'):
                 s_by_e = T.alloc_shared((B_t, B_e), 'float32')
             if scoring == 'sqrtsoftplus':
                 sqrt_softplus_by_e = T.alloc_shared((B_t, B_e), 'float32')
@@ -103,14 +108,34 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
             remapped = T.alloc_fragment((B_t, B_j), 'int32')
             mine = T.alloc_fragment((B_t, B_j), 'bool')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
-                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+                if scoring in ('sigmoid', 'sqrtsoftplus'):
+                    l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                        logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+                if scoring == 'softmax':
+                    l[i_t, i_e] = T.Select((i_e < N_e),
+                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)), logits[((b_t * B_t) + i_t), i_e],
+                            T.float32(0.0)), T.float32(-float('inf')))
+            if scoring == 'softmax':
+                T.reduce_max(l, _t1, dim=1)
+                for i_t in T.Parallel(B_t):
+                    _t1[i_t] = (_t1[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t1[i_t]))
+                for i_t in T.Parallel(B_t):
+                    total[i_t] = T.float32(0.0)
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
+                for r_e in T.serial(N_e):
+                    for i_t in T.Parallel(B_t):
+                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
             for i_t, i_e in T.Parallel(B_t, B_e):
                 if scoring == 'sigmoid':
                     s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
                 if scoring == 'sqrtsoftplus':
                     sqrt_softplus[i_t, i_e] = T.sqrt(
                         T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+                if scoring == 'softmax':
+                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
             for i_e in T.Parallel(B_e):
                 _t2[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
             for i_t, i_e in T.Parallel(B_t, B_e):
@@ -118,6 +143,8 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
                     r[i_t, i_e] = (s[i_t, i_e] + _t2[i_e])
                 if scoring == 'sqrtsoftplus':
                     r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t2[i_e])
+                if scoring == 'softmax':
+                    r[i_t, i_e] = (l[i_t, i_e] + _t2[i_e])
             for i_g, i_c in T.Parallel(B_g, B_c):
                 member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
             for i_t, i_e in T.Parallel(B_t, B_e):
@@ -196,12 +223,12 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
                 for i_t, i_e in T.Parallel(B_t, B_e):
                     sel_key[i_t, i_e] = T.Select((i_e == sel_pick[i_t]), T.int32(-2147483648), sel_key[i_t, i_e])
             for i_t, i_e in T.Parallel(B_t, B_e):
-                if scoring == 'sigmoid':
+                if scoring in ('sigmoid', 'softmax'):
                     s_by_e[i_t, i_e] = s[i_t, i_e]
                 if scoring == 'sqrtsoftplus':
                     sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
             for i_t, i_j in T.Parallel(B_t, B_j):
-                if scoring == 'sigmoid':
+                if scoring in ('sigmoid', 'softmax'):
                     picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int32(0)) & (sel[i_t, i_j] < N_e)),
                         s_by_e[i_t, sel[i_t, i_j]], T.float32(0.0))
                 if scoring == 'sqrtsoftplus':
@@ -285,7 +312,12 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
             routed = T.alloc_fragment((B_t,), 'bool')
-            if scoring == 'sigmoid':
+            if scoring == 'softmax':
+                _t1 = T.alloc_fragment((B_t,), 'float32')
+                ex = T.alloc_fragment((B_t, B_e), 'float32')
+                total = T.alloc_fragment((B_t,), 'float32')
+                ex_by_e = T.alloc_shared((B_t, B_e), 'float32')
+            if scoring in ('sigmoid', 'softmax'):
                 s = T.alloc_fragment((B_t, B_e), 'float32')
             if scoring == 'sqrtsoftplus':
                 sqrt_softplus = T.alloc_fragment((B_t, B_e), 'float32')
@@ -320,7 +352,7 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             sel_cand = T.alloc_fragment((B_t, B_e), 'int32')
             sel_pick = T.alloc_fragment((B_t,), 'int32')
             sel = T.alloc_shared((B_t, B_j), 'int32')
-            if scoring == 'sigmoid':
+            if scoring in ('sigmoid', 'softmax'):
                 s_by_e = T.alloc_shared((B_t, B_e), 'float32')
             if scoring == 'sqrtsoftplus':
                 sqrt_softplus_by_e = T.alloc_shared((B_t, B_e), 'float32')
@@ -332,19 +364,39 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             remapped = T.alloc_fragment((B_t, B_j), 'int32')
             mine = T.alloc_fragment((B_t, B_j), 'bool')
             for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
-                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+                if scoring in ('sigmoid', 'sqrtsoftplus'):
+                    l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                        logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+                if scoring == 'softmax':
+                    l[i_t, i_e] = T.Select((i_e < N_e),
+                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)), logits[((b_t * B_t) + i_t), i_e],
+                            T.float32(0.0)), T.float32(-float('inf')))
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
                     T.int32(0))
             for i_t in T.Parallel(B_t):
                 routed[i_t] = (_t0[i_t] != T.int32(0))
+            if scoring == 'softmax':
+                T.reduce_max(l, _t1, dim=1)
+                for i_t in T.Parallel(B_t):
+                    _t1[i_t] = (_t1[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t1[i_t]))
+                for i_t in T.Parallel(B_t):
+                    total[i_t] = T.float32(0.0)
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
+                for r_e in T.serial(N_e):
+                    for i_t in T.Parallel(B_t):
+                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
             for i_t, i_e in T.Parallel(B_t, B_e):
                 if scoring == 'sigmoid':
                     s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
                 if scoring == 'sqrtsoftplus':
                     sqrt_softplus[i_t, i_e] = T.sqrt(
                         T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+                if scoring == 'softmax':
+                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
             for i_e in T.Parallel(B_e):
                 _t2[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
             for i_t, i_e in T.Parallel(B_t, B_e):
@@ -352,6 +404,8 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
                     r[i_t, i_e] = (s[i_t, i_e] + _t2[i_e])
                 if scoring == 'sqrtsoftplus':
                     r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t2[i_e])
+                if scoring == 'softmax':
+                    r[i_t, i_e] = (l[i_t, i_e] + _t2[i_e])
             for i_g, i_c in T.Parallel(B_g, B_c):
                 member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
             for i_t, i_e in T.Parallel(B_t, B_e):
@@ -430,12 +484,12 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
                 for i_t, i_e in T.Parallel(B_t, B_e):
                     sel_key[i_t, i_e] = T.Select((i_e == sel_pick[i_t]), T.int32(-2147483648), sel_key[i_t, i_e])
             for i_t, i_e in T.Parallel(B_t, B_e):
-                if scoring == 'sigmoid':
+                if scoring in ('sigmoid', 'softmax'):
                     s_by_e[i_t, i_e] = s[i_t, i_e]
                 if scoring == 'sqrtsoftplus':
                     sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
             for i_t, i_j in T.Parallel(B_t, B_j):
-                if scoring == 'sigmoid':
+                if scoring in ('sigmoid', 'softmax'):
                     picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int32(0)) & (sel[i_t, i_j] < N_e)),
                         s_by_e[i_t, sel[i_t, i_j]], T.float32(0.0))
                 if scoring == 'sqrtsoftplus':
@@ -481,464 +535,10 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
     return kernel
 
 
-def build_softmax(E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_ep_ranks, tp_rank, num_tp_ranks,
-        *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    B_e = pad_pow2(N_e)
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_i = pad_pow2(N_i)
-    B_h = pad_pow2(N_h)
-    B_j = pad_pow2(N_j)
-    B_t = block_t
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (E // num_ep_ranks)
-    per_dp = (num_tp_ranks * (E // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_weights: T.Tensor((T_, num_topk), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            l = T.alloc_fragment((B_t, B_e), 'float32')
-            _t1 = T.alloc_fragment((B_t,), 'float32')
-            ex = T.alloc_fragment((B_t, B_e), 'float32')
-            total = T.alloc_fragment((B_t,), 'float32')
-            ex_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            s = T.alloc_fragment((B_t, B_e), 'float32')
-            _t2 = T.alloc_fragment((B_e,), 'float32')
-            r = T.alloc_fragment((B_t, B_e), 'float32')
-            member = T.alloc_fragment((B_g, B_c), 'int32')
-            r_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            grouped = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_fragment((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_fragment((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_shared((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_shared((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_fragment((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_fragment((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_shared((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_fragment((B_t, B_g), 'int32')
-            groups_best = T.alloc_fragment((B_t,), 'int32')
-            groups_cand = T.alloc_fragment((B_t, B_g), 'int32')
-            groups_pick = T.alloc_fragment((B_t,), 'int32')
-            groups = T.alloc_shared((B_t, B_h), 'int32')
-            hits = T.alloc_fragment((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_fragment((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_shared((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_fragment((B_e,), 'int32')
-            kept_by_g = T.alloc_shared((B_t, B_g), 'float32')
-            expert_kept = T.alloc_fragment((B_t, B_e), 'float32')
-            ranked = T.alloc_fragment((B_t, B_e), 'float32')
-            sel_key = T.alloc_fragment((B_t, B_e), 'int32')
-            sel_best = T.alloc_fragment((B_t,), 'int32')
-            sel_cand = T.alloc_fragment((B_t, B_e), 'int32')
-            sel_pick = T.alloc_fragment((B_t,), 'int32')
-            sel = T.alloc_shared((B_t, B_j), 'int32')
-            s_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            picked = T.alloc_fragment((B_t, B_j), 'float32')
-            den = T.alloc_fragment((B_t,), 'float32')
-            picked_by_j = T.alloc_shared((B_t, B_j), 'float32')
-            w = T.alloc_fragment((B_t, B_j), 'float32')
-            local = T.alloc_fragment((B_t, B_j), 'int32')
-            remapped = T.alloc_fragment((B_t, B_j), 'int32')
-            mine = T.alloc_fragment((B_t, B_j), 'bool')
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.Select((i_e < N_e),
-                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)), logits[((b_t * B_t) + i_t), i_e],
-                        T.float32(0.0)), T.float32(-float('inf')))
-            T.reduce_max(l, _t1, dim=1)
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = (_t1[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t1[i_t]))
-            for i_t in T.Parallel(B_t):
-                total[i_t] = T.float32(0.0)
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                ex_by_e[i_t, i_e] = ex[i_t, i_e]
-            for r_e in T.serial(N_e):
-                for i_t in T.Parallel(B_t):
-                    total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.Parallel(B_e):
-                _t2[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r[i_t, i_e] = (l[i_t, i_e] + _t2[i_e])
-            for i_g, i_c in T.Parallel(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.Parallel(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.Parallel(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.Parallel(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.Parallel(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.Parallel(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-                sel_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(sel_key, sel_best, dim=1)
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    sel_cand[i_t, i_e] = T.Select((sel_key[i_t, i_e] == sel_best[i_t]), i_e, N_e)
-                T.reduce_min(sel_cand, sel_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    sel[i_t, r_j] = sel_pick[i_t]
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    sel_key[i_t, i_e] = T.Select((i_e == sel_pick[i_t]), T.int32(-2147483648), sel_key[i_t, i_e])
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                s_by_e[i_t, i_e] = s[i_t, i_e]
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int32(0)) & (sel[i_t, i_j] < N_e)),
-                    s_by_e[i_t, sel[i_t, i_j]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.Parallel(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-                local[i_t, i_j] = (sel[i_t, i_j] - (T.int32(tp_rank) * T.int32(per_rank)))
-                remapped[i_t, i_j] = (local[i_t, i_j]
-                    - (
-                        T.Select((T.int32(per_dp) == T.int32(0)), T.int32(0),
-                            T.Select((T.int32(per_dp) == T.int32(-1)), (-local[i_t, i_j]),
-                                T.floordiv(local[i_t, i_j],
-                                    T.Select(((T.int32(per_dp) == T.int32(0)) | (T.int32(per_dp) == T.int32(-1))),
-                                        T.int32(1), T.int32(per_dp))))) * (T.int32(per_dp) - T.int32(per_rank))))
-                mine[i_t, i_j] = ((
-                        T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))),
-                            T.int32(0),
-                            T.floormod(
-                                T.Select((T.int32(per_rank) == T.int32(0)), T.int32(0),
-                                    T.Select((T.int32(per_rank) == T.int32(-1)), (-sel[i_t, i_j]),
-                                        T.floordiv(sel[i_t, i_j],
-                                        T.Select(((T.int32(per_rank) == T.int32(0))
-                                        | (T.int32(per_rank) == T.int32(-1))), T.int32(1), T.int32(per_rank))))),
-                                T.Select(((T.int32(num_tp_ranks) == T.int32(0))
-                                        | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
-                        == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
-                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
-                        T.Select(mine[i_t, i_j], T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), i_j] = w[i_t, i_j]
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.cast(sel[i_t, i_j], "int64"), "int64")
-
-    return kernel
-
-
-def build_softmax_with_mask(E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_ep_ranks, tp_rank,
-        num_tp_ranks, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    B_e = pad_pow2(N_e)
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_i = pad_pow2(N_i)
-    B_h = pad_pow2(N_h)
-    B_j = pad_pow2(N_j)
-    B_t = block_t
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (E // num_ep_ranks)
-    per_dp = (num_tp_ranks * (E // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_weights: T.Tensor((T_, num_topk), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            l = T.alloc_fragment((B_t, B_e), 'float32')
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
-            _t1 = T.alloc_fragment((B_t,), 'float32')
-            ex = T.alloc_fragment((B_t, B_e), 'float32')
-            total = T.alloc_fragment((B_t,), 'float32')
-            ex_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            s = T.alloc_fragment((B_t, B_e), 'float32')
-            _t2 = T.alloc_fragment((B_e,), 'float32')
-            r = T.alloc_fragment((B_t, B_e), 'float32')
-            member = T.alloc_fragment((B_g, B_c), 'int32')
-            r_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            grouped = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_fragment((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_fragment((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_fragment((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_shared((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_shared((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_fragment((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_fragment((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_shared((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_fragment((B_t, B_g), 'int32')
-            groups_best = T.alloc_fragment((B_t,), 'int32')
-            groups_cand = T.alloc_fragment((B_t, B_g), 'int32')
-            groups_pick = T.alloc_fragment((B_t,), 'int32')
-            groups = T.alloc_shared((B_t, B_h), 'int32')
-            hits = T.alloc_fragment((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_fragment((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_shared((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_fragment((B_e,), 'int32')
-            kept_by_g = T.alloc_shared((B_t, B_g), 'float32')
-            expert_kept = T.alloc_fragment((B_t, B_e), 'float32')
-            ranked = T.alloc_fragment((B_t, B_e), 'float32')
-            sel_key = T.alloc_fragment((B_t, B_e), 'int32')
-            sel_best = T.alloc_fragment((B_t,), 'int32')
-            sel_cand = T.alloc_fragment((B_t, B_e), 'int32')
-            sel_pick = T.alloc_fragment((B_t,), 'int32')
-            sel = T.alloc_shared((B_t, B_j), 'int32')
-            s_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            picked = T.alloc_fragment((B_t, B_j), 'float32')
-            den = T.alloc_fragment((B_t,), 'float32')
-            picked_by_j = T.alloc_shared((B_t, B_j), 'float32')
-            w = T.alloc_fragment((B_t, B_j), 'float32')
-            local = T.alloc_fragment((B_t, B_j), 'int32')
-            remapped = T.alloc_fragment((B_t, B_j), 'int32')
-            mine = T.alloc_fragment((B_t, B_j), 'bool')
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.Select((i_e < N_e),
-                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)), logits[((b_t * B_t) + i_t), i_e],
-                        T.float32(0.0)), T.float32(-float('inf')))
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            T.reduce_max(l, _t1, dim=1)
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = (_t1[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t1[i_t]))
-            for i_t in T.Parallel(B_t):
-                total[i_t] = T.float32(0.0)
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                ex_by_e[i_t, i_e] = ex[i_t, i_e]
-            for r_e in T.serial(N_e):
-                for i_t in T.Parallel(B_t):
-                    total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.Parallel(B_e):
-                _t2[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r[i_t, i_e] = (l[i_t, i_e] + _t2[i_e])
-            for i_g, i_c in T.Parallel(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.Parallel(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.Parallel(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.Parallel(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.Parallel(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.Parallel(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.Parallel(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-                sel_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(sel_key, sel_best, dim=1)
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    sel_cand[i_t, i_e] = T.Select((sel_key[i_t, i_e] == sel_best[i_t]), i_e, N_e)
-                T.reduce_min(sel_cand, sel_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    sel[i_t, r_j] = sel_pick[i_t]
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    sel_key[i_t, i_e] = T.Select((i_e == sel_pick[i_t]), T.int32(-2147483648), sel_key[i_t, i_e])
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                s_by_e[i_t, i_e] = s[i_t, i_e]
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int32(0)) & (sel[i_t, i_j] < N_e)),
-                    s_by_e[i_t, sel[i_t, i_j]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.Parallel(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-                local[i_t, i_j] = (sel[i_t, i_j] - (T.int32(tp_rank) * T.int32(per_rank)))
-                remapped[i_t, i_j] = (local[i_t, i_j]
-                    - (
-                        T.Select((T.int32(per_dp) == T.int32(0)), T.int32(0),
-                            T.Select((T.int32(per_dp) == T.int32(-1)), (-local[i_t, i_j]),
-                                T.floordiv(local[i_t, i_j],
-                                    T.Select(((T.int32(per_dp) == T.int32(0)) | (T.int32(per_dp) == T.int32(-1))),
-                                        T.int32(1), T.int32(per_dp))))) * (T.int32(per_dp) - T.int32(per_rank))))
-                mine[i_t, i_j] = ((
-                        T.Select(((T.int32(num_tp_ranks) == T.int32(0)) | (T.int32(num_tp_ranks) == T.int32(-1))),
-                            T.int32(0),
-                            T.floormod(
-                                T.Select((T.int32(per_rank) == T.int32(0)), T.int32(0),
-                                    T.Select((T.int32(per_rank) == T.int32(-1)), (-sel[i_t, i_j]),
-                                        T.floordiv(sel[i_t, i_j],
-                                        T.Select(((T.int32(per_rank) == T.int32(0))
-                                        | (T.int32(per_rank) == T.int32(-1))), T.int32(1), T.int32(per_rank))))),
-                                T.Select(((T.int32(num_tp_ranks) == T.int32(0))
-                                        | (T.int32(num_tp_ranks) == T.int32(-1))), T.int32(1), T.int32(num_tp_ranks))))
-                        == T.int32(tp_rank)) & (remapped[i_t, i_j] >= T.int32(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
-                    topk_idx[((b_t * B_t) + i_t), i_j] = T.cast(
-                        T.Select((routed[i_t] & mine[i_t, i_j]), T.cast(remapped[i_t, i_j], "int64"), T.int64(-1)),
-                        "int64")
-                    topk_weights[((b_t * B_t) + i_t), i_j] = T.Select(routed[i_t], w[i_t, i_j], T.float32(0.0))
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(
-                        T.Select(routed[i_t], T.cast(sel[i_t, i_j], "int64"), T.int64(-1)), "int64")
-
-    return kernel
-
-
 # the variants of the shared factories
 build_sigmoid = specialize(make_base, 'sigmoid')
 build_sqrtsoftplus = specialize(make_base, 'sqrtsoftplus')
+build_softmax = specialize(make_base, 'softmax')
 build_sigmoid_with_mask = specialize(make_with_mask, 'sigmoid')
 build_sqrtsoftplus_with_mask = specialize(make_with_mask, 'sqrtsoftplus')
+build_softmax_with_mask = specialize(make_with_mask, 'softmax')

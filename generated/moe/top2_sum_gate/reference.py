@@ -12,8 +12,8 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import order_key
 
 
-def make_reference_base(scoring, logits, bias, mask, num_topk, num_groups, num_topk_groups, routed_scaling_factor,
-        num_ep_ranks, tp_rank, num_tp_ranks, _given=None):
+def make_reference_variants(scoring, with_mask, logits, bias, mask, num_topk, num_groups, num_topk_groups,
+        routed_scaling_factor, num_ep_ranks, tp_rank, num_tp_ranks, _given=None):
     T_ = logits.shape[0]
     E = logits.shape[1]
     N_t = T_
@@ -33,15 +33,29 @@ def make_reference_base(scoring, logits, bias, mask, num_topk, num_groups, num_t
         _s_topk_weights = torch.zeros((T_, num_topk), dtype=torch.float32, device=_dev)
         _s_unmapped = torch.zeros((T_, num_topk), dtype=torch.int64, device=_dev)
         l = _fit(_view(logits, (N_t, N_e), (N_t, N_e), (), ('t', 'e'), ('t', 'e')).to(torch.float32), (N_t, N_e))
+        if with_mask:
+            _t0 = _fit(_view(mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
+            routed = _fit((_t0 != 0), (N_t,))
         if scoring == 'sigmoid':
             s = _fit((_f32(1.0) / (_f32(1.0) + _exp((-l)))), (N_t, N_e))
         if scoring == 'sqrtsoftplus':
             sqrt_softplus = _fit(_sqrt(torch.where((l > _f32(20.0)), l, _log1p(_exp(l)))), (N_t, N_e))
+        if scoring == 'softmax':
+            _t1 = _nanmax(l, 1)
+            _t1 = _fit((_t1 + _f32(0.0)), (N_t,))
+            ex = _fit(_exp((l - _t1[:, None])), (N_t, N_e))
+            total = _fit(_f32(0.0), (N_t,))
+            ex_by_e = _fit(ex, (N_t, N_e))
+            for r_e in range(N_e):
+                total = _fit((total + _take(ex_by_e, (_ix(N_t, 0, 1, _dev), r_e))), (N_t,))
+            s = _fit((ex / total[:, None]), (N_t, N_e))
         _t2 = _fit(_view(bias, (N_e,), (N_e,), (), ('e',), ('e',)).to(torch.float32), (N_e,))
         if scoring == 'sigmoid':
             r = _fit((s + _t2[None, :]), (N_t, N_e))
         if scoring == 'sqrtsoftplus':
             r = _fit((sqrt_softplus + _t2[None, :]), (N_t, N_e))
+        if scoring == 'softmax':
+            r = _fit((l + _t2[None, :]), (N_t, N_e))
         member = _fit(_wrap_i32(_wrap_i32(_ix(N_g, 0, 2, _dev) * int(per_group)) + _ix(N_c, 1, 2, _dev)), (N_g, N_c))
         r_by_e = _fit(r, (N_t, N_e))
         grouped = _fit(
@@ -101,7 +115,7 @@ def make_reference_base(scoring, logits, bias, mask, num_topk, num_groups, num_t
             sel_pick = _nanmin(sel_cand, 1)
             sel.select(1, r_j).copy_(_fit(sel_pick, (N_t,)))
             sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) == sel_pick[:, None]), -2147483648, sel_key), (N_t, N_e))
-        if scoring == 'sigmoid':
+        if scoring in ('sigmoid', 'softmax'):
             s_by_e = _fit(s, (N_t, N_e))
             picked = _fit(_take(s_by_e, (_ix(N_t, 0, 2, _dev), sel), ((sel >= 0) & (sel < N_e))), (N_t, N_j))
         if scoring == 'sqrtsoftplus':
@@ -130,405 +144,33 @@ def make_reference_base(scoring, logits, bias, mask, num_topk, num_groups, num_t
                                 rounding_mode='floor')))),
                             _t((1 if ((int(num_tp_ranks) == 0) | (int(num_tp_ranks) == -1)) else int(num_tp_ranks)))))
                     == int(tp_rank)) & (remapped >= 0)), (N_t, N_j))
-        topk_idx_tile = _fit(torch.where(mine, _trunc(remapped), -1), (N_t, N_j))
+        if not with_mask:
+            topk_idx_tile = _fit(torch.where(mine, _trunc(remapped), -1), (N_t, N_j))
+        if with_mask:
+            topk_idx_tile = _fit(torch.where((routed[:, None] & mine), _trunc(remapped), -1), (N_t, N_j))
         _store_view(_s_topk_idx, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(topk_idx_tile).to(torch.int64),
             None, False)
-        topk_weights_tile = _fit(w, (N_t, N_j))
+        if not with_mask:
+            topk_weights_tile = _fit(w, (N_t, N_j))
+        if with_mask:
+            topk_weights_tile = _fit(torch.where(routed[:, None], w, _f32(0.0)), (N_t, N_j))
         _store_view(_s_topk_weights, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), topk_weights_tile, None, False)
-        unmapped_tile = _fit(_trunc(sel), (N_t, N_j))
-        _store_view(_s_unmapped, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(unmapped_tile).to(torch.int64),
-            None, False)
-        return _s_topk_idx, _s_topk_weights, _s_unmapped
-
-
-def make_reference_with_mask(scoring, logits, bias, mask, num_topk, num_groups, num_topk_groups, routed_scaling_factor,
-        num_ep_ranks, tp_rank, num_tp_ranks, _given=None):
-    T_ = logits.shape[0]
-    E = logits.shape[1]
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    per_group = (E // num_groups)
-    per_rank = (E // num_ep_ranks)
-    per_dp = (num_tp_ranks * (E // num_ep_ranks))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = logits.device
-    with torch.device(_dev):
-        _s_topk_idx = torch.zeros((T_, num_topk), dtype=torch.int64, device=_dev)
-        _s_topk_weights = torch.zeros((T_, num_topk), dtype=torch.float32, device=_dev)
-        _s_unmapped = torch.zeros((T_, num_topk), dtype=torch.int64, device=_dev)
-        l = _fit(_view(logits, (N_t, N_e), (N_t, N_e), (), ('t', 'e'), ('t', 'e')).to(torch.float32), (N_t, N_e))
-        _t0 = _fit(_view(mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        routed = _fit((_t0 != 0), (N_t,))
-        if scoring == 'sigmoid':
-            s = _fit((_f32(1.0) / (_f32(1.0) + _exp((-l)))), (N_t, N_e))
-        if scoring == 'sqrtsoftplus':
-            sqrt_softplus = _fit(_sqrt(torch.where((l > _f32(20.0)), l, _log1p(_exp(l)))), (N_t, N_e))
-        _t2 = _fit(_view(bias, (N_e,), (N_e,), (), ('e',), ('e',)).to(torch.float32), (N_e,))
-        if scoring == 'sigmoid':
-            r = _fit((s + _t2[None, :]), (N_t, N_e))
-        if scoring == 'sqrtsoftplus':
-            r = _fit((sqrt_softplus + _t2[None, :]), (N_t, N_e))
-        member = _fit(_wrap_i32(_wrap_i32(_ix(N_g, 0, 2, _dev) * int(per_group)) + _ix(N_c, 1, 2, _dev)), (N_g, N_c))
-        r_by_e = _fit(r, (N_t, N_e))
-        grouped = _fit(
-            _take(r_by_e, (_ix(N_t, 0, 3, _dev), member[None, :, :]),
-                ((member[None, :, :] >= 0) & (member[None, :, :] < N_e))), (N_t, N_g, N_c))
-        _top2_picks_key = _fit(torch.where((_ix(N_c, 2, 3, _dev) < N_c), order_key(grouped), -2147483648),
-            (N_t, N_g, N_c))
-        _top2_picks = torch.zeros((N_t, N_g, N_i), dtype=torch.int64, device=_dev)
-        for r_i in range(N_i):
-            _top2_picks_best = _nanmax(_top2_picks_key, 2)
-            _top2_picks_cand = _fit(
-                torch.where((_top2_picks_key == _top2_picks_best[:, :, None]), _ix(N_c, 2, 3, _dev), N_c),
-                (N_t, N_g, N_c))
-            _top2_picks_pick = _nanmin(_top2_picks_cand, 2)
-            _top2_picks.select(2, r_i).copy_(_fit(_top2_picks_pick, (N_t, N_g)))
-            _top2_picks_key = _fit(
-                torch.where((_ix(N_c, 2, 3, _dev) == _top2_picks_pick[:, :, None]), -2147483648, _top2_picks_key),
-                (N_t, N_g, N_c))
-        grouped_by_c = _fit(grouped, (N_t, N_g, N_c))
-        top2 = _fit(
-            _take(grouped_by_c, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _top2_picks),
-                ((_top2_picks >= 0) & (_top2_picks < N_c))), (N_t, N_g, N_i))
-        group_score = _fit(_f32(-0.0), (N_t, N_g))
-        top2_by_i = _fit(top2, (N_t, N_g, N_i))
-        for r_i in range(N_i):
-            group_score = _fit((group_score + _take(top2_by_i, (_ix(N_t, 0, 2, _dev), _ix(N_g, 1, 2, _dev), r_i))),
-                (N_t, N_g))
-        groups_key = _fit(torch.where((_ix(N_g, 1, 2, _dev) < N_g), order_key(group_score), -2147483648), (N_t, N_g))
-        groups = torch.zeros((N_t, N_h), dtype=torch.int64, device=_dev)
-        for r_h in range(N_h):
-            groups_best = _nanmax(groups_key, 1)
-            groups_cand = _fit(torch.where((groups_key == groups_best[:, None]), _ix(N_g, 1, 2, _dev), N_g), (N_t, N_g))
-            groups_pick = _nanmin(groups_cand, 1)
-            groups.select(1, r_h).copy_(_fit(groups_pick, (N_t,)))
-            groups_key = _fit(torch.where((_ix(N_g, 1, 2, _dev) == groups_pick[:, None]), -2147483648, groups_key),
-                (N_t, N_g))
-        hits = _fit(torch.where((groups[:, None, :] == _ix(N_g, 1, 3, _dev)), _f32(1.0), _f32(0.0)), (N_t, N_g, N_h))
-        kept = _fit(_f32(0.0), (N_t, N_g))
-        hits_by_h = _fit(hits, (N_t, N_g, N_h))
-        for r_h in range(N_h):
-            kept = _fit((kept + _take(hits_by_h, (_ix(N_t, 0, 2, _dev), _ix(N_g, 1, 2, _dev), r_h))), (N_t, N_g))
-        group_of = _fit((0 if (int(per_group) == 0)
-                else (_wrap_i32(-_ix(N_e, 0, 1, _dev)) if (int(per_group) == -1)
-                    else torch.div(_t(_ix(N_e, 0, 1, _dev)),
-                        _t((1 if ((int(per_group) == 0) | (int(per_group) == -1)) else int(per_group))), rounding_mode=
-                        'floor'))), (N_e,))
-        kept_by_g = _fit(kept, (N_t, N_g))
-        expert_kept = _fit(
-            _take(kept_by_g, (_ix(N_t, 0, 2, _dev), group_of[None, :]),
-                ((group_of[None, :] >= 0) & (group_of[None, :] < N_g))), (N_t, N_e))
-        ranked = _fit(torch.where((expert_kept > _f32(0.0)), r, _f32(-float('inf'))), (N_t, N_e))
-        sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(ranked), -2147483648), (N_t, N_e))
-        sel = torch.zeros((N_t, N_j), dtype=torch.int64, device=_dev)
-        for r_j in range(N_j):
-            sel_best = _nanmax(sel_key, 1)
-            sel_cand = _fit(torch.where((sel_key == sel_best[:, None]), _ix(N_e, 1, 2, _dev), N_e), (N_t, N_e))
-            sel_pick = _nanmin(sel_cand, 1)
-            sel.select(1, r_j).copy_(_fit(sel_pick, (N_t,)))
-            sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) == sel_pick[:, None]), -2147483648, sel_key), (N_t, N_e))
-        if scoring == 'sigmoid':
-            s_by_e = _fit(s, (N_t, N_e))
-            picked = _fit(_take(s_by_e, (_ix(N_t, 0, 2, _dev), sel), ((sel >= 0) & (sel < N_e))), (N_t, N_j))
-        if scoring == 'sqrtsoftplus':
-            sqrt_softplus_by_e = _fit(sqrt_softplus, (N_t, N_e))
-            picked = _fit(_take(sqrt_softplus_by_e, (_ix(N_t, 0, 2, _dev), sel), ((sel >= 0) & (sel < N_e))),
-                (N_t, N_j))
-        den = _fit(_f32(1e-20), (N_t,))
-        picked_by_j = _fit(picked, (N_t, N_j))
-        for r_j in range(N_j):
-            den = _fit((den + _take(picked_by_j, (_ix(N_t, 0, 1, _dev), r_j))), (N_t,))
-        w = _fit(((picked / den[:, None]) * _f32(float(routed_scaling_factor))), (N_t, N_j))
-        local = _fit(_wrap_i32(sel - _wrap_i32(int(tp_rank) * int(per_rank))), (N_t, N_j))
-        remapped = _fit(
-            _wrap_i32(local
-                - _wrap_i32((0 if (int(per_dp) == 0)
-                        else (_wrap_i32(-local) if (int(per_dp) == -1)
-                            else torch.div(_t(local),
-                                _t((1 if ((int(per_dp) == 0) | (int(per_dp) == -1)) else int(per_dp))), rounding_mode=
-                                'floor'))) * _wrap_i32(int(per_dp) - int(per_rank)))), (N_t, N_j))
-        mine = _fit((((0 if ((int(num_tp_ranks) == 0) | (int(num_tp_ranks) == -1))
-                        else torch.remainder(
-                            _t((0 if (int(per_rank) == 0)
-                                else (_wrap_i32(-sel) if (int(per_rank) == -1)
-                                else torch.div(_t(sel),
-                                _t((1 if ((int(per_rank) == 0) | (int(per_rank) == -1)) else int(per_rank))),
-                                rounding_mode='floor')))),
-                            _t((1 if ((int(num_tp_ranks) == 0) | (int(num_tp_ranks) == -1)) else int(num_tp_ranks)))))
-                    == int(tp_rank)) & (remapped >= 0)), (N_t, N_j))
-        topk_idx_tile = _fit(torch.where((routed[:, None] & mine), _trunc(remapped), -1), (N_t, N_j))
-        _store_view(_s_topk_idx, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(topk_idx_tile).to(torch.int64),
-            None, False)
-        topk_weights_tile = _fit(torch.where(routed[:, None], w, _f32(0.0)), (N_t, N_j))
-        _store_view(_s_topk_weights, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), topk_weights_tile, None, False)
-        unmapped_tile = _fit(torch.where(routed[:, None], _trunc(sel), -1), (N_t, N_j))
-        _store_view(_s_unmapped, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(unmapped_tile).to(torch.int64),
-            None, False)
-        return _s_topk_idx, _s_topk_weights, _s_unmapped
-
-
-def reference_softmax(logits, bias, mask, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_ep_ranks,
-        tp_rank, num_tp_ranks, _given=None):
-    T_ = logits.shape[0]
-    E = logits.shape[1]
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    per_group = (E // num_groups)
-    per_rank = (E // num_ep_ranks)
-    per_dp = (num_tp_ranks * (E // num_ep_ranks))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = logits.device
-    with torch.device(_dev):
-        _s_topk_idx = torch.zeros((T_, num_topk), dtype=torch.int64, device=_dev)
-        _s_topk_weights = torch.zeros((T_, num_topk), dtype=torch.float32, device=_dev)
-        _s_unmapped = torch.zeros((T_, num_topk), dtype=torch.int64, device=_dev)
-        l = _fit(_view(logits, (N_t, N_e), (N_t, N_e), (), ('t', 'e'), ('t', 'e')).to(torch.float32), (N_t, N_e))
-        _t1 = _nanmax(l, 1)
-        _t1 = _fit((_t1 + _f32(0.0)), (N_t,))
-        ex = _fit(_exp((l - _t1[:, None])), (N_t, N_e))
-        total = _fit(_f32(0.0), (N_t,))
-        ex_by_e = _fit(ex, (N_t, N_e))
-        for r_e in range(N_e):
-            total = _fit((total + _take(ex_by_e, (_ix(N_t, 0, 1, _dev), r_e))), (N_t,))
-        s = _fit((ex / total[:, None]), (N_t, N_e))
-        _t2 = _fit(_view(bias, (N_e,), (N_e,), (), ('e',), ('e',)).to(torch.float32), (N_e,))
-        r = _fit((l + _t2[None, :]), (N_t, N_e))
-        member = _fit(_wrap_i32(_wrap_i32(_ix(N_g, 0, 2, _dev) * int(per_group)) + _ix(N_c, 1, 2, _dev)), (N_g, N_c))
-        r_by_e = _fit(r, (N_t, N_e))
-        grouped = _fit(
-            _take(r_by_e, (_ix(N_t, 0, 3, _dev), member[None, :, :]),
-                ((member[None, :, :] >= 0) & (member[None, :, :] < N_e))), (N_t, N_g, N_c))
-        _top2_picks_key = _fit(torch.where((_ix(N_c, 2, 3, _dev) < N_c), order_key(grouped), -2147483648),
-            (N_t, N_g, N_c))
-        _top2_picks = torch.zeros((N_t, N_g, N_i), dtype=torch.int64, device=_dev)
-        for r_i in range(N_i):
-            _top2_picks_best = _nanmax(_top2_picks_key, 2)
-            _top2_picks_cand = _fit(
-                torch.where((_top2_picks_key == _top2_picks_best[:, :, None]), _ix(N_c, 2, 3, _dev), N_c),
-                (N_t, N_g, N_c))
-            _top2_picks_pick = _nanmin(_top2_picks_cand, 2)
-            _top2_picks.select(2, r_i).copy_(_fit(_top2_picks_pick, (N_t, N_g)))
-            _top2_picks_key = _fit(
-                torch.where((_ix(N_c, 2, 3, _dev) == _top2_picks_pick[:, :, None]), -2147483648, _top2_picks_key),
-                (N_t, N_g, N_c))
-        grouped_by_c = _fit(grouped, (N_t, N_g, N_c))
-        top2 = _fit(
-            _take(grouped_by_c, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _top2_picks),
-                ((_top2_picks >= 0) & (_top2_picks < N_c))), (N_t, N_g, N_i))
-        group_score = _fit(_f32(-0.0), (N_t, N_g))
-        top2_by_i = _fit(top2, (N_t, N_g, N_i))
-        for r_i in range(N_i):
-            group_score = _fit((group_score + _take(top2_by_i, (_ix(N_t, 0, 2, _dev), _ix(N_g, 1, 2, _dev), r_i))),
-                (N_t, N_g))
-        groups_key = _fit(torch.where((_ix(N_g, 1, 2, _dev) < N_g), order_key(group_score), -2147483648), (N_t, N_g))
-        groups = torch.zeros((N_t, N_h), dtype=torch.int64, device=_dev)
-        for r_h in range(N_h):
-            groups_best = _nanmax(groups_key, 1)
-            groups_cand = _fit(torch.where((groups_key == groups_best[:, None]), _ix(N_g, 1, 2, _dev), N_g), (N_t, N_g))
-            groups_pick = _nanmin(groups_cand, 1)
-            groups.select(1, r_h).copy_(_fit(groups_pick, (N_t,)))
-            groups_key = _fit(torch.where((_ix(N_g, 1, 2, _dev) == groups_pick[:, None]), -2147483648, groups_key),
-                (N_t, N_g))
-        hits = _fit(torch.where((groups[:, None, :] == _ix(N_g, 1, 3, _dev)), _f32(1.0), _f32(0.0)), (N_t, N_g, N_h))
-        kept = _fit(_f32(0.0), (N_t, N_g))
-        hits_by_h = _fit(hits, (N_t, N_g, N_h))
-        for r_h in range(N_h):
-            kept = _fit((kept + _take(hits_by_h, (_ix(N_t, 0, 2, _dev), _ix(N_g, 1, 2, _dev), r_h))), (N_t, N_g))
-        group_of = _fit((0 if (int(per_group) == 0)
-                else (_wrap_i32(-_ix(N_e, 0, 1, _dev)) if (int(per_group) == -1)
-                    else torch.div(_t(_ix(N_e, 0, 1, _dev)),
-                        _t((1 if ((int(per_group) == 0) | (int(per_group) == -1)) else int(per_group))), rounding_mode=
-                        'floor'))), (N_e,))
-        kept_by_g = _fit(kept, (N_t, N_g))
-        expert_kept = _fit(
-            _take(kept_by_g, (_ix(N_t, 0, 2, _dev), group_of[None, :]),
-                ((group_of[None, :] >= 0) & (group_of[None, :] < N_g))), (N_t, N_e))
-        ranked = _fit(torch.where((expert_kept > _f32(0.0)), r, _f32(-float('inf'))), (N_t, N_e))
-        sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(ranked), -2147483648), (N_t, N_e))
-        sel = torch.zeros((N_t, N_j), dtype=torch.int64, device=_dev)
-        for r_j in range(N_j):
-            sel_best = _nanmax(sel_key, 1)
-            sel_cand = _fit(torch.where((sel_key == sel_best[:, None]), _ix(N_e, 1, 2, _dev), N_e), (N_t, N_e))
-            sel_pick = _nanmin(sel_cand, 1)
-            sel.select(1, r_j).copy_(_fit(sel_pick, (N_t,)))
-            sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) == sel_pick[:, None]), -2147483648, sel_key), (N_t, N_e))
-        s_by_e = _fit(s, (N_t, N_e))
-        picked = _fit(_take(s_by_e, (_ix(N_t, 0, 2, _dev), sel), ((sel >= 0) & (sel < N_e))), (N_t, N_j))
-        den = _fit(_f32(1e-20), (N_t,))
-        picked_by_j = _fit(picked, (N_t, N_j))
-        for r_j in range(N_j):
-            den = _fit((den + _take(picked_by_j, (_ix(N_t, 0, 1, _dev), r_j))), (N_t,))
-        w = _fit(((picked / den[:, None]) * _f32(float(routed_scaling_factor))), (N_t, N_j))
-        local = _fit(_wrap_i32(sel - _wrap_i32(int(tp_rank) * int(per_rank))), (N_t, N_j))
-        remapped = _fit(
-            _wrap_i32(local
-                - _wrap_i32((0 if (int(per_dp) == 0)
-                        else (_wrap_i32(-local) if (int(per_dp) == -1)
-                            else torch.div(_t(local),
-                                _t((1 if ((int(per_dp) == 0) | (int(per_dp) == -1)) else int(per_dp))), rounding_mode=
-                                'floor'))) * _wrap_i32(int(per_dp) - int(per_rank)))), (N_t, N_j))
-        mine = _fit((((0 if ((int(num_tp_ranks) == 0) | (int(num_tp_ranks) == -1))
-                        else torch.remainder(
-                            _t((0 if (int(per_rank) == 0)
-                                else (_wrap_i32(-sel) if (int(per_rank) == -1)
-                                else torch.div(_t(sel),
-                                _t((1 if ((int(per_rank) == 0) | (int(per_rank) == -1)) else int(per_rank))),
-                                rounding_mode='floor')))),
-                            _t((1 if ((int(num_tp_ranks) == 0) | (int(num_tp_ranks) == -1)) else int(num_tp_ranks)))))
-                    == int(tp_rank)) & (remapped >= 0)), (N_t, N_j))
-        topk_idx_tile = _fit(torch.where(mine, _trunc(remapped), -1), (N_t, N_j))
-        _store_view(_s_topk_idx, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(topk_idx_tile).to(torch.int64),
-            None, False)
-        topk_weights_tile = _fit(w, (N_t, N_j))
-        _store_view(_s_topk_weights, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), topk_weights_tile, None, False)
-        unmapped_tile = _fit(_trunc(sel), (N_t, N_j))
-        _store_view(_s_unmapped, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(unmapped_tile).to(torch.int64),
-            None, False)
-        return _s_topk_idx, _s_topk_weights, _s_unmapped
-
-
-def reference_softmax_with_mask(logits, bias, mask, num_topk, num_groups, num_topk_groups, routed_scaling_factor,
-        num_ep_ranks, tp_rank, num_tp_ranks, _given=None):
-    T_ = logits.shape[0]
-    E = logits.shape[1]
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    per_group = (E // num_groups)
-    per_rank = (E // num_ep_ranks)
-    per_dp = (num_tp_ranks * (E // num_ep_ranks))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = logits.device
-    with torch.device(_dev):
-        _s_topk_idx = torch.zeros((T_, num_topk), dtype=torch.int64, device=_dev)
-        _s_topk_weights = torch.zeros((T_, num_topk), dtype=torch.float32, device=_dev)
-        _s_unmapped = torch.zeros((T_, num_topk), dtype=torch.int64, device=_dev)
-        l = _fit(_view(logits, (N_t, N_e), (N_t, N_e), (), ('t', 'e'), ('t', 'e')).to(torch.float32), (N_t, N_e))
-        _t0 = _fit(_view(mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        routed = _fit((_t0 != 0), (N_t,))
-        _t1 = _nanmax(l, 1)
-        _t1 = _fit((_t1 + _f32(0.0)), (N_t,))
-        ex = _fit(_exp((l - _t1[:, None])), (N_t, N_e))
-        total = _fit(_f32(0.0), (N_t,))
-        ex_by_e = _fit(ex, (N_t, N_e))
-        for r_e in range(N_e):
-            total = _fit((total + _take(ex_by_e, (_ix(N_t, 0, 1, _dev), r_e))), (N_t,))
-        s = _fit((ex / total[:, None]), (N_t, N_e))
-        _t2 = _fit(_view(bias, (N_e,), (N_e,), (), ('e',), ('e',)).to(torch.float32), (N_e,))
-        r = _fit((l + _t2[None, :]), (N_t, N_e))
-        member = _fit(_wrap_i32(_wrap_i32(_ix(N_g, 0, 2, _dev) * int(per_group)) + _ix(N_c, 1, 2, _dev)), (N_g, N_c))
-        r_by_e = _fit(r, (N_t, N_e))
-        grouped = _fit(
-            _take(r_by_e, (_ix(N_t, 0, 3, _dev), member[None, :, :]),
-                ((member[None, :, :] >= 0) & (member[None, :, :] < N_e))), (N_t, N_g, N_c))
-        _top2_picks_key = _fit(torch.where((_ix(N_c, 2, 3, _dev) < N_c), order_key(grouped), -2147483648),
-            (N_t, N_g, N_c))
-        _top2_picks = torch.zeros((N_t, N_g, N_i), dtype=torch.int64, device=_dev)
-        for r_i in range(N_i):
-            _top2_picks_best = _nanmax(_top2_picks_key, 2)
-            _top2_picks_cand = _fit(
-                torch.where((_top2_picks_key == _top2_picks_best[:, :, None]), _ix(N_c, 2, 3, _dev), N_c),
-                (N_t, N_g, N_c))
-            _top2_picks_pick = _nanmin(_top2_picks_cand, 2)
-            _top2_picks.select(2, r_i).copy_(_fit(_top2_picks_pick, (N_t, N_g)))
-            _top2_picks_key = _fit(
-                torch.where((_ix(N_c, 2, 3, _dev) == _top2_picks_pick[:, :, None]), -2147483648, _top2_picks_key),
-                (N_t, N_g, N_c))
-        grouped_by_c = _fit(grouped, (N_t, N_g, N_c))
-        top2 = _fit(
-            _take(grouped_by_c, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _top2_picks),
-                ((_top2_picks >= 0) & (_top2_picks < N_c))), (N_t, N_g, N_i))
-        group_score = _fit(_f32(-0.0), (N_t, N_g))
-        top2_by_i = _fit(top2, (N_t, N_g, N_i))
-        for r_i in range(N_i):
-            group_score = _fit((group_score + _take(top2_by_i, (_ix(N_t, 0, 2, _dev), _ix(N_g, 1, 2, _dev), r_i))),
-                (N_t, N_g))
-        groups_key = _fit(torch.where((_ix(N_g, 1, 2, _dev) < N_g), order_key(group_score), -2147483648), (N_t, N_g))
-        groups = torch.zeros((N_t, N_h), dtype=torch.int64, device=_dev)
-        for r_h in range(N_h):
-            groups_best = _nanmax(groups_key, 1)
-            groups_cand = _fit(torch.where((groups_key == groups_best[:, None]), _ix(N_g, 1, 2, _dev), N_g), (N_t, N_g))
-            groups_pick = _nanmin(groups_cand, 1)
-            groups.select(1, r_h).copy_(_fit(groups_pick, (N_t,)))
-            groups_key = _fit(torch.where((_ix(N_g, 1, 2, _dev) == groups_pick[:, None]), -2147483648, groups_key),
-                (N_t, N_g))
-        hits = _fit(torch.where((groups[:, None, :] == _ix(N_g, 1, 3, _dev)), _f32(1.0), _f32(0.0)), (N_t, N_g, N_h))
-        kept = _fit(_f32(0.0), (N_t, N_g))
-        hits_by_h = _fit(hits, (N_t, N_g, N_h))
-        for r_h in range(N_h):
-            kept = _fit((kept + _take(hits_by_h, (_ix(N_t, 0, 2, _dev), _ix(N_g, 1, 2, _dev), r_h))), (N_t, N_g))
-        group_of = _fit((0 if (int(per_group) == 0)
-                else (_wrap_i32(-_ix(N_e, 0, 1, _dev)) if (int(per_group) == -1)
-                    else torch.div(_t(_ix(N_e, 0, 1, _dev)),
-                        _t((1 if ((int(per_group) == 0) | (int(per_group) == -1)) else int(per_group))), rounding_mode=
-                        'floor'))), (N_e,))
-        kept_by_g = _fit(kept, (N_t, N_g))
-        expert_kept = _fit(
-            _take(kept_by_g, (_ix(N_t, 0, 2, _dev), group_of[None, :]),
-                ((group_of[None, :] >= 0) & (group_of[None, :] < N_g))), (N_t, N_e))
-        ranked = _fit(torch.where((expert_kept > _f32(0.0)), r, _f32(-float('inf'))), (N_t, N_e))
-        sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(ranked), -2147483648), (N_t, N_e))
-        sel = torch.zeros((N_t, N_j), dtype=torch.int64, device=_dev)
-        for r_j in range(N_j):
-            sel_best = _nanmax(sel_key, 1)
-            sel_cand = _fit(torch.where((sel_key == sel_best[:, None]), _ix(N_e, 1, 2, _dev), N_e), (N_t, N_e))
-            sel_pick = _nanmin(sel_cand, 1)
-            sel.select(1, r_j).copy_(_fit(sel_pick, (N_t,)))
-            sel_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) == sel_pick[:, None]), -2147483648, sel_key), (N_t, N_e))
-        s_by_e = _fit(s, (N_t, N_e))
-        picked = _fit(_take(s_by_e, (_ix(N_t, 0, 2, _dev), sel), ((sel >= 0) & (sel < N_e))), (N_t, N_j))
-        den = _fit(_f32(1e-20), (N_t,))
-        picked_by_j = _fit(picked, (N_t, N_j))
-        for r_j in range(N_j):
-            den = _fit((den + _take(picked_by_j, (_ix(N_t, 0, 1, _dev), r_j))), (N_t,))
-        w = _fit(((picked / den[:, None]) * _f32(float(routed_scaling_factor))), (N_t, N_j))
-        local = _fit(_wrap_i32(sel - _wrap_i32(int(tp_rank) * int(per_rank))), (N_t, N_j))
-        remapped = _fit(
-            _wrap_i32(local
-                - _wrap_i32((0 if (int(per_dp) == 0)
-                        else (_wrap_i32(-local) if (int(per_dp) == -1)
-                            else torch.div(_t(local),
-                                _t((1 if ((int(per_dp) == 0) | (int(per_dp) == -1)) else int(per_dp))), rounding_mode=
-                                'floor'))) * _wrap_i32(int(per_dp) - int(per_rank)))), (N_t, N_j))
-        mine = _fit((((0 if ((int(num_tp_ranks) == 0) | (int(num_tp_ranks) == -1))
-                        else torch.remainder(
-                            _t((0 if (int(per_rank) == 0)
-                                else (_wrap_i32(-sel) if (int(per_rank) == -1)
-                                else torch.div(_t(sel),
-                                _t((1 if ((int(per_rank) == 0) | (int(per_rank) == -1)) else int(per_rank))),
-                                rounding_mode='floor')))),
-                            _t((1 if ((int(num_tp_ranks) == 0) | (int(num_tp_ranks) == -1)) else int(num_tp_ranks)))))
-                    == int(tp_rank)) & (remapped >= 0)), (N_t, N_j))
-        topk_idx_tile = _fit(torch.where((routed[:, None] & mine), _trunc(remapped), -1), (N_t, N_j))
-        _store_view(_s_topk_idx, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(topk_idx_tile).to(torch.int64),
-            None, False)
-        topk_weights_tile = _fit(torch.where(routed[:, None], w, _f32(0.0)), (N_t, N_j))
-        _store_view(_s_topk_weights, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), topk_weights_tile, None, False)
-        unmapped_tile = _fit(torch.where(routed[:, None], _trunc(sel), -1), (N_t, N_j))
+        if not with_mask:
+            unmapped_tile = _fit(_trunc(sel), (N_t, N_j))
+        if with_mask:
+            unmapped_tile = _fit(torch.where(routed[:, None], _trunc(sel), -1), (N_t, N_j))
         _store_view(_s_unmapped, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(unmapped_tile).to(torch.int64),
             None, False)
         return _s_topk_idx, _s_topk_weights, _s_unmapped
 
 
 # the variants of the shared functions
-reference_sigmoid = specialize(make_reference_base, 'sigmoid')
-reference_sqrtsoftplus = specialize(make_reference_base, 'sqrtsoftplus')
-reference_sigmoid_with_mask = specialize(make_reference_with_mask, 'sigmoid')
-reference_sqrtsoftplus_with_mask = specialize(make_reference_with_mask, 'sqrtsoftplus')
+reference_sigmoid = specialize(make_reference_variants, 'sigmoid', False)
+reference_sigmoid_with_mask = specialize(make_reference_variants, 'sigmoid', True)
+reference_sqrtsoftplus = specialize(make_reference_variants, 'sqrtsoftplus', False)
+reference_sqrtsoftplus_with_mask = specialize(make_reference_variants, 'sqrtsoftplus', True)
+reference_softmax = specialize(make_reference_variants, 'softmax', False)
+reference_softmax_with_mask = specialize(make_reference_variants, 'softmax', True)
 
 
 VARIANTS = {

@@ -7,11 +7,13 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_base(grad_out, x, rstd, weight, grad_residual, out_scale, _given=None):
+def make_reference_variants(with_weight, with_grad_residual, grad_out, x, rstd, weight, grad_residual, out_scale,
+        _given=None):
     T_ = grad_out.shape[0]
     H = grad_out.shape[1]
     N_t = T_
@@ -27,13 +29,28 @@ def reference_base(grad_out, x, rstd, weight, grad_residual, out_scale, _given=N
         xhat = _fit((_t0 * r[:, None]), (N_t, N_h))
         _t1 = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
         g = _fit((_t1 * _f32(float(out_scale))), (N_t, N_h))
-        p = _fit((xhat * g), (N_t, N_h))
+        if not with_weight:
+            p = _fit((xhat * g), (N_t, N_h))
+        if with_weight:
+            _t2 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
+            gw = _fit((g * _t2[None, :]), (N_t, N_h))
+            p = _fit((xhat * gw), (N_t, N_h))
         dot_tile = _sum(p, 1)
         _store_view(_s_dot, (N_t,), (N_t,), ('t',), ('t',), dot_tile, None, False)
         if _given and 'dot' in _given:
             _g = _given['dot']
             dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        x_grad_tile = _fit(((g - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]), (N_t, N_h))
+        if (with_weight, with_grad_residual) == (False, False):
+            x_grad_tile = _fit(((g - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]), (N_t, N_h))
+        if with_grad_residual:
+            _t3 = _fit(_view(grad_residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                (N_t, N_h))
+        if (with_weight, with_grad_residual) == (False, True):
+            x_grad_tile = _fit((((g - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]) + _t3), (N_t, N_h))
+        if (with_weight, with_grad_residual) == (True, False):
+            x_grad_tile = _fit(((gw - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]), (N_t, N_h))
+        if (with_weight, with_grad_residual) == (True, True):
+            x_grad_tile = _fit((((gw - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]) + _t3), (N_t, N_h))
         _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
                 grad_out.dtype](x_grad_tile), None, False)
@@ -43,108 +60,11 @@ def reference_base(grad_out, x, rstd, weight, grad_residual, out_scale, _given=N
         return _s_x_grad, _s_dot, _s_weight_grad
 
 
-def reference_with_grad_residual(grad_out, x, rstd, weight, grad_residual, out_scale, _given=None):
-    T_ = grad_out.shape[0]
-    H = grad_out.shape[1]
-    N_t = T_
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = grad_out.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, H), dtype=grad_out.dtype, device=_dev)
-        _s_dot = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_weight_grad = torch.zeros((H,), dtype=torch.float32, device=_dev)
-        r = _fit(_view(rstd, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        xhat = _fit((_t0 * r[:, None]), (N_t, N_h))
-        _t1 = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        g = _fit((_t1 * _f32(float(out_scale))), (N_t, N_h))
-        p = _fit((xhat * g), (N_t, N_h))
-        dot_tile = _sum(p, 1)
-        _store_view(_s_dot, (N_t,), (N_t,), ('t',), ('t',), dot_tile, None, False)
-        if _given and 'dot' in _given:
-            _g = _given['dot']
-            dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t3 = _fit(_view(grad_residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        x_grad_tile = _fit((((g - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]) + _t3), (N_t, N_h))
-        _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                grad_out.dtype](x_grad_tile), None, False)
-        q = _fit((xhat * g), (N_t, N_h))
-        weight_grad_tile = _sum(q, 0)
-        _store_view(_s_weight_grad, (N_h,), (N_h,), ('h',), ('h',), weight_grad_tile, None, True)
-        return _s_x_grad, _s_dot, _s_weight_grad
-
-
-def reference_with_weight(grad_out, x, rstd, weight, grad_residual, out_scale, _given=None):
-    T_ = grad_out.shape[0]
-    H = grad_out.shape[1]
-    N_t = T_
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = grad_out.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, H), dtype=grad_out.dtype, device=_dev)
-        _s_dot = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_weight_grad = torch.zeros((H,), dtype=torch.float32, device=_dev)
-        r = _fit(_view(rstd, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        xhat = _fit((_t0 * r[:, None]), (N_t, N_h))
-        _t1 = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        g = _fit((_t1 * _f32(float(out_scale))), (N_t, N_h))
-        _t2 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
-        gw = _fit((g * _t2[None, :]), (N_t, N_h))
-        p = _fit((xhat * gw), (N_t, N_h))
-        dot_tile = _sum(p, 1)
-        _store_view(_s_dot, (N_t,), (N_t,), ('t',), ('t',), dot_tile, None, False)
-        if _given and 'dot' in _given:
-            _g = _given['dot']
-            dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        x_grad_tile = _fit(((gw - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]), (N_t, N_h))
-        _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                grad_out.dtype](x_grad_tile), None, False)
-        q = _fit((xhat * g), (N_t, N_h))
-        weight_grad_tile = _sum(q, 0)
-        _store_view(_s_weight_grad, (N_h,), (N_h,), ('h',), ('h',), weight_grad_tile, None, True)
-        return _s_x_grad, _s_dot, _s_weight_grad
-
-
-def reference_with_weight_with_grad_residual(grad_out, x, rstd, weight, grad_residual, out_scale, _given=None):
-    T_ = grad_out.shape[0]
-    H = grad_out.shape[1]
-    N_t = T_
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = grad_out.device
-    with torch.device(_dev):
-        _s_x_grad = torch.zeros((T_, H), dtype=grad_out.dtype, device=_dev)
-        _s_dot = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_weight_grad = torch.zeros((H,), dtype=torch.float32, device=_dev)
-        r = _fit(_view(rstd, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        xhat = _fit((_t0 * r[:, None]), (N_t, N_h))
-        _t1 = _fit(_view(grad_out, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        g = _fit((_t1 * _f32(float(out_scale))), (N_t, N_h))
-        _t2 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
-        gw = _fit((g * _t2[None, :]), (N_t, N_h))
-        p = _fit((xhat * gw), (N_t, N_h))
-        dot_tile = _sum(p, 1)
-        _store_view(_s_dot, (N_t,), (N_t,), ('t',), ('t',), dot_tile, None, False)
-        if _given and 'dot' in _given:
-            _g = _given['dot']
-            dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t3 = _fit(_view(grad_residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
-            (N_t, N_h))
-        x_grad_tile = _fit((((gw - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]) + _t3), (N_t, N_h))
-        _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                grad_out.dtype](x_grad_tile), None, False)
-        q = _fit((xhat * g), (N_t, N_h))
-        weight_grad_tile = _sum(q, 0)
-        _store_view(_s_weight_grad, (N_h,), (N_h,), ('h',), ('h',), weight_grad_tile, None, True)
-        return _s_x_grad, _s_dot, _s_weight_grad
+# the variants of the shared functions
+reference_base = specialize(make_reference_variants, False, False)
+reference_with_grad_residual = specialize(make_reference_variants, False, True)
+reference_with_weight = specialize(make_reference_variants, True, False)
+reference_with_weight_with_grad_residual = specialize(make_reference_variants, True, True)
 
 
 VARIANTS = {

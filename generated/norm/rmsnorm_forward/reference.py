@@ -7,11 +7,12 @@ a shared `make_reference_...` with the params that tell variants apart bound fir
 only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
+from tkgen.runtime.schedule import specialize
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def reference_base(x, weight, residual, eps, out_scale, _given=None):
+def make_reference_variants(with_weight, with_residual, x, weight, residual, eps, out_scale, _given=None):
     T_ = x.shape[0]
     H = x.shape[1]
     N_t = T_
@@ -21,9 +22,21 @@ def reference_base(x, weight, residual, eps, out_scale, _given=None):
     with torch.device(_dev):
         _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
         _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        if with_residual:
+            _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_h))
+        if not with_residual:
+            s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                    _same}[x.dtype](_t0).to(torch.float32), (N_t, N_h))
+        if with_residual:
+            _t1 = _fit(_view(residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
+                (N_t, N_h))
+            s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                    _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
+            residual_out_tile = _fit(s, (N_t, N_h))
+            _store_view(_s_residual_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
+                {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                    _same}[x.dtype](residual_out_tile), None, False)
         s2 = _fit((s * s), (N_t, N_h))
         _t2 = _sum(s2, 1)
         rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
@@ -31,106 +44,25 @@ def reference_base(x, weight, residual, eps, out_scale, _given=None):
         if _given and 'rstd' in _given:
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        out_tile = _fit(((s * rstd_tile[:, None]) * _f32(float(out_scale))), (N_t, N_h))
+        if not with_weight:
+            out_tile = _fit(((s * rstd_tile[:, None]) * _f32(float(out_scale))), (N_t, N_h))
+        if with_weight:
+            _t3 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
+            out_tile = _fit(((s * rstd_tile[:, None]) * (_t3[None, :] * _f32(float(out_scale)))), (N_t, N_h))
         _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
                 x.dtype](out_tile), None, False)
-        return _s_out, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
+        if not with_residual:
+            return _s_out, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
+        if with_residual:
+            return _s_out, _s_rstd, _s_residual_out
 
 
-def reference_with_residual(x, weight, residual, eps, out_scale, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        _t1 = _fit(_view(residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
-        residual_out_tile = _fit(s, (N_t, N_h))
-        _store_view(_s_residual_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](residual_out_tile), None, False)
-        s2 = _fit((s * s), (N_t, N_h))
-        _t2 = _sum(s2, 1)
-        rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        out_tile = _fit(((s * rstd_tile[:, None]) * _f32(float(out_scale))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](out_tile), None, False)
-        return _s_out, _s_rstd, _s_residual_out
-
-
-def reference_with_weight(x, weight, residual, eps, out_scale, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_h))
-        s2 = _fit((s * s), (N_t, N_h))
-        _t2 = _sum(s2, 1)
-        rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t3 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
-        out_tile = _fit(((s * rstd_tile[:, None]) * (_t3[None, :] * _f32(float(out_scale)))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](out_tile), None, False)
-        return _s_out, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
-
-
-def reference_with_weight_with_residual(x, weight, residual, eps, out_scale, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_h = H
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        _t1 = _fit(_view(residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32), (N_t, N_h))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_h))
-        residual_out_tile = _fit(s, (N_t, N_h))
-        _store_view(_s_residual_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](residual_out_tile), None, False)
-        s2 = _fit((s * s), (N_t, N_h))
-        _t2 = _sum(s2, 1)
-        rstd_tile = _fit(_rsqrt(((_t2 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t3 = _fit(_view(weight, (N_h,), (N_h,), (), ('h',), ('h',)).to(torch.float32), (N_h,))
-        out_tile = _fit(((s * rstd_tile[:, None]) * (_t3[None, :] * _f32(float(out_scale)))), (N_t, N_h))
-        _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](out_tile), None, False)
-        return _s_out, _s_rstd, _s_residual_out
+# the variants of the shared functions
+reference_base = specialize(make_reference_variants, False, False)
+reference_with_residual = specialize(make_reference_variants, False, True)
+reference_with_weight = specialize(make_reference_variants, True, False)
+reference_with_weight_with_residual = specialize(make_reference_variants, True, True)
 
 
 VARIANTS = {

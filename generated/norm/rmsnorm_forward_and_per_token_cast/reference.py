@@ -12,22 +12,40 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16, encode_e4m3
 
 
-def make_reference_e4m3(scale, x, weight, residual, eps, out_scale, group, _given=None):
+def make_reference_e4m3(scale, with_weight, with_residual, x, weight, residual, eps, out_scale, group, _given=None):
     T_ = x.shape[0]
     H = x.shape[1]
     N_t = T_
     N_g = (H // group)
     N_c = group
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
         _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        if scale in ('fp32', 'pow2'):
+            _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        if scale == 'ue8m0':
+            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
         _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
+        if with_residual:
+            _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
         _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        if not with_residual:
+            s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                    _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
+        if with_residual:
+            _t1 = _fit(
+                _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
+                    torch.float32), (N_t, N_g, N_c))
+            s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                    _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
+            residual_out_tile = _fit(s, (N_t, N_g, N_c))
+            _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
+                {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                    _same}[x.dtype](residual_out_tile), None, False)
         s2 = _fit((s * s), (N_t, N_g, N_c))
         _t2 = _sum(s2, 2)
         _t3 = _sum(_t2, 1)
@@ -36,459 +54,73 @@ def make_reference_e4m3(scale, x, weight, residual, eps, out_scale, group, _give
         if _given and 'rstd' in _given:
             _g = _given['rstd']
             rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
-            (N_t, N_g, N_c))
+        if not with_weight:
+            y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                    _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
+                (N_t, N_g, N_c))
+        if with_weight:
+            _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32),
+                (N_g, N_c))
+            y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
+                    _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
+                    torch.float32), (N_t, N_g, N_c))
         _t5 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
         if scale == 'fp32':
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
+        if scale in ('pow2', 'ue8m0'):
             sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        if scale in ('fp32', 'pow2'):
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
+        if scale == 'ue8m0':
+            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if scale in ('pow2', 'ue8m0'):
             inv = _fit(
                 _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
         _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
             _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
-
-
-def make_reference_e4m3_with_residual(scale, x, weight, residual, eps, out_scale, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t1 = _fit(
-            _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
-        residual_out_tile = _fit(s, (N_t, N_g, N_c))
-        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](residual_out_tile), None, False)
-        s2 = _fit((s * s), (N_t, N_g, N_c))
-        _t2 = _sum(s2, 2)
-        _t3 = _sum(_t2, 1)
-        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t5 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_rstd, _s_residual_out
-
-
-def make_reference_e4m3_with_weight(scale, x, weight, residual, eps, out_scale, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
-        s2 = _fit((s * s), (N_t, N_g, N_c))
-        _t2 = _sum(s2, 2)
-        _t3 = _sum(_t2, 1)
-        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
-        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t5 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
-
-
-def make_reference_e4m3_with_weight_with_residual(scale, x, weight, residual, eps, out_scale, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t1 = _fit(
-            _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
-        residual_out_tile = _fit(s, (N_t, N_g, N_c))
-        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](residual_out_tile), None, False)
-        s2 = _fit((s * s), (N_t, N_g, N_c))
-        _t2 = _sum(s2, 2)
-        _t3 = _sum(_t2, 1)
-        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
-        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t5 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale == 'pow2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale == 'pow2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_rstd, _s_residual_out
-
-
-def reference_e4m3_ue8m0(x, weight, residual, eps, out_scale, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
-        s2 = _fit((s * s), (N_t, N_g, N_c))
-        _t2 = _sum(s2, 2)
-        _t3 = _sum(_t2, 1)
-        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t5 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
-
-
-def reference_e4m3_ue8m0_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t1 = _fit(
-            _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
-        residual_out_tile = _fit(s, (N_t, N_g, N_c))
-        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](residual_out_tile), None, False)
-        s2 = _fit((s * s), (N_t, N_g, N_c))
-        _t2 = _sum(s2, 2)
-        _t3 = _sum(_t2, 1)
-        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((s * rstd_tile[:, None, None]) * _f32(float(out_scale)))).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t5 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_rstd, _s_residual_out
-
-
-def reference_e4m3_ue8m0_with_weight(x, weight, residual, eps, out_scale, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](_t0).to(torch.float32), (N_t, N_g, N_c))
-        s2 = _fit((s * s), (N_t, N_g, N_c))
-        _t2 = _sum(s2, 2)
-        _t3 = _sum(_t2, 1)
-        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
-        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t5 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
-
-
-def reference_e4m3_ue8m0_with_weight_with_residual(x, weight, residual, eps, out_scale, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        _s_rstd = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        _s_residual_out = torch.zeros((T_, H), dtype=x.dtype, device=_dev)
-        _t0 = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t1 = _fit(
-            _view(residual, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        s = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype]((_t0 + _t1)).to(torch.float32), (N_t, N_g, N_c))
-        residual_out_tile = _fit(s, (N_t, N_g, N_c))
-        _store_view(_s_residual_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[
-                x.dtype](residual_out_tile), None, False)
-        s2 = _fit((s * s), (N_t, N_g, N_c))
-        _t2 = _sum(s2, 2)
-        _t3 = _sum(_t2, 1)
-        rstd_tile = _fit(_rsqrt(((_t3 / _f32(float(H))) + _f32(float(eps)))), (N_t,))
-        _store_view(_s_rstd, (N_t,), (N_t,), ('t',), ('t',), rstd_tile, None, False)
-        if _given and 'rstd' in _given:
-            _g = _given['rstd']
-            rstd_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        _t4 = _fit(_view(weight, (N_g * N_c,), (N_g, N_c), (), ('g', 'c'), ('g', 'c')).to(torch.float32), (N_g, N_c))
-        y = _fit({torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                _same}[x.dtype](((s * rstd_tile[:, None, None]) * (_t4[None, :, :] * _f32(float(out_scale))))).to(
-                torch.float32), (N_t, N_g, N_c))
-        _t5 = _absmax(y, 2)
-        amax = _fit(torch.maximum(_t(_t5), _t(_f32(0.0001))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        return _s_q, _s_sf, _s_rstd, _s_residual_out
+        if not with_residual:
+            return _s_q, _s_sf, _s_rstd, torch.empty(0, dtype=x.dtype, device=_dev)
+        if with_residual:
+            return _s_q, _s_sf, _s_rstd, _s_residual_out
 
 
 # the variants of the shared functions
-reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32')
-reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2')
-reference_e4m3_fp32_with_residual = specialize(make_reference_e4m3_with_residual, 'fp32')
-reference_e4m3_pow2_with_residual = specialize(make_reference_e4m3_with_residual, 'pow2')
-reference_e4m3_fp32_with_weight = specialize(make_reference_e4m3_with_weight, 'fp32')
-reference_e4m3_pow2_with_weight = specialize(make_reference_e4m3_with_weight, 'pow2')
-reference_e4m3_fp32_with_weight_with_residual = specialize(make_reference_e4m3_with_weight_with_residual, 'fp32')
-reference_e4m3_pow2_with_weight_with_residual = specialize(make_reference_e4m3_with_weight_with_residual, 'pow2')
+reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32', False, False)
+reference_e4m3_fp32_with_residual = specialize(make_reference_e4m3, 'fp32', False, True)
+reference_e4m3_fp32_with_weight = specialize(make_reference_e4m3, 'fp32', True, False)
+reference_e4m3_fp32_with_weight_with_residual = specialize(make_reference_e4m3, 'fp32', True, True)
+reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2', False, False)
+reference_e4m3_pow2_with_residual = specialize(make_reference_e4m3, 'pow2', False, True)
+reference_e4m3_pow2_with_weight = specialize(make_reference_e4m3, 'pow2', True, False)
+reference_e4m3_pow2_with_weight_with_residual = specialize(make_reference_e4m3, 'pow2', True, True)
+reference_e4m3_ue8m0 = specialize(make_reference_e4m3, 'ue8m0', False, False)
+reference_e4m3_ue8m0_with_residual = specialize(make_reference_e4m3, 'ue8m0', False, True)
+reference_e4m3_ue8m0_with_weight = specialize(make_reference_e4m3, 'ue8m0', True, False)
+reference_e4m3_ue8m0_with_weight_with_residual = specialize(make_reference_e4m3, 'ue8m0', True, True)
 
 
 VARIANTS = {

@@ -29,84 +29,20 @@ def make_variants(fmt, scale, out, H, block, block_rows, *, threads, block_b):
     B_g = N_g
     B_c = N_c
     B_b = block_b
-    if not (((((((4 * B_b) * B_r) * B_g) * B_c) + ((4 * B_b) * B_g)) <= 8388608)):
-        raise ValueError(
-            "cast_back: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu profile's "
-            "max_tile_bytes")
-    if scale == 'fp32':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
-    if scale in ('ue8m0_byte', 'e4m3'):
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
-    if out == 'bf16':
-        PARAM_y = T.Tensor((T_, H), 'uint16')
-    if out == 'fp32':
-        PARAM_y = T.Tensor((T_, H), 'float32')
+    if fmt in ('e4m3', 'e5m2'):
+        if not (((((((4 * B_b) * B_r) * B_g) * B_c) + ((4 * B_b) * B_g)) <= 8388608)):
+            raise ValueError(
+                "cast_back: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
+    if fmt in ('e2m1', 'e5m6'):
+        if not ((((((((4 * B_b) * B_r) * B_g) * B_c) + ((((4 * B_b) * B_r) * B_g) * B_c)) + ((4 * B_b) * B_g))
+                    <= 8388608)):
+            raise ValueError(
+                "cast_back: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
 
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        y: PARAM_y,
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            qf = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_local((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if fmt == 'e4m3':
-                    qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                        decode_e4m3(T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)], "uint32")),
-                        T.float32(0.0))
-                if fmt == 'e5m2':
-                    qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                        decode_e5m2(T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)], "uint32")),
-                        T.float32(0.0))
-            for i_b, i_g in T.grid(B_b, B_g):
-                if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b), sf[((b_b * B_b) + i_b), i_g],
-                        T.float32(0.0))
-                if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                                        (T.cast(sf[((b_b * B_b) + i_b), T.floordiv(i_g, T.int32(4))], "uint32")
-                                            & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod(i_g, T.int32(4)) * T.int32(8)), "uint32")) & T.uint32(255))
-                            << T.uint32(23)), "float32")
-                if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                                (T.cast(sf[((b_b * B_b) + i_b), i_g], "uint32") & T.uint32(0xff)), T.uint32(0))
-                            << T.uint32(23)), "float32")
-                if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                        decode_e4m3(T.cast(sf[((b_b * B_b) + i_b), i_g], "uint32")), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    if out == 'bf16':
-                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = T.cast(
-                            encode_bf16((qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])), "uint16")
-                    if out == 'fp32':
-                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)] = (qf[i_b, i_r, i_g, i_c]
-                            * s[i_b, i_g])
-
-    return kernel
-
-
-def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads, block_b):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_g = N_g
-    B_c = N_c
-    B_b = block_b
-    if not ((((((((4 * B_b) * B_r) * B_g) * B_c) + ((((4 * B_b) * B_r) * B_g) * B_c)) + ((4 * B_b) * B_g)) <= 8388608)):
-        raise ValueError(
-            "cast_back: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu profile's "
-            "max_tile_bytes")
+    if fmt in ('e4m3', 'e5m2'):
+        PARAM_q = T.Tensor((T_, H), 'uint8')
     if fmt == 'e2m1':
         PARAM_q = T.Tensor((T_, T.ceildiv(H, 2)), 'uint8')
     if fmt == 'e5m6':
@@ -121,7 +57,6 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads, block_b):
         PARAM_y = T.Tensor((T_, H), 'uint16')
     if out == 'fp32':
         PARAM_y = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         q: PARAM_q,
@@ -129,10 +64,19 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads, block_b):
         y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            q_code = T.alloc_local((B_b, B_r, B_g, B_c), 'uint32')
+            if fmt in ('e2m1', 'e5m6'):
+                q_code = T.alloc_local((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_local((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
+                if fmt == 'e4m3':
+                    qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                        decode_e4m3(T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)], "uint32")),
+                        T.float32(0.0))
+                if fmt == 'e5m2':
+                    qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                        decode_e5m2(T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)], "uint32")),
+                        T.float32(0.0))
                 if fmt == 'e2m1':
                     q_code[i_b, i_r, i_g, i_c] = ((
                             T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
@@ -178,11 +122,12 @@ def make_variants_2(fmt, scale, out, H, block, block_rows, *, threads, block_b):
                                             - T.floormod((T.int32(84)
                                             - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                             T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if fmt == 'e2m1':
-                    qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-                if fmt == 'e5m6':
-                    qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
+            if fmt in ('e2m1', 'e5m6'):
+                for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
+                    if fmt == 'e2m1':
+                        qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
+                    if fmt == 'e5m6':
+                        qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.grid(B_b, B_g):
                 if scale == 'fp32':
                     s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b), sf[((b_b * B_b) + i_b), i_g],
@@ -231,19 +176,19 @@ build_e5m2_ue8m0_byte_bf16 = specialize(make_variants, 'e5m2', 'ue8m0_byte', 'bf
 build_e5m2_ue8m0_byte_fp32 = specialize(make_variants, 'e5m2', 'ue8m0_byte', 'fp32')
 build_e5m2_e4m3_bf16 = specialize(make_variants, 'e5m2', 'e4m3', 'bf16')
 build_e5m2_e4m3_fp32 = specialize(make_variants, 'e5m2', 'e4m3', 'fp32')
-build_e2m1_fp32_bf16 = specialize(make_variants_2, 'e2m1', 'fp32', 'bf16')
-build_e2m1_fp32_fp32 = specialize(make_variants_2, 'e2m1', 'fp32', 'fp32')
-build_e2m1_ue8m0_bf16 = specialize(make_variants_2, 'e2m1', 'ue8m0', 'bf16')
-build_e2m1_ue8m0_fp32 = specialize(make_variants_2, 'e2m1', 'ue8m0', 'fp32')
-build_e2m1_ue8m0_byte_bf16 = specialize(make_variants_2, 'e2m1', 'ue8m0_byte', 'bf16')
-build_e2m1_ue8m0_byte_fp32 = specialize(make_variants_2, 'e2m1', 'ue8m0_byte', 'fp32')
-build_e2m1_e4m3_bf16 = specialize(make_variants_2, 'e2m1', 'e4m3', 'bf16')
-build_e2m1_e4m3_fp32 = specialize(make_variants_2, 'e2m1', 'e4m3', 'fp32')
-build_e5m6_fp32_bf16 = specialize(make_variants_2, 'e5m6', 'fp32', 'bf16')
-build_e5m6_fp32_fp32 = specialize(make_variants_2, 'e5m6', 'fp32', 'fp32')
-build_e5m6_ue8m0_bf16 = specialize(make_variants_2, 'e5m6', 'ue8m0', 'bf16')
-build_e5m6_ue8m0_fp32 = specialize(make_variants_2, 'e5m6', 'ue8m0', 'fp32')
-build_e5m6_ue8m0_byte_bf16 = specialize(make_variants_2, 'e5m6', 'ue8m0_byte', 'bf16')
-build_e5m6_ue8m0_byte_fp32 = specialize(make_variants_2, 'e5m6', 'ue8m0_byte', 'fp32')
-build_e5m6_e4m3_bf16 = specialize(make_variants_2, 'e5m6', 'e4m3', 'bf16')
-build_e5m6_e4m3_fp32 = specialize(make_variants_2, 'e5m6', 'e4m3', 'fp32')
+build_e2m1_fp32_bf16 = specialize(make_variants, 'e2m1', 'fp32', 'bf16')
+build_e2m1_fp32_fp32 = specialize(make_variants, 'e2m1', 'fp32', 'fp32')
+build_e2m1_ue8m0_bf16 = specialize(make_variants, 'e2m1', 'ue8m0', 'bf16')
+build_e2m1_ue8m0_fp32 = specialize(make_variants, 'e2m1', 'ue8m0', 'fp32')
+build_e2m1_ue8m0_byte_bf16 = specialize(make_variants, 'e2m1', 'ue8m0_byte', 'bf16')
+build_e2m1_ue8m0_byte_fp32 = specialize(make_variants, 'e2m1', 'ue8m0_byte', 'fp32')
+build_e2m1_e4m3_bf16 = specialize(make_variants, 'e2m1', 'e4m3', 'bf16')
+build_e2m1_e4m3_fp32 = specialize(make_variants, 'e2m1', 'e4m3', 'fp32')
+build_e5m6_fp32_bf16 = specialize(make_variants, 'e5m6', 'fp32', 'bf16')
+build_e5m6_fp32_fp32 = specialize(make_variants, 'e5m6', 'fp32', 'fp32')
+build_e5m6_ue8m0_bf16 = specialize(make_variants, 'e5m6', 'ue8m0', 'bf16')
+build_e5m6_ue8m0_fp32 = specialize(make_variants, 'e5m6', 'ue8m0', 'fp32')
+build_e5m6_ue8m0_byte_bf16 = specialize(make_variants, 'e5m6', 'ue8m0_byte', 'bf16')
+build_e5m6_ue8m0_byte_fp32 = specialize(make_variants, 'e5m6', 'ue8m0_byte', 'fp32')
+build_e5m6_e4m3_bf16 = specialize(make_variants, 'e5m6', 'e4m3', 'bf16')
+build_e5m6_e4m3_fp32 = specialize(make_variants, 'e5m6', 'e4m3', 'fp32')

@@ -19,7 +19,7 @@ from ...common.tilelang_helpers import decode_e2m1, decode_e5m6
 
 
 
-def make_bf16(fmt, scale, H, block, block_rows, *, threads, block_b, tile_elems, vector_bytes):
+def make_variants(fmt, scale, out, H, block, block_rows, *, threads, block_b, tile_elems, vector_bytes):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, block_rows)
     N_r = block_rows
@@ -30,10 +30,13 @@ def make_bf16(fmt, scale, H, block, block_rows, *, threads, block_b, tile_elems,
     B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
+
     if fmt == 'e4m3':
         PARAM_q = T.Tensor((T_, H), 'float8_e4m3fn')
     if fmt == 'e5m2':
         PARAM_q = T.Tensor((T_, H), 'float8_e5m2')
+    if fmt == 'e2m1':
+        PARAM_q = T.Tensor((T_, T.ceildiv(H, 2)), 'uint8')
     if scale == 'fp32':
         PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
     if scale == 'ue8m0':
@@ -42,23 +45,60 @@ def make_bf16(fmt, scale, H, block, block_rows, *, threads, block_b, tile_elems,
         PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
     if scale == 'e4m3':
         PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
-
+    if out == 'bf16':
+        PARAM_y = T.Tensor((T_, H), 'bfloat16')
+    if out == 'fp32':
+        PARAM_y = T.Tensor((T_, H), 'float32')
     @T.prim_func
     def kernel(
         q: PARAM_q,
         sf: PARAM_sf,
-        y: T.Tensor((T_, H), 'bfloat16'),
+        y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
+            if fmt == 'e2m1':
+                q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(vector_bytes // 2) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
+            if out == 'bf16':
+                for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
+                        (T.int32(vector_bytes // 2) if B_b * B_r * B_g * B_c <= tile_elems else None)):
+                    if fmt in ('e4m3', 'e5m2'):
+                        qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                            T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)],
+                                "float32"), T.float32(0.0))
+                    if fmt == 'e2m1':
+                        q_code[i_b, i_r, i_g, i_c] = ((
+                                T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                                    (
+                                        T.cast(
+                                            q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                                T.floordiv(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2))], "uint32")
+                                        & T.uint32(0xff)), T.uint32(0))
+                                >> T.cast((T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)),
+                                    "uint32")) & T.uint32(15))
+            if out == 'fp32':
+                for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
+                        (T.int32(vector_bytes // 4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
+                    if fmt in ('e4m3', 'e5m2'):
+                        qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                            T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)],
+                                "float32"), T.float32(0.0))
+                    if fmt == 'e2m1':
+                        q_code[i_b, i_r, i_g, i_c] = ((
+                                T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                                    (
+                                        T.cast(
+                                            q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                                T.floordiv(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2))], "uint32")
+                                        & T.uint32(0xff)), T.uint32(0))
+                                >> T.cast((T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)),
+                                    "uint32")) & T.uint32(15))
+            if fmt == 'e2m1':
+                for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+                    qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.Parallel(B_b, B_g):
                 if scale == 'fp32':
                     s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
@@ -81,222 +121,12 @@ def make_bf16(fmt, scale, H, block, block_rows, *, threads, block_b, tile_elems,
                         T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
-                            qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def make_fp32(fmt, scale, H, block, block_rows, *, threads, block_b, tile_elems, vector_bytes):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
-    if fmt == 'e4m3':
-        PARAM_q = T.Tensor((T_, H), 'float8_e4m3fn')
-    if fmt == 'e5m2':
-        PARAM_q = T.Tensor((T_, H), 'float8_e5m2')
-    if scale == 'fp32':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
-    if scale == 'ue8m0_byte':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
-    if scale == 'e4m3':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
-
-    @T.prim_func
-    def kernel(
-        q: PARAM_q,
-        sf: PARAM_sf,
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(vector_bytes // 4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                qf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    T.cast(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)], "float32"),
-                    T.float32(0.0))
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
-                if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                                        (
-                                            T.cast(sf[((b_b * B_b) + i_b), T.floordiv(((b_g * B_g) + i_g), T.int32(4))],
-                                            "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                                & T.uint32(255)) << T.uint32(23)), "float32")
-                if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                                (T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "uint32") & T.uint32(0xff)),
-                                T.uint32(0)) << T.uint32(23)), "float32")
-                if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                        T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (
-                        qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])
-
-    return kernel
-
-
-def make_e2m1_bf16(scale, H, block, block_rows, *, threads, block_b, tile_elems, vector_bytes):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
-    if scale == 'fp32':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
-    if scale == 'ue8m0_byte':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
-    if scale == 'e4m3':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: PARAM_sf,
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(vector_bytes // 2) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = ((
-                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
-                                        T.floordiv(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
-                if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                                        (
-                                            T.cast(sf[((b_b * B_b) + i_b), T.floordiv(((b_g * B_g) + i_g), T.int32(4))],
-                                            "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                                & T.uint32(255)) << T.uint32(23)), "float32")
-                if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                                (T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "uint32") & T.uint32(0xff)),
-                                T.uint32(0)) << T.uint32(23)), "float32")
-                if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                        T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
-                            qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
-
-    return kernel
-
-
-def make_e2m1_fp32(scale, H, block, block_rows, *, threads, block_b, tile_elems, vector_bytes):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    B_r = N_r
-    B_c = N_c
-    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
-    if scale == 'fp32':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block), 4)), 'int32')
-    if scale == 'ue8m0_byte':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'uint8')
-    if scale == 'e4m3':
-        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float8_e4m3fn')
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: PARAM_sf,
-        y: T.Tensor((T_, H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            q_code = T.alloc_fragment((B_b, B_r, B_g, B_c), 'uint32')
-            qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            s = T.alloc_fragment((B_b, B_g), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c, coalesced_width=
-                    (T.int32(vector_bytes // 4) if B_b * B_r * B_g * B_c <= tile_elems else None)):
-                q_code[i_b, i_r, i_g, i_c] = ((
-                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
-                                        T.floordiv(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                qf[i_b, i_r, i_g, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_c])
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                if scale == 'fp32':
-                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], T.float32(0.0))
-                if scale == 'ue8m0':
-                    s[i_b, i_g] = T.reinterpret((((
-                                    T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                                        (
-                                            T.cast(sf[((b_b * B_b) + i_b), T.floordiv(((b_g * B_g) + i_g), T.int32(4))],
-                                            "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                                & T.uint32(255)) << T.uint32(23)), "float32")
-                if scale == 'ue8m0_byte':
-                    s[i_b, i_g] = T.reinterpret((
-                            T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                                (T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "uint32") & T.uint32(0xff)),
-                                T.uint32(0)) << T.uint32(23)), "float32")
-                if scale == 'e4m3':
-                    s[i_b, i_g] = T.if_then_else((((b_b * B_b) + i_b) < N_b),
-                        T.cast(sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (
-                        qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])
+                    if out == 'bf16':
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
+                                qf[i_b, i_r, i_g, i_c] * s[i_b, i_g]), "bfloat16")
+                    if out == 'fp32':
+                        y[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (
+                            qf[i_b, i_r, i_g, i_c] * s[i_b, i_g])
 
     return kernel
 
@@ -312,6 +142,7 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads, block_b, tile_elems)
     B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g * B_c), tile_elems)
+
     if scale == 'fp32':
         PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block)), 'float32')
     if scale == 'ue8m0':
@@ -324,7 +155,6 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads, block_b, tile_elems)
         PARAM_y = T.Tensor((T_, H), 'bfloat16')
     if out == 'fp32':
         PARAM_y = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
@@ -407,30 +237,30 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads, block_b, tile_elems)
 
 
 # the variants of the shared factories
-build_e4m3_fp32_bf16 = specialize(make_bf16, 'e4m3', 'fp32')
-build_e4m3_ue8m0_bf16 = specialize(make_bf16, 'e4m3', 'ue8m0')
-build_e4m3_ue8m0_byte_bf16 = specialize(make_bf16, 'e4m3', 'ue8m0_byte')
-build_e4m3_e4m3_bf16 = specialize(make_bf16, 'e4m3', 'e4m3')
-build_e5m2_fp32_bf16 = specialize(make_bf16, 'e5m2', 'fp32')
-build_e5m2_ue8m0_bf16 = specialize(make_bf16, 'e5m2', 'ue8m0')
-build_e5m2_ue8m0_byte_bf16 = specialize(make_bf16, 'e5m2', 'ue8m0_byte')
-build_e5m2_e4m3_bf16 = specialize(make_bf16, 'e5m2', 'e4m3')
-build_e4m3_fp32_fp32 = specialize(make_fp32, 'e4m3', 'fp32')
-build_e4m3_ue8m0_fp32 = specialize(make_fp32, 'e4m3', 'ue8m0')
-build_e4m3_ue8m0_byte_fp32 = specialize(make_fp32, 'e4m3', 'ue8m0_byte')
-build_e4m3_e4m3_fp32 = specialize(make_fp32, 'e4m3', 'e4m3')
-build_e5m2_fp32_fp32 = specialize(make_fp32, 'e5m2', 'fp32')
-build_e5m2_ue8m0_fp32 = specialize(make_fp32, 'e5m2', 'ue8m0')
-build_e5m2_ue8m0_byte_fp32 = specialize(make_fp32, 'e5m2', 'ue8m0_byte')
-build_e5m2_e4m3_fp32 = specialize(make_fp32, 'e5m2', 'e4m3')
-build_e2m1_fp32_bf16 = specialize(make_e2m1_bf16, 'fp32')
-build_e2m1_ue8m0_bf16 = specialize(make_e2m1_bf16, 'ue8m0')
-build_e2m1_ue8m0_byte_bf16 = specialize(make_e2m1_bf16, 'ue8m0_byte')
-build_e2m1_e4m3_bf16 = specialize(make_e2m1_bf16, 'e4m3')
-build_e2m1_fp32_fp32 = specialize(make_e2m1_fp32, 'fp32')
-build_e2m1_ue8m0_fp32 = specialize(make_e2m1_fp32, 'ue8m0')
-build_e2m1_ue8m0_byte_fp32 = specialize(make_e2m1_fp32, 'ue8m0_byte')
-build_e2m1_e4m3_fp32 = specialize(make_e2m1_fp32, 'e4m3')
+build_e4m3_fp32_bf16 = specialize(make_variants, 'e4m3', 'fp32', 'bf16')
+build_e4m3_fp32_fp32 = specialize(make_variants, 'e4m3', 'fp32', 'fp32')
+build_e4m3_ue8m0_bf16 = specialize(make_variants, 'e4m3', 'ue8m0', 'bf16')
+build_e4m3_ue8m0_fp32 = specialize(make_variants, 'e4m3', 'ue8m0', 'fp32')
+build_e4m3_ue8m0_byte_bf16 = specialize(make_variants, 'e4m3', 'ue8m0_byte', 'bf16')
+build_e4m3_ue8m0_byte_fp32 = specialize(make_variants, 'e4m3', 'ue8m0_byte', 'fp32')
+build_e4m3_e4m3_bf16 = specialize(make_variants, 'e4m3', 'e4m3', 'bf16')
+build_e4m3_e4m3_fp32 = specialize(make_variants, 'e4m3', 'e4m3', 'fp32')
+build_e5m2_fp32_bf16 = specialize(make_variants, 'e5m2', 'fp32', 'bf16')
+build_e5m2_fp32_fp32 = specialize(make_variants, 'e5m2', 'fp32', 'fp32')
+build_e5m2_ue8m0_bf16 = specialize(make_variants, 'e5m2', 'ue8m0', 'bf16')
+build_e5m2_ue8m0_fp32 = specialize(make_variants, 'e5m2', 'ue8m0', 'fp32')
+build_e5m2_ue8m0_byte_bf16 = specialize(make_variants, 'e5m2', 'ue8m0_byte', 'bf16')
+build_e5m2_ue8m0_byte_fp32 = specialize(make_variants, 'e5m2', 'ue8m0_byte', 'fp32')
+build_e5m2_e4m3_bf16 = specialize(make_variants, 'e5m2', 'e4m3', 'bf16')
+build_e5m2_e4m3_fp32 = specialize(make_variants, 'e5m2', 'e4m3', 'fp32')
+build_e2m1_fp32_bf16 = specialize(make_variants, 'e2m1', 'fp32', 'bf16')
+build_e2m1_fp32_fp32 = specialize(make_variants, 'e2m1', 'fp32', 'fp32')
+build_e2m1_ue8m0_bf16 = specialize(make_variants, 'e2m1', 'ue8m0', 'bf16')
+build_e2m1_ue8m0_fp32 = specialize(make_variants, 'e2m1', 'ue8m0', 'fp32')
+build_e2m1_ue8m0_byte_bf16 = specialize(make_variants, 'e2m1', 'ue8m0_byte', 'bf16')
+build_e2m1_ue8m0_byte_fp32 = specialize(make_variants, 'e2m1', 'ue8m0_byte', 'fp32')
+build_e2m1_e4m3_bf16 = specialize(make_variants, 'e2m1', 'e4m3', 'bf16')
+build_e2m1_e4m3_fp32 = specialize(make_variants, 'e2m1', 'e4m3', 'fp32')
 build_e5m6_fp32_bf16 = specialize(make_e5m6, 'fp32', 'bf16')
 build_e5m6_fp32_fp32 = specialize(make_e5m6, 'fp32', 'fp32')
 build_e5m6_ue8m0_bf16 = specialize(make_e5m6, 'ue8m0', 'bf16')

@@ -14,50 +14,8 @@ from ...common.torch_helpers import decode_e2m1, decode_e5m6, encode_bf16
 
 def make_reference_variants(fmt, scale, out, q, sf, block, block_rows, _given=None):
     T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block)
-    N_c = block
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        if out == 'bf16':
-            _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
-        if out == 'fp32':
-            _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
-        qf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        if scale in ('fp32', 'e4m3'):
-            s = _fit(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g')).to(torch.float32), (N_b, N_g))
-        if scale == 'ue8m0':
-            s = _fit(
-                _from_bits(((((
-                                    _codes_of(
-                                    _gather(sf,
-                                    (_ix(N_b, 0, 2, _dev),
-                                    torch.div(_t(_ix(N_g, 1, 2, _dev)), _t(4), rounding_mode='floor')), None))
-                                    >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 1, 2, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                                & 255) << 23) & 0xFFFFFFFF)), (N_b, N_g))
-        if scale == 'ue8m0_byte':
-            s = _fit(
-                _from_bits(((_codes_of(_view(sf, (N_b, N_g), (N_b, N_g), (), ('b', 'g'), ('b', 'g'))) << 23)
-                        & 0xFFFFFFFF)), (N_b, N_g))
-        y_tile = _fit((qf * s[:, None, :, None]), (N_b, N_r, N_g, N_c))
-        if out == 'bf16':
-            _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-                _codes_as(encode_bf16(y_tile), torch.uint16, torch.bfloat16),
-                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        if out == 'fp32':
-            _store_view(_s_y, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-                y_tile, (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_y,
-
-
-def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=None):
-    T_ = q.shape[0]
+    if fmt in ('e4m3', 'e5m2'):
+        H = q.shape[1]
     if fmt == 'e2m1':
         H = q.shape[1] * 2 // 1
     if fmt == 'e5m6':
@@ -73,6 +31,11 @@ def make_reference_variants_2(fmt, scale, out, q, sf, block, block_rows, _given=
             _s_y = torch.zeros((T_, H), dtype=torch.bfloat16, device=_dev)
         if out == 'fp32':
             _s_y = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
+        if fmt in ('e4m3', 'e5m2'):
+            qf = _fit(
+                torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
+                    _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
+                        ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
         if fmt == 'e2m1':
             q_code = _fit(((
                         torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
@@ -203,22 +166,22 @@ reference_e5m2_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e5m2', 'ue
 reference_e5m2_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'fp32')
 reference_e5m2_e4m3_bf16 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'bf16')
 reference_e5m2_e4m3_fp32 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'fp32')
-reference_e2m1_fp32_bf16 = specialize(make_reference_variants_2, 'e2m1', 'fp32', 'bf16')
-reference_e2m1_fp32_fp32 = specialize(make_reference_variants_2, 'e2m1', 'fp32', 'fp32')
-reference_e2m1_ue8m0_bf16 = specialize(make_reference_variants_2, 'e2m1', 'ue8m0', 'bf16')
-reference_e2m1_ue8m0_fp32 = specialize(make_reference_variants_2, 'e2m1', 'ue8m0', 'fp32')
-reference_e2m1_ue8m0_byte_bf16 = specialize(make_reference_variants_2, 'e2m1', 'ue8m0_byte', 'bf16')
-reference_e2m1_ue8m0_byte_fp32 = specialize(make_reference_variants_2, 'e2m1', 'ue8m0_byte', 'fp32')
-reference_e2m1_e4m3_bf16 = specialize(make_reference_variants_2, 'e2m1', 'e4m3', 'bf16')
-reference_e2m1_e4m3_fp32 = specialize(make_reference_variants_2, 'e2m1', 'e4m3', 'fp32')
-reference_e5m6_fp32_bf16 = specialize(make_reference_variants_2, 'e5m6', 'fp32', 'bf16')
-reference_e5m6_fp32_fp32 = specialize(make_reference_variants_2, 'e5m6', 'fp32', 'fp32')
-reference_e5m6_ue8m0_bf16 = specialize(make_reference_variants_2, 'e5m6', 'ue8m0', 'bf16')
-reference_e5m6_ue8m0_fp32 = specialize(make_reference_variants_2, 'e5m6', 'ue8m0', 'fp32')
-reference_e5m6_ue8m0_byte_bf16 = specialize(make_reference_variants_2, 'e5m6', 'ue8m0_byte', 'bf16')
-reference_e5m6_ue8m0_byte_fp32 = specialize(make_reference_variants_2, 'e5m6', 'ue8m0_byte', 'fp32')
-reference_e5m6_e4m3_bf16 = specialize(make_reference_variants_2, 'e5m6', 'e4m3', 'bf16')
-reference_e5m6_e4m3_fp32 = specialize(make_reference_variants_2, 'e5m6', 'e4m3', 'fp32')
+reference_e2m1_fp32_bf16 = specialize(make_reference_variants, 'e2m1', 'fp32', 'bf16')
+reference_e2m1_fp32_fp32 = specialize(make_reference_variants, 'e2m1', 'fp32', 'fp32')
+reference_e2m1_ue8m0_bf16 = specialize(make_reference_variants, 'e2m1', 'ue8m0', 'bf16')
+reference_e2m1_ue8m0_fp32 = specialize(make_reference_variants, 'e2m1', 'ue8m0', 'fp32')
+reference_e2m1_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'bf16')
+reference_e2m1_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'fp32')
+reference_e2m1_e4m3_bf16 = specialize(make_reference_variants, 'e2m1', 'e4m3', 'bf16')
+reference_e2m1_e4m3_fp32 = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32')
+reference_e5m6_fp32_bf16 = specialize(make_reference_variants, 'e5m6', 'fp32', 'bf16')
+reference_e5m6_fp32_fp32 = specialize(make_reference_variants, 'e5m6', 'fp32', 'fp32')
+reference_e5m6_ue8m0_bf16 = specialize(make_reference_variants, 'e5m6', 'ue8m0', 'bf16')
+reference_e5m6_ue8m0_fp32 = specialize(make_reference_variants, 'e5m6', 'ue8m0', 'fp32')
+reference_e5m6_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'bf16')
+reference_e5m6_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'fp32')
+reference_e5m6_e4m3_bf16 = specialize(make_reference_variants, 'e5m6', 'e4m3', 'bf16')
+reference_e5m6_e4m3_fp32 = specialize(make_reference_variants, 'e5m6', 'e4m3', 'fp32')
 
 
 VARIANTS = {

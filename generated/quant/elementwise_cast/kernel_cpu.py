@@ -28,13 +28,13 @@ def make_variants(dtype, x_dtype, *, threads, block_b):
     STORAGE_x = {'fp32': 'float32', 'bf16': 'uint16', 'e4m3': 'uint8'}[x_dtype]
     LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'e4m3': lambda v:
         decode_e4m3(T.cast(v, "uint32"))}[x_dtype]
+
     if dtype == 'fp32':
         PARAM_y = T.Tensor((N,), 'float32')
     if dtype == 'bf16':
         PARAM_y = T.Tensor((N,), 'uint16')
     if dtype == 'e4m3':
         PARAM_y = T.Tensor((N,), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((N,), STORAGE_x),

@@ -27,13 +27,13 @@ def make_variants(dtype, x_dtype, *, threads, block_b):
     STORAGE_x = {'fp32': 'float32', 'bf16': 'bfloat16', 'e4m3': 'float8_e4m3fn'}[x_dtype]
     LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: T.cast(v, "float32"), 'e4m3': lambda v: T.cast(v, "float32")}[
         x_dtype]
+
     if dtype == 'fp32':
         PARAM_y = T.Tensor((N,), 'float32')
     if dtype == 'bf16':
         PARAM_y = T.Tensor((N,), 'bfloat16')
     if dtype == 'e4m3':
         PARAM_y = T.Tensor((N,), 'float8_e4m3fn')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((N,), STORAGE_x),

@@ -26,18 +26,32 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_r = N_r
     B_g = N_g
     B_k = N_k
     B_c = N_c
     B_b = block_b
-    if not ((((((((((((((4 * B_b) * B_r) * B_g) * B_k) + (((4 * B_b) * B_r) * B_g)) + (((4 * B_b) * B_r) * B_g))
-                                + (((((4 * B_b) * B_r) * B_g) * B_k) * B_c)) + ((((4 * B_b) * B_r) * B_g) * B_k))
-                                + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g)) + ((((4 * B_b) * B_r) * B_g) * B_k))
-                    + (((((4 * B_b) * B_r) * B_g) * B_k) * B_c)) <= 8388608)):
-        raise ValueError(
-            "per_block_cast_lossless: at these sizes the tiles of a block would take more than 8388608 bytes, the "
-            "cpu profile's max_tile_bytes")
+    if scale in ('fp32', 'ue8m0_byte'):
+        if not ((((((((((((((4 * B_b) * B_r) * B_g) * B_k) + (((4 * B_b) * B_r) * B_g)) + (((4 * B_b) * B_r) * B_g))
+                                    + (((((4 * B_b) * B_r) * B_g) * B_k) * B_c)) + ((((4 * B_b) * B_r) * B_g) * B_k))
+                                    + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g)) + ((((4 * B_b) * B_r) * B_g) * B_k))
+                        + (((((4 * B_b) * B_r) * B_g) * B_k) * B_c)) <= 8388608)):
+            raise ValueError(
+                "per_block_cast_lossless: at these sizes the tiles of a block would take more than 8388608 bytes, "
+                "the cpu profile's max_tile_bytes")
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
+        if not ((((((((((((((((4 * B_b) * B_r) * B_g) * B_k) + (((4 * B_b) * B_r) * B_g)) + (((4 * B_b) * B_r) * B_g))
+                                    + (((((4 * B_b) * B_r) * B_g) * B_k) * B_c)) + ((((4 * B_b) * B_r) * B_g) * B_k))
+                                    + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g)) + ((((4 * B_b) * B_r) * B_g) * B_k))
+                                + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g)) + (((((4 * B_b) * B_r) * B_g) * B_k) * B_c))
+                    <= 8388608)):
+            raise ValueError(
+                "per_block_cast_lossless: at these sizes the tiles of a block would take more than 8388608 bytes, "
+                "the cpu profile's max_tile_bytes")
+
     if in_scale == 'fp32':
         PARAM_sf = T.Tensor((T_, (H // in_cols)), 'float32')
     if in_scale == 'ue8m0':
@@ -48,11 +62,15 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
         PARAM_out_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block_cols)), 'float32')
     if (scale, sf_layout) == ('fp32', 'col'):
         PARAM_out_sf = T.Tensor(((H // block_cols), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)), 'float32')
+    if (scale, sf_layout) == ('ue8m0', 'row'):
+        PARAM_out_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block_cols), 4)), 'int32')
+    if (scale, sf_layout) == ('ue8m0', 'col'):
+        PARAM_out_sf = T.Tensor((T.ceildiv((H // block_cols), 4), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)),
+            'int32')
     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
         PARAM_out_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block_cols)), 'uint8')
     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
         PARAM_out_sf = T.Tensor(((H // block_cols), (T.ceildiv(T.ceildiv(T_, block_rows), 16) * 16)), 'uint8')
-
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
@@ -70,6 +88,9 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
             m = T.alloc_local((B_b, B_r, B_g, B_k), 'float32')
             q_code = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'uint32')
             _t2 = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'float32')
+            if scale == 'ue8m0':
+                out_sf_tile = T.alloc_local((B_b, B_g), 'float32')
+                out_sf_codes = T.alloc_local((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
                 if in_scale == 'fp32':
                     _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
@@ -126,212 +147,115 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
                     out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(
                         encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
             for i_b, i_g in T.grid(B_b, B_g):
-                if (((b_b * B_b) + i_b) < N_b):
-                    if (scale, sf_layout) == ('fp32', 'row'):
-                        out_sf[((b_b * B_b) + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                            T.reinterpret((
-                                    T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
-                                            + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                            T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                T.reinterpret((T.uint32(1)
-                                        << T.cast((
-                                                T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
-                                                T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
-                    if (scale, sf_layout) == ('fp32', 'col'):
-                        out_sf[i_g, ((b_b * B_b) + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                            T.reinterpret((
-                                    T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
-                                            + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                            T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                T.reinterpret((T.uint32(1)
-                                        << T.cast((
-                                                T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
-                                                T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
-                    if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        out_sf[((b_b * B_b) + i_b), i_g] = T.cast(((
-                                    T.reinterpret(
-                                        T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                                            T.reinterpret((
-                                                T.cast((
+                if scale in ('fp32', 'ue8m0_byte'):
+                    if (((b_b * B_b) + i_b) < N_b):
+                        if (scale, sf_layout) == ('fp32', 'row'):
+                            out_sf[((b_b * B_b) + i_b), i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127))
+                                    >= T.int32(-126)),
+                                T.reinterpret((
+                                        T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)),
-                                                T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                                            T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                                T.reinterpret((T.uint32(1)
-                                                << T.cast((
-                                                T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
-                                                T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
-                                                T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        out_sf[i_g, ((b_b * B_b) + i_b)] = T.cast(((
-                                    T.reinterpret(
-                                        T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                                            T.reinterpret((
-                                                T.cast((
+                                                    T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)),
+                                    "float32"),
+                                T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
+                                    T.reinterpret((T.uint32(1)
+                                            << T.cast((
+                                                    T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
+                                                    T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
+                                    T.float32(0.0)))
+                        if (scale, sf_layout) == ('fp32', 'col'):
+                            out_sf[i_g, ((b_b * B_b) + i_b)] = T.Select(((e_out[i_b, i_g] - T.int32(127))
+                                    >= T.int32(-126)),
+                                T.reinterpret((
+                                        T.cast((
                                                 T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)),
-                                                T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                                            T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                                                T.reinterpret((T.uint32(1)
-                                                << T.cast((
-                                                T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
-                                                T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
-                                                T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-
-    return kernel
-
-
-def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threads, block_b):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block_cols)
-    N_k = (block_cols // in_cols)
-    N_c = in_cols
-    N_g_p = T.ceildiv(N_g, 4)
-    B_r = N_r
-    B_g = N_g
-    B_k = N_k
-    B_c = N_c
-    B_b = block_b
-    B_g_p = T.ceildiv(B_g, 4)
-    if not ((((((((((((((((4 * B_b) * B_r) * B_g) * B_k) + (((4 * B_b) * B_r) * B_g)) + (((4 * B_b) * B_r) * B_g))
-                                + (((((4 * B_b) * B_r) * B_g) * B_k) * B_c)) + ((((4 * B_b) * B_r) * B_g) * B_k))
-                                + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g)) + ((((4 * B_b) * B_r) * B_g) * B_k))
-                            + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g)) + (((((4 * B_b) * B_r) * B_g) * B_k) * B_c))
-                <= 8388608)):
-        raise ValueError(
-            "per_block_cast_lossless: at these sizes the tiles of a block would take more than 8388608 bytes, the "
-            "cpu profile's max_tile_bytes")
-    if in_scale == 'fp32':
-        PARAM_sf = T.Tensor((T_, (H // in_cols)), 'float32')
-    if in_scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // in_cols), 4)), 'int32')
-    if in_scale == 'ue8m0_byte':
-        PARAM_sf = T.Tensor((T_, (H // in_cols)), 'uint8')
-    if sf_layout == 'row':
-        PARAM_out_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block_cols), 4)), 'int32')
-    if sf_layout == 'col':
-        PARAM_out_sf = T.Tensor((T.ceildiv((H // block_cols), 4), (T.ceildiv(T.ceildiv(T_, block_rows), 4) * 4)),
-            'int32')
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: PARAM_sf,
-        out: T.Tensor((T_, H), 'uint8'),
-        out_sf: PARAM_out_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            _t0 = T.alloc_local((B_b, B_r, B_g, B_k), 'float32')
-            e = T.alloc_local((B_b, B_r, B_g, B_k), 'int32')
-            _t1 = T.alloc_local((B_b, B_r, B_g), 'int32')
-            _t1_for_max_over_r = T.alloc_local((B_b, B_r, B_g), 'int32')
-            e_max = T.alloc_local((B_b, B_g), 'int32')
-            e_out = T.alloc_local((B_b, B_g), 'int32')
-            m = T.alloc_local((B_b, B_r, B_g, B_k), 'float32')
-            q_code = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'uint32')
-            _t2 = T.alloc_local((B_b, B_r, B_g, B_k, B_c), 'float32')
-            out_sf_tile = T.alloc_local((B_b, B_g), 'float32')
-            out_sf_codes = T.alloc_local((B_b, B_g), 'uint32')
-            for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                if in_scale == 'fp32':
-                    _t0[i_b, i_r, i_g, i_k] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                        sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], T.float32(0.0))
-                if in_scale == 'ue8m0':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((((
-                                    T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                                        (
-                                            T.cast(
-                                            sf[((((b_b * B_b) + i_b) * N_r) + i_r),
-                                            T.floordiv(((i_g * N_k) + i_k), T.int32(4))], "uint32")
-                                            & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod(((i_g * N_k) + i_k), T.int32(4)) * T.int32(8)), "uint32"))
-                                & T.uint32(255)) << T.uint32(23)), "float32")
-                if in_scale == 'ue8m0_byte':
-                    _t0[i_b, i_r, i_g, i_k] = T.reinterpret((
-                            T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                                (T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_k) + i_k)], "uint32")
-                                    & T.uint32(0xff)), T.uint32(0)) << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                e[i_b, i_r, i_g, i_k] = T.reinterpret(((T.reinterpret(_t0[i_b, i_r, i_g, i_k], "uint32")
-                            >> T.uint32(23)) & T.uint32(255)), "int32")
-            T.reduce_max(e, _t1, dim=3)
-            for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1_for_max_over_r[i_b, i_r, i_g] = T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    _t1[i_b, i_r, i_g], T.int32(-2147483648))
-            T.reduce_max(_t1_for_max_over_r, e_max, dim=1)
-            for i_b, i_g in T.grid(B_b, B_g):
-                e_out[i_b, i_g] = T.max((e_max[i_b, i_g] - T.int32(6)), T.int32(0))
-            for i_b, i_r, i_g, i_k in T.grid(B_b, B_r, B_g, B_k):
-                m[i_b, i_r, i_g, i_k] = T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-126)),
-                    T.reinterpret((
-                            T.cast((T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-126)), T.int32(128))
-                                    + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                    T.Select(((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]) >= T.int32(-149)),
-                        T.reinterpret((T.uint32(1)
-                                << T.cast((
-                                        T.min(T.max((e[i_b, i_r, i_g, i_k] - e_out[i_b, i_g]), T.int32(-149)),
-                                        T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
-            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                q_code[i_b, i_r, i_g, i_k, i_c] = ((
-                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                            (
-                                T.cast(
-                                    q[((((b_b * B_b) + i_b) * N_r) + i_r),
-                                        T.floordiv(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod(((((i_g * N_k) + i_k) * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
-                    & T.uint32(15))
-            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                _t2[i_b, i_r, i_g, i_k, i_c] = decode_e2m1(q_code[i_b, i_r, i_g, i_k, i_c])
-            for i_b, i_r, i_g, i_k, i_c in T.grid(B_b, B_r, B_g, B_k, B_c):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((i_g * N_k) + i_k) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((_t2[i_b, i_r, i_g, i_k, i_c] * m[i_b, i_r, i_g, i_k])), "uint8")
-            for i_b, i_g in T.grid(B_b, B_g):
-                out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
-                    T.reinterpret((
-                            T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
-                                    + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                    T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
-                        T.reinterpret((T.uint32(1)
-                                << T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127))
-                                        + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
-                out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23))
-                    & T.uint32(255))
-            for i_b, i_g_p in T.grid(B_b, B_g_p):
-                if (((b_b * B_b) + i_b) < N_b):
-                    if sf_layout == 'row':
-                        out_sf[((b_b * B_b) + i_b), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                                    T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)),
+                                    "float32"),
+                                T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
+                                    T.reinterpret((T.uint32(1)
+                                            << T.cast((
+                                                    T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
+                                                    T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
+                                    T.float32(0.0)))
+                        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
+                            out_sf[((b_b * B_b) + i_b), i_g] = T.cast(((
+                                        T.reinterpret(
+                                            T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
+                                                T.reinterpret((
+                                                    T.cast((
+                                                    T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)),
+                                                    T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)),
+                                                    "float32"),
+                                                T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
+                                                    T.reinterpret((T.uint32(1)
+                                                    << T.cast((
+                                                    T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
+                                                    T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
+                                                    T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)),
+                                "uint8")
+                        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
+                            out_sf[i_g, ((b_b * B_b) + i_b)] = T.cast(((
+                                        T.reinterpret(
+                                            T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
+                                                T.reinterpret((
+                                                    T.cast((
+                                                    T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)),
+                                                    T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)),
+                                                    "float32"),
+                                                T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
+                                                    T.reinterpret((T.uint32(1)
+                                                    << T.cast((
+                                                    T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)),
+                                                    T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
+                                                    T.float32(0.0))), "uint32") >> T.uint32(23)) & T.uint32(255)),
+                                "uint8")
+                if scale == 'ue8m0':
+                    out_sf_tile[i_b, i_g] = T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-126)),
+                        T.reinterpret((
+                                T.cast((T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-126)), T.int32(128))
+                                        + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
+                        T.Select(((e_out[i_b, i_g] - T.int32(127)) >= T.int32(-149)),
+                            T.reinterpret((T.uint32(1)
+                                    << T.cast((
+                                            T.min(T.max((e_out[i_b, i_g] - T.int32(127)), T.int32(-149)), T.int32(-127))
+                                            + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                    out_sf_codes[i_b, i_g] = ((T.reinterpret(out_sf_tile[i_b, i_g], "uint32") >> T.uint32(23))
+                        & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_b, i_g_p in T.grid(B_b, B_g_p):
+                    if (((b_b * B_b) + i_b) < N_b):
+                        if sf_layout == 'row':
+                            out_sf[((b_b * B_b) + i_b), i_g_p] = T.reinterpret((((
+                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                                out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                            | (
+                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                    out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                                out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                    if sf_layout == 'col':
-                        out_sf[i_g_p, ((b_b * B_b) + i_b)] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                            out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                        << T.uint32(24))), "int32")
+                        if sf_layout == 'col':
+                            out_sf[i_g_p, ((b_b * B_b) + i_b)] = T.reinterpret((((
+                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                                out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                            | (
+                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                    out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                                out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                            out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                        << T.uint32(24))), "int32")
 
     return kernel
 
@@ -339,19 +263,19 @@ def make_ue8m0(in_scale, sf_layout, H, block_rows, block_cols, in_cols, *, threa
 # the variants of the shared factories
 build_fp32_fp32_row = specialize(make_variants, 'fp32', 'fp32', 'row')
 build_fp32_fp32_col = specialize(make_variants, 'fp32', 'fp32', 'col')
+build_fp32_ue8m0_row = specialize(make_variants, 'fp32', 'ue8m0', 'row')
+build_fp32_ue8m0_col = specialize(make_variants, 'fp32', 'ue8m0', 'col')
 build_fp32_ue8m0_byte_row = specialize(make_variants, 'fp32', 'ue8m0_byte', 'row')
 build_fp32_ue8m0_byte_col = specialize(make_variants, 'fp32', 'ue8m0_byte', 'col')
 build_ue8m0_fp32_row = specialize(make_variants, 'ue8m0', 'fp32', 'row')
 build_ue8m0_fp32_col = specialize(make_variants, 'ue8m0', 'fp32', 'col')
+build_ue8m0_ue8m0_row = specialize(make_variants, 'ue8m0', 'ue8m0', 'row')
+build_ue8m0_ue8m0_col = specialize(make_variants, 'ue8m0', 'ue8m0', 'col')
 build_ue8m0_ue8m0_byte_row = specialize(make_variants, 'ue8m0', 'ue8m0_byte', 'row')
 build_ue8m0_ue8m0_byte_col = specialize(make_variants, 'ue8m0', 'ue8m0_byte', 'col')
 build_ue8m0_byte_fp32_row = specialize(make_variants, 'ue8m0_byte', 'fp32', 'row')
 build_ue8m0_byte_fp32_col = specialize(make_variants, 'ue8m0_byte', 'fp32', 'col')
+build_ue8m0_byte_ue8m0_row = specialize(make_variants, 'ue8m0_byte', 'ue8m0', 'row')
+build_ue8m0_byte_ue8m0_col = specialize(make_variants, 'ue8m0_byte', 'ue8m0', 'col')
 build_ue8m0_byte_ue8m0_byte_row = specialize(make_variants, 'ue8m0_byte', 'ue8m0_byte', 'row')
 build_ue8m0_byte_ue8m0_byte_col = specialize(make_variants, 'ue8m0_byte', 'ue8m0_byte', 'col')
-build_fp32_ue8m0_row = specialize(make_ue8m0, 'fp32', 'row')
-build_fp32_ue8m0_col = specialize(make_ue8m0, 'fp32', 'col')
-build_ue8m0_ue8m0_row = specialize(make_ue8m0, 'ue8m0', 'row')
-build_ue8m0_ue8m0_col = specialize(make_ue8m0, 'ue8m0', 'col')
-build_ue8m0_byte_ue8m0_row = specialize(make_ue8m0, 'ue8m0_byte', 'row')
-build_ue8m0_byte_ue8m0_col = specialize(make_ue8m0, 'ue8m0_byte', 'col')

@@ -20,6 +20,8 @@ def make_reference_variants(in_scale, scale, sf_layout, q, sf, block_rows, block
     N_g = (H // block_cols)
     N_k = (block_cols // in_cols)
     N_c = in_cols
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
@@ -29,6 +31,12 @@ def make_reference_variants(in_scale, scale, sf_layout, q, sf, block_rows, block
         if (scale, sf_layout) == ('fp32', 'col'):
             _s_out_sf = torch.zeros(((H // block_cols), ((-(-(-(-T_ // block_rows)) // 4)) * 4)), dtype=torch.float32,
                 device=_dev)
+        if (scale, sf_layout) == ('ue8m0', 'row'):
+            _s_out_sf = torch.zeros(((-(-T_ // block_rows)), (-(-(H // block_cols) // 4))), dtype=torch.int32, device=
+                _dev)
+        if (scale, sf_layout) == ('ue8m0', 'col'):
+            _s_out_sf = torch.zeros(((-(-(H // block_cols) // 4)), ((-(-(-(-T_ // block_rows)) // 4)) * 4)), dtype=
+                torch.int32, device=_dev)
         if (scale, sf_layout) == ('ue8m0_byte', 'row'):
             _s_out_sf = torch.zeros(((-(-T_ // block_rows)), (H // block_cols)), dtype=torch.uint8, device=_dev)
         if (scale, sf_layout) == ('ue8m0_byte', 'col'):
@@ -119,124 +127,9 @@ def make_reference_variants(in_scale, scale, sf_layout, q, sf, block_rows, block
                                 & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0))), (N_b, N_g))
         if (scale, sf_layout) == ('fp32', 'row'):
             _store_view(_s_out_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), out_sf_tile, None, False)
-        if (scale, sf_layout) == ('fp32', 'col'):
-            _store_view(_s_out_sf, (N_g, N_b), (N_g, N_b), ('g', 'b'), ('b', 'g'), out_sf_tile, None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-            _store_view(_s_out_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'),
-                _codes_as(((_bits(out_sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-            _store_view(_s_out_sf, (N_g, N_b), (N_g, N_b), ('g', 'b'), ('b', 'g'),
-                _codes_as(((_bits(out_sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
-        if sf_layout == 'row':
-            return _s_out, _s_out_sf
-        if sf_layout == 'col':
-            return _s_out, _s_out_sf[:, :(-(-T_ // block_rows))].T
-
-
-def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_cols, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1] * 2 // 1
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block_cols)
-    N_k = (block_cols // in_cols)
-    N_c = in_cols
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_out_sf = torch.zeros(((-(-T_ // block_rows)), (-(-(H // block_cols) // 4))), dtype=torch.int32, device=
-                _dev)
-        if sf_layout == 'col':
-            _s_out_sf = torch.zeros(((-(-(H // block_cols) // 4)), ((-(-(-(-T_ // block_rows)) // 4)) * 4)), dtype=
-                torch.int32, device=_dev)
-        if in_scale == 'fp32':
-            _t0 = _fit(
-                torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                    _view(sf, (N_b * N_r, N_g * N_k), (N_b, N_r, N_g, N_k), (), ('b', 'r', 'g', 'k'),
-                        ('b', 'r', 'g', 'k')).to(torch.float32), 0), (N_b, N_r, N_g, N_k))
-        if in_scale == 'ue8m0':
-            _t0 = _fit(
-                _from_bits(((((
-                                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev))
-                                    < T_),
-                                    _codes_of(
-                                    _gather(sf,
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)),
-                                    torch.div(
-                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_k) + _ix(N_k, 3, 4, _dev))), _t(4),
-                                    rounding_mode='floor')),
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_))), 0)
-                                    >> (
-                                    _wrap_i32(
-                                    torch.remainder(
-                                    _t(_wrap_i32(_wrap_i32(_ix(N_g, 2, 4, _dev) * N_k) + _ix(N_k, 3, 4, _dev))), _t(4))
-                                    * 8) & 0xFFFFFFFF)) & 255) << 23) & 0xFFFFFFFF)), (N_b, N_r, N_g, N_k))
-        if in_scale == 'ue8m0_byte':
-            _t0 = _fit(
-                _from_bits(((
-                            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                                _codes_of(
-                                    _view(sf, (N_b * N_r, N_g * N_k), (N_b, N_r, N_g, N_k), (), ('b', 'r', 'g', 'k'),
-                                    ('b', 'r', 'g', 'k'))), 0) << 23) & 0xFFFFFFFF)), (N_b, N_r, N_g, N_k))
-        e = _fit(_wrap_i32(((_bits(_t0) >> 23) & 255)), (N_b, N_r, N_g, N_k))
-        _t1 = _nanmax(e, 3)
-        _t1_for_max_over_r = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), _t1,
-                -2147483648), (N_b, N_r, N_g))
-        e_max = _nanmax(_t1_for_max_over_r, 1)
-        e_out = _fit(torch.maximum(_t(_wrap_i32(e_max - 6)), _t(0)), (N_b, N_g))
-        m = _fit(
-            torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -126),
-                _from_bits((((
-                                _wrap_i32(
-                                torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-126))),
-                                _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-                torch.where((_wrap_i32(e - e_out[:, None, :, None]) >= -149),
-                    _from_bits(((1
-                                << (
-                                _wrap_i32(
-                                torch.minimum(_t(torch.maximum(_t(_wrap_i32(e - e_out[:, None, :, None])), _t(-149))),
-                                _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0))), (N_b, N_r, N_g, N_k))
-        q_code = _fit(((
-                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 5, _dev) * N_r) + _ix(N_r, 1, 5, _dev)) < T_),
-                        _codes_of(
-                            _gather(q.view(torch.uint8),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 5, _dev) * N_r) + _ix(N_r, 1, 5, _dev)),
-                                torch.div(
-                                _t(
-                                _wrap_i32(
-                                _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 2, 5, _dev) * N_k) + _ix(N_k, 3, 5, _dev)) * N_c)
-                                + _ix(N_c, 4, 5, _dev))), _t(2), rounding_mode='floor')),
-                                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 5, _dev) * N_r) + _ix(N_r, 1, 5, _dev)) < T_))), 0)
-                    >> (
-                        _wrap_i32(
-                            torch.remainder(
-                                _t(
-                                _wrap_i32(
-                                _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 2, 5, _dev) * N_k) + _ix(N_k, 3, 5, _dev)) * N_c)
-                                + _ix(N_c, 4, 5, _dev))), _t(2)) * 4) & 0xFFFFFFFF)) & 15), (N_b, N_r, N_g, N_k, N_c))
-        _t2 = _fit(decode_e2m1(q_code), (N_b, N_r, N_g, N_k, N_c))
-        out_tile = _fit((_t2 * m[:, :, :, :, None]), (N_b, N_r, N_g, N_k, N_c))
-        _store_view(_s_out, (N_b * N_r, N_g * N_k * N_c), (N_b, N_r, N_g, N_k, N_c), ('b', 'r', 'g', 'k', 'c'),
-            ('b', 'r', 'g', 'k', 'c'), _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 5, _dev) * N_r) + _ix(N_r, 1, 5, _dev)) < T_), False)
-        out_sf_tile = _fit(
-            torch.where((_wrap_i32(e_out - 127) >= -126),
-                _from_bits((((
-                                _wrap_i32(
-                                torch.minimum(_t(torch.maximum(_t(_wrap_i32(e_out - 127)), _t(-126))), _t(128)) + 127)
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-                torch.where((_wrap_i32(e_out - 127) >= -149),
-                    _from_bits(((1
-                                << (
-                                _wrap_i32(
-                                torch.minimum(_t(torch.maximum(_t(_wrap_i32(e_out - 127)), _t(-149))), _t(-127)) + 149)
-                                & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0))), (N_b, N_g))
-        out_sf_codes = _fit(((_bits(out_sf_tile) >> 23) & 255), (N_b, N_g))
-        if sf_layout == 'row':
+        if scale == 'ue8m0':
+            out_sf_codes = _fit(((_bits(out_sf_tile) >> 23) & 255), (N_b, N_g))
+        if (scale, sf_layout) == ('ue8m0', 'row'):
             _scatter(_s_out_sf, (_ix(N_b, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
                 _t((((
                                 _take(out_sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
@@ -254,8 +147,14 @@ def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_
                                     (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
+            _store_view(_s_out_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'),
+                _codes_as(((_bits(out_sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        if sf_layout == 'row':
             return _s_out, _s_out_sf
-        if sf_layout == 'col':
+        if (scale, sf_layout) == ('fp32', 'col'):
+            _store_view(_s_out_sf, (N_g, N_b), (N_g, N_b), ('g', 'b'), ('b', 'g'), out_sf_tile, None, False)
+        if (scale, sf_layout) == ('ue8m0', 'col'):
             _scatter(_s_out_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_b, 0, 2, _dev)),
                 _t((((
                                 _take(out_sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
@@ -273,28 +172,32 @@ def make_reference_ue8m0(in_scale, sf_layout, q, sf, block_rows, block_cols, in_
                                     (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
                                     (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
                             & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
+            _store_view(_s_out_sf, (N_g, N_b), (N_g, N_b), ('g', 'b'), ('b', 'g'),
+                _codes_as(((_bits(out_sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        if sf_layout == 'col':
             return _s_out, _s_out_sf[:, :(-(-T_ // block_rows))].T
 
 
 # the variants of the shared functions
 reference_fp32_fp32_row = specialize(make_reference_variants, 'fp32', 'fp32', 'row')
 reference_fp32_fp32_col = specialize(make_reference_variants, 'fp32', 'fp32', 'col')
+reference_fp32_ue8m0_row = specialize(make_reference_variants, 'fp32', 'ue8m0', 'row')
+reference_fp32_ue8m0_col = specialize(make_reference_variants, 'fp32', 'ue8m0', 'col')
 reference_fp32_ue8m0_byte_row = specialize(make_reference_variants, 'fp32', 'ue8m0_byte', 'row')
 reference_fp32_ue8m0_byte_col = specialize(make_reference_variants, 'fp32', 'ue8m0_byte', 'col')
 reference_ue8m0_fp32_row = specialize(make_reference_variants, 'ue8m0', 'fp32', 'row')
 reference_ue8m0_fp32_col = specialize(make_reference_variants, 'ue8m0', 'fp32', 'col')
+reference_ue8m0_ue8m0_row = specialize(make_reference_variants, 'ue8m0', 'ue8m0', 'row')
+reference_ue8m0_ue8m0_col = specialize(make_reference_variants, 'ue8m0', 'ue8m0', 'col')
 reference_ue8m0_ue8m0_byte_row = specialize(make_reference_variants, 'ue8m0', 'ue8m0_byte', 'row')
 reference_ue8m0_ue8m0_byte_col = specialize(make_reference_variants, 'ue8m0', 'ue8m0_byte', 'col')
 reference_ue8m0_byte_fp32_row = specialize(make_reference_variants, 'ue8m0_byte', 'fp32', 'row')
 reference_ue8m0_byte_fp32_col = specialize(make_reference_variants, 'ue8m0_byte', 'fp32', 'col')
+reference_ue8m0_byte_ue8m0_row = specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0', 'row')
+reference_ue8m0_byte_ue8m0_col = specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0', 'col')
 reference_ue8m0_byte_ue8m0_byte_row = specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0_byte', 'row')
 reference_ue8m0_byte_ue8m0_byte_col = specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0_byte', 'col')
-reference_fp32_ue8m0_row = specialize(make_reference_ue8m0, 'fp32', 'row')
-reference_fp32_ue8m0_col = specialize(make_reference_ue8m0, 'fp32', 'col')
-reference_ue8m0_ue8m0_row = specialize(make_reference_ue8m0, 'ue8m0', 'row')
-reference_ue8m0_ue8m0_col = specialize(make_reference_ue8m0, 'ue8m0', 'col')
-reference_ue8m0_byte_ue8m0_row = specialize(make_reference_ue8m0, 'ue8m0_byte', 'row')
-reference_ue8m0_byte_ue8m0_col = specialize(make_reference_ue8m0, 'ue8m0_byte', 'col')
 
 
 VARIANTS = {

@@ -25,22 +25,37 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b):
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_r = N_r
     B_g = N_g
     B_c = N_c
     B_b = block_b
-    if not ((((((((((4 * B_b) * B_r) * B_g) + (((4 * B_b) * B_r) * B_g)) + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g))
-                        + ((((4 * B_b) * B_r) * B_g) * B_c)) + ((((4 * B_b) * B_r) * B_g) * B_c)) <= 8388608)):
-        raise ValueError(
-            "per_block_cast_with_sf_only: at these sizes the tiles of a block would take more than 8388608 bytes, "
-            "the cpu profile's max_tile_bytes")
+    if scale in ('fp32', 'pow2'):
+        if not ((((((((((4 * B_b) * B_r) * B_g) + (((4 * B_b) * B_r) * B_g)) + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g))
+                            + ((((4 * B_b) * B_r) * B_g) * B_c)) + ((((4 * B_b) * B_r) * B_g) * B_c)) <= 8388608)):
+            raise ValueError(
+                "per_block_cast_with_sf_only: at these sizes the tiles of a block would take more than 8388608 "
+                "bytes, the cpu profile's max_tile_bytes")
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
+        if not ((((((((((((4 * B_b) * B_r) * B_g) + (((4 * B_b) * B_r) * B_g)) + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g))
+                                    + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g)) + ((((4 * B_b) * B_r) * B_g) * B_c))
+                        + ((((4 * B_b) * B_r) * B_g) * B_c)) <= 8388608)):
+            raise ValueError(
+                "per_block_cast_with_sf_only: at these sizes the tiles of a block would take more than 8388608 "
+                "bytes, the cpu profile's max_tile_bytes")
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block_cols)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block_cols), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block_cols)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
@@ -49,6 +64,9 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b):
             _t0_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g), 'float32')
             _t1 = T.alloc_local((B_b, B_g), 'float32')
             amax = T.alloc_local((B_b, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_b, B_g), 'float32')
+                sf_codes = T.alloc_local((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                     LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)]), T.float32(0.0))
@@ -62,85 +80,37 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b):
             T.reduce_absmax(_t0_for_absmax_over_r, _t1, dim=1)
             for i_b, i_g in T.grid(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                if (((b_b * B_b) + i_b) < N_b):
-                    if scale == 'fp32':
-                        sf[((b_b * B_b) + i_b), i_g] = (amax[i_b, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_b * B_b) + i_b), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-
-    return kernel
-
-
-def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block_cols)
-    N_c = block_cols
-    N_g_p = T.ceildiv(N_g, 4)
-    B_r = N_r
-    B_g = N_g
-    B_c = N_c
-    B_b = block_b
-    B_g_p = T.ceildiv(B_g, 4)
-    if not ((((((((((((4 * B_b) * B_r) * B_g) + (((4 * B_b) * B_r) * B_g)) + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g))
-                                + ((4 * B_b) * B_g)) + ((4 * B_b) * B_g)) + ((((4 * B_b) * B_r) * B_g) * B_c))
-                    + ((((4 * B_b) * B_r) * B_g) * B_c)) <= 8388608)):
-        raise ValueError(
-            "per_block_cast_with_sf_only: at these sizes the tiles of a block would take more than 8388608 bytes, "
-            "the cpu profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block_cols), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_b, B_r, B_g), 'float32')
-            _t0_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g), 'float32')
-            _t1 = T.alloc_local((B_b, B_g), 'float32')
-            amax = T.alloc_local((B_b, B_g), 'float32')
-            sf_tile = T.alloc_local((B_b, B_g), 'float32')
-            sf_codes = T.alloc_local((B_b, B_g), 'uint32')
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                xf_for_absmax_over_c[i_b, i_r, i_g, i_c] = T.Select(T.isnan(xf[i_b, i_r, i_g, i_c]), T.float32(0.0),
-                    xf[i_b, i_r, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=3)
-            for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t0_for_absmax_over_r[i_b, i_r, i_g] = T.Select(T.isnan(_t0[i_b, i_r, i_g]), T.float32(0.0),
-                    _t0[i_b, i_r, i_g])
-            T.reduce_absmax(_t0_for_absmax_over_r, _t1, dim=1)
-            for i_b, i_g in T.grid(B_b, B_g):
-                amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                sf_tile[i_b, i_g] = T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_b, i_g] = ((T.reinterpret(sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_g_p in T.grid(B_b, B_g_p):
-                if (((b_b * B_b) + i_b) < N_b):
-                    sf[((b_b * B_b) + i_b), i_g_p] = T.reinterpret((((
-                                    T.if_then_else(((i_g_p * T.int32(4)) < N_g), sf_codes[i_b, (i_g_p * T.int32(4))],
-                                        T.uint32(0))
+                if scale in ('fp32', 'pow2'):
+                    if (((b_b * B_b) + i_b) < N_b):
+                        if scale == 'fp32':
+                            sf[((b_b * B_b) + i_b), i_g] = (amax[i_b, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_b * B_b) + i_b), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_b, i_g] = T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_b, i_g] = ((T.reinterpret(sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_b, i_g_p in T.grid(B_b, B_g_p):
+                    if (((b_b * B_b) + i_b) < N_b):
+                        sf[((b_b * B_b) + i_b), i_g_p] = T.reinterpret((((
+                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                            sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
+                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
 
     return kernel
 
@@ -148,3 +118,4 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b):
 # the variants of the shared factories
 build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
 build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
+build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0')

@@ -24,18 +24,28 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_r = pad_pow2(N_r)
     B_c = pad_pow2(N_c)
     B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    if scale in ('fp32', 'pow2'):
+        B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), (H // block_cols)), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block_cols), 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), (H // block_cols)), 'float32'),
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
             b_b = pid // (T.ceildiv(N_g, B_g))
@@ -44,6 +54,9 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
             _t0 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
             _t1 = T.alloc_fragment((B_b, B_g), 'float32')
             amax = T.alloc_fragment((B_b, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
+                sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
                         & ((i_r < N_r) & (i_c < N_c))),
@@ -52,75 +65,37 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
             T.reduce_absmax(_t0, _t1, dim=1)
             for i_b, i_g in T.Parallel(B_b, B_g):
                 amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                if (((b_b * B_b) + i_b) < N_b):
-                    if scale == 'fp32':
-                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)] = (amax[i_b, i_g] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-
-    return kernel
-
-
-def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b, tile_elems):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, block_rows)
-    N_r = block_rows
-    N_g = (H // block_cols)
-    N_c = block_cols
-    N_g_p = T.ceildiv(N_g, 4)
-    B_r = pad_pow2(N_r)
-    B_c = pad_pow2(N_c)
-    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_b * B_g, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T.ceildiv(T_, block_rows), T.ceildiv((H // block_cols), 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
-            _t1 = T.alloc_fragment((B_b, B_g), 'float32')
-            amax = T.alloc_fragment((B_b, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_b, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_b, B_g), 'uint32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                xf[i_b, i_r, i_g, i_c] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
-                        & ((i_r < N_r) & (i_c < N_c))),
-                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=3)
-            T.reduce_absmax(_t0, _t1, dim=1)
-            for i_b, i_g in T.Parallel(B_b, B_g):
-                amax[i_b, i_g] = T.max(_t1[i_b, i_g], T.float32(0.0001))
-                sf_tile[i_b, i_g] = T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_b, i_g] = ((T.reinterpret(sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_g_p in T.Parallel(B_b, B_g_p):
-                if (((b_b * B_b) + i_b) < N_b):
-                    sf[((b_b * B_b) + i_b), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                    T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                        sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                if scale in ('fp32', 'pow2'):
+                    if (((b_b * B_b) + i_b) < N_b):
+                        if scale == 'fp32':
+                            sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)] = (amax[i_b, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_b * B_b) + i_b), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
+                if scale == 'ue8m0':
+                    sf_tile[i_b, i_g] = T.reinterpret(((((T.reinterpret((amax[i_b, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_b, i_g] = ((T.reinterpret(sf_tile[i_b, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_b, i_g_p in T.Parallel(B_b, B_g_p):
+                    if (((b_b * B_b) + i_b) < N_b):
+                        sf[((b_b * B_b) + i_b), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                            sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                < N_g), sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1)) < N_g),
-                                            sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                            sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                        sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                    sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
+                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
 
     return kernel
 
@@ -128,3 +103,4 @@ def build_e4m3_ue8m0(H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
 # the variants of the shared factories
 build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
 build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
+build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0')

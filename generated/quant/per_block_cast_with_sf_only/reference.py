@@ -18,10 +18,15 @@ def make_reference_e4m3(scale, x, block_rows, block_cols, _given=None):
     N_r = block_rows
     N_g = (H // block_cols)
     N_c = block_cols
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        _s_sf = torch.zeros(((-(-T_ // block_rows)), (H // block_cols)), dtype=torch.float32, device=_dev)
+        if scale in ('fp32', 'pow2'):
+            _s_sf = torch.zeros(((-(-T_ // block_rows)), (H // block_cols)), dtype=torch.float32, device=_dev)
+        if scale == 'ue8m0':
+            _s_sf = torch.zeros(((-(-T_ // block_rows)), (-(-(H // block_cols) // 4))), dtype=torch.int32, device=_dev)
         xf = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
                 _view(x, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
@@ -31,60 +36,38 @@ def make_reference_e4m3(scale, x, block_rows, block_cols, _given=None):
         amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
         if scale == 'fp32':
             sf_tile = _fit((amax / _f32(448.0)), (N_b, N_g))
-        if scale == 'pow2':
+        if scale in ('pow2', 'ue8m0'):
             sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_b, N_g))
-        _store_view(_s_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), sf_tile, None, False)
-        return _s_sf,
-
-
-def reference_e4m3_ue8m0(x, block_rows, block_cols, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_b = (-(-T_ // block_rows))
-    N_r = block_rows
-    N_g = (H // block_cols)
-    N_c = block_cols
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_sf = torch.zeros(((-(-T_ // block_rows)), (-(-(H // block_cols) // 4))), dtype=torch.int32, device=_dev)
-        xf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(x, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        _t0 = _absmax(xf, 3)
-        _t1 = _absmax(_t0, 1)
-        amax = _fit(torch.maximum(_t(_t1), _t(_f32(0.0001))), (N_b, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_b, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_g))
-        _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
+        if scale in ('fp32', 'pow2'):
+            _store_view(_s_sf, (N_b, N_g), (N_b, N_g), ('b', 'g'), ('b', 'g'), sf_tile, None, False)
+        if scale == 'ue8m0':
+            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_g))
+            _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
                             | ((
-                                _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                                    _take(sf_codes,
+                                    (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
                         | ((
                                 _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
+                                    (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
         return _s_sf,
 
 
 # the variants of the shared functions
 reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32')
 reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2')
+reference_e4m3_ue8m0 = specialize(make_reference_e4m3, 'ue8m0')
 
 
 VARIANTS = {

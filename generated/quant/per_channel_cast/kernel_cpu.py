@@ -19,34 +19,74 @@ from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 
 
-def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads, block_b):
+def make_e4m3(scale, transpose, H, group_tokens, x_dtype, *, threads, block_b):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_h = H
+    if scale == 'ue8m0':
+        N_h_p = T.ceildiv(N_h, 4)
     B_r = N_r
     B_h = N_h
     B_b = block_b
-    if not ((((((((4 * B_b) * B_h) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + (((4 * B_b) * B_r) * B_h))
-                    + (((4 * B_b) * B_r) * B_h)) <= 8388608)):
-        raise ValueError(
-            "per_channel_cast: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
-            "profile's max_tile_bytes")
+    if (scale, transpose) in (('fp32', False), ('pow2', False)):
+        if not ((((((((4 * B_b) * B_h) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + (((4 * B_b) * B_r) * B_h))
+                        + (((4 * B_b) * B_r) * B_h)) <= 8388608)):
+            raise ValueError(
+                "per_channel_cast: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
+    if (scale, transpose) in (('fp32', True), ('pow2', True)):
+        if not ((((((((((4 * B_b) * B_h) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + (((1 * B_b) * B_r) * B_h))
+                                + (((4 * B_b) * B_r) * B_h)) + (((4 * B_b) * B_r) * B_h)) + (((4 * B_b) * B_r) * B_h))
+                    <= 8388608)):
+            raise ValueError(
+                "per_channel_cast: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
+    if scale == 'ue8m0':
+        B_h_p = T.ceildiv(B_h, 4)
+    if (scale, transpose) == ('ue8m0', False):
+        if not ((((((((((4 * B_b) * B_h) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h))
+                                + ((4 * B_b) * B_h)) + (((4 * B_b) * B_r) * B_h)) + (((4 * B_b) * B_r) * B_h))
+                    <= 8388608)):
+            raise ValueError(
+                "per_channel_cast: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
+    if (scale, transpose) == ('ue8m0', True):
+        if not ((((((((((((4 * B_b) * B_h) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + (((1 * B_b) * B_r) * B_h))
+                                    + (((4 * B_b) * B_r) * B_h)) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h))
+                            + (((4 * B_b) * B_r) * B_h)) + (((4 * B_b) * B_r) * B_h)) <= 8388608)):
+            raise ValueError(
+                "per_channel_cast: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
 
+    if not transpose:
+        PARAM_q = T.Tensor((T_, H), 'uint8')
+    if transpose:
+        PARAM_q = T.Tensor((H, T_), 'uint8')
+    if scale in ('fp32', 'pow2'):
+        PARAM_sf = T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32')
+    if scale == 'ue8m0':
+        PARAM_sf = T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
+        q: PARAM_q,
+        sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             xf = T.alloc_local((B_b, B_r, B_h), 'float32')
             xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
             _t0 = T.alloc_local((B_b, B_h), 'float32')
             amax = T.alloc_local((B_b, B_h), 'float32')
+            if scale == 'ue8m0':
+                sf_tile = T.alloc_local((B_b, B_h), 'float32')
+                sf_codes = T.alloc_local((B_b, B_h), 'uint32')
             inv = T.alloc_local((B_b, B_h), 'float32')
+            if transpose:
+                q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
+                q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
                 xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
                     LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
@@ -56,243 +96,67 @@ def make_e4m3_false(scale, H, group_tokens, x_dtype, *, threads, block_b):
             T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
             for i_b, i_h in T.grid(B_b, B_h):
                 amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if (((b_b * B_b) + i_b) < N_b):
-                    if scale == 'fp32':
-                        sf[((b_b * B_b) + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_b * B_b) + i_b), i_h] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale in ('fp32', 'pow2'):
+                    if (((b_b * B_b) + i_b) < N_b):
+                        if scale == 'fp32':
+                            sf[((b_b * B_b) + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_b * B_b) + i_b), i_h] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
                 if scale == 'pow2':
                     inv[i_b, i_h] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    q[((((b_b * B_b) + i_b) * N_r) + i_r), i_h] = T.cast(
-                        encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_true(scale, H, group_tokens, x_dtype, *, threads, block_b):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_h = H
-    B_r = N_r
-    B_h = N_h
-    B_b = block_b
-    if not ((((((((((4 * B_b) * B_h) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + (((1 * B_b) * B_r) * B_h))
-                            + (((4 * B_b) * B_r) * B_h)) + (((4 * B_b) * B_r) * B_h)) + (((4 * B_b) * B_r) * B_h))
-                <= 8388608)):
-        raise ValueError(
-            "per_channel_cast: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
-            "profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_b, B_h), 'float32')
-            amax = T.alloc_local((B_b, B_h), 'float32')
-            inv = T.alloc_local((B_b, B_h), 'float32')
-            q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
-                    xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
-            for i_b, i_h in T.grid(B_b, B_h):
-                amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                if (((b_b * B_b) + i_b) < N_b):
-                    if scale == 'fp32':
-                        sf[((b_b * B_b) + i_b), i_h] = (amax[i_b, i_h] / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_b * B_b) + i_b), i_h] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_b, i_h] = (T.float32(448.0) / amax[i_b, i_h])
-                if scale == 'pow2':
+                if scale == 'ue8m0':
+                    sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
+            if scale == 'ue8m0':
+                for i_b, i_h_p in T.grid(B_b, B_h_p):
+                    if (((b_b * B_b) + i_b) < N_b):
+                        sf[((b_b * B_b) + i_b), i_h_p] = T.reinterpret((((
+                                        T.if_then_else(((i_h_p * T.int32(4)) < N_h),
+                                            sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0))
+                                        | (
+                                            T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h),
+                                                sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h),
+                                            sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                        << T.uint32(16)))
+                                | (
+                                    T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h),
+                                        sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                    << T.uint32(24))), "int32")
+                for i_b, i_h in T.grid(B_b, B_h):
                     inv[i_b, i_h] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
-                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
-            for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    q[i_h, ((((b_b * B_b) + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
-
-    return kernel
-
-
-def build_e4m3_ue8m0_false(H, group_tokens, x_dtype, *, threads, block_b):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = N_r
-    B_h = N_h
-    B_b = block_b
-    B_h_p = T.ceildiv(B_h, 4)
-    if not ((((((((((4 * B_b) * B_h) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h))
-                        + (((4 * B_b) * B_r) * B_h)) + (((4 * B_b) * B_r) * B_h)) <= 8388608)):
-        raise ValueError(
-            "per_channel_cast: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
-            "profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_b, B_h), 'float32')
-            amax = T.alloc_local((B_b, B_h), 'float32')
-            sf_tile = T.alloc_local((B_b, B_h), 'float32')
-            sf_codes = T.alloc_local((B_b, B_h), 'uint32')
-            inv = T.alloc_local((B_b, B_h), 'float32')
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
-                    xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
-            for i_b, i_h in T.grid(B_b, B_h):
-                amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_h_p in T.grid(B_b, B_h_p):
-                if (((b_b * B_b) + i_b) < N_b):
-                    sf[((b_b * B_b) + i_b), i_h_p] = T.reinterpret((((
-                                    T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_b, i_h in T.grid(B_b, B_h):
-                inv[i_b, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    q[((((b_b * B_b) + i_b) * N_r) + i_r), i_h] = T.cast(
-                        encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
-
-    return kernel
-
-
-def build_e4m3_ue8m0_true(H, group_tokens, x_dtype, *, threads, block_b):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_h = H
-    N_h_p = T.ceildiv(N_h, 4)
-    B_r = N_r
-    B_h = N_h
-    B_b = block_b
-    B_h_p = T.ceildiv(B_h, 4)
-    if not ((((((((((((4 * B_b) * B_h) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h)) + (((1 * B_b) * B_r) * B_h))
-                                + (((4 * B_b) * B_r) * B_h)) + ((4 * B_b) * B_h)) + ((4 * B_b) * B_h))
-                        + (((4 * B_b) * B_r) * B_h)) + (((4 * B_b) * B_r) * B_h)) <= 8388608)):
-        raise ValueError(
-            "per_channel_cast: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
-            "profile's max_tile_bytes")
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((H, T_), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), T.ceildiv(H, 4)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
-            xf = T.alloc_local((B_b, B_r, B_h), 'float32')
-            xf_for_absmax_over_r = T.alloc_local((B_b, B_r, B_h), 'float32')
-            _t0 = T.alloc_local((B_b, B_h), 'float32')
-            amax = T.alloc_local((B_b, B_h), 'float32')
-            sf_tile = T.alloc_local((B_b, B_h), 'float32')
-            sf_codes = T.alloc_local((B_b, B_h), 'uint32')
-            inv = T.alloc_local((B_b, B_h), 'float32')
-            q_tile = T.alloc_local((B_b, B_r, B_h), 'float32')
-            q_staged = T.alloc_local((B_b, B_r, B_h + bank_pad('uint8')), 'uint8')
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf[i_b, i_r, i_h] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    LOAD_x(x[((((b_b * B_b) + i_b) * N_r) + i_r), i_h]), T.float32(0.0))
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                xf_for_absmax_over_r[i_b, i_r, i_h] = T.Select(T.isnan(xf[i_b, i_r, i_h]), T.float32(0.0),
-                    xf[i_b, i_r, i_h])
-            T.reduce_absmax(xf_for_absmax_over_r, _t0, dim=1)
-            for i_b, i_h in T.grid(B_b, B_h):
-                amax[i_b, i_h] = T.max(_t0[i_b, i_h], T.float32(0.0001))
-                sf_tile[i_b, i_h] = T.reinterpret(((((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_b, i_h] = ((T.reinterpret(sf_tile[i_b, i_h], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_b, i_h_p in T.grid(B_b, B_h_p):
-                if (((b_b * B_b) + i_b) < N_b):
-                    sf[((b_b * B_b) + i_b), i_h_p] = T.reinterpret((((
-                                    T.if_then_else(((i_h_p * T.int32(4)) < N_h), sf_codes[i_b, (i_h_p * T.int32(4))],
-                                        T.uint32(0))
-                                    | (
-                                        T.if_then_else((((i_h_p * T.int32(4)) + T.int32(1)) < N_h),
-                                            sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((i_h_p * T.int32(4)) + T.int32(2)) < N_h),
-                                        sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((i_h_p * T.int32(4)) + T.int32(3)) < N_h),
-                                    sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0)) << T.uint32(24))),
-                        "int32")
-            for i_b, i_h in T.grid(B_b, B_h):
-                inv[i_b, i_h] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_b, i_h] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_b, i_r, i_h in T.grid(B_b, B_r, B_h):
-                q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
-                q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
-            for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    q[i_h, ((((b_b * B_b) + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
+                if not transpose:
+                    if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                        q[((((b_b * B_b) + i_b) * N_r) + i_r), i_h] = T.cast(
+                            encode_e4m3((xf[i_b, i_r, i_h] * inv[i_b, i_h])), "uint8")
+                if transpose:
+                    q_tile[i_b, i_r, i_h] = (xf[i_b, i_r, i_h] * inv[i_b, i_h])
+                    q_staged[i_b, i_r, i_h] = T.cast(encode_e4m3(q_tile[i_b, i_r, i_h]), "uint8")
+            if transpose:
+                for i_h, i_b, i_r in T.grid(B_h, B_b, B_r):
+                    if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                        q[i_h, ((((b_b * B_b) + i_b) * N_r) + i_r)] = q_staged[i_b, i_r, i_h]
 
     return kernel
 
 
 # the variants of the shared factories
-build_e4m3_fp32_false = specialize(make_e4m3_false, 'fp32')
-build_e4m3_pow2_false = specialize(make_e4m3_false, 'pow2')
-build_e4m3_fp32_true = specialize(make_e4m3_true, 'fp32')
-build_e4m3_pow2_true = specialize(make_e4m3_true, 'pow2')
+build_e4m3_fp32_false = specialize(make_e4m3, 'fp32', False)
+build_e4m3_fp32_true = specialize(make_e4m3, 'fp32', True)
+build_e4m3_pow2_false = specialize(make_e4m3, 'pow2', False)
+build_e4m3_pow2_true = specialize(make_e4m3, 'pow2', True)
+build_e4m3_ue8m0_false = specialize(make_e4m3, 'ue8m0', False)
+build_e4m3_ue8m0_true = specialize(make_e4m3, 'ue8m0', True)

@@ -18,14 +18,19 @@ def make_reference_e4m3(scale, transpose, x, group_tokens, _given=None):
     N_b = (-(-T_ // group_tokens))
     N_r = group_tokens
     N_h = H
+    if scale == 'ue8m0':
+        N_h_p = (-(-N_h // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
-        if transpose == False:
+        if not transpose:
             _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        if transpose == True:
+        if transpose:
             _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
+        if scale in ('fp32', 'pow2'):
+            _s_sf = torch.zeros(((-(-T_ // group_tokens)), H), dtype=torch.float32, device=_dev)
+        if scale == 'ue8m0':
+            _s_sf = torch.zeros(((-(-T_ // group_tokens)), (-(-H // 4))), dtype=torch.int32, device=_dev)
         xf = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
                 _view(x, (N_b * N_r, N_h), (N_b, N_r, N_h), (), ('b', 'r', 'h'), ('b', 'r', 'h')).to(torch.float32), 0),
@@ -34,80 +39,43 @@ def make_reference_e4m3(scale, transpose, x, group_tokens, _given=None):
         amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_b, N_h))
         if scale == 'fp32':
             sf_tile = _fit((amax / _f32(448.0)), (N_b, N_h))
-        if scale == 'pow2':
+        if scale in ('pow2', 'ue8m0'):
             sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_b, N_h))
-        _store_view(_s_sf, (N_b, N_h), (N_b, N_h), ('b', 'h'), ('b', 'h'), sf_tile, None, False)
+        if scale in ('fp32', 'pow2'):
+            _store_view(_s_sf, (N_b, N_h), (N_b, N_h), ('b', 'h'), ('b', 'h'), sf_tile, None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_b, N_h))
-        if scale == 'pow2':
+        if scale == 'ue8m0':
+            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_h))
+            _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(sf_codes,
+                                    (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(sf_codes,
+                                    (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if scale in ('pow2', 'ue8m0'):
             inv = _fit(
                 _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
         q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
-        if transpose == False:
+        if not transpose:
             _store_view(_s_q, (N_b * N_r, N_h), (N_b, N_r, N_h), ('b', 'r', 'h'), ('b', 'r', 'h'),
                 _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
                 (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        if transpose == True:
-            _store_view(_s_q, (N_h, N_b * N_r), (N_h, N_b, N_r), ('h', 'b', 'r'), ('b', 'r', 'h'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        return _s_q, _s_sf
-
-
-def make_reference_e4m3_ue8m0(transpose, x, group_tokens, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_b = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_h = H
-    N_h_p = (-(-N_h // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if transpose == False:
-            _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        if transpose == True:
-            _s_q = torch.zeros((H, T_), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_sf = torch.zeros(((-(-T_ // group_tokens)), (-(-H // 4))), dtype=torch.int32, device=_dev)
-        xf = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                _view(x, (N_b * N_r, N_h), (N_b, N_r, N_h), (), ('b', 'r', 'h'), ('b', 'r', 'h')).to(torch.float32), 0),
-            (N_b, N_r, N_h))
-        _t0 = _absmax(xf, 1)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(0.0001))), (N_b, N_h))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_b, N_h))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_b, N_h))
-        _scatter(_s_sf, (_ix(N_b, 0, 2, _dev), _ix(N_h_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_b, 0, 2, _dev), _wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) < N_h))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 1) < N_h)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 2) < N_h)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_b, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_h_p, 1, 2, _dev) * 4) + 3) < N_h)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_h))
-        q_tile = _fit((xf * inv[:, None, :]), (N_b, N_r, N_h))
-        if transpose == False:
-            _store_view(_s_q, (N_b * N_r, N_h), (N_b, N_r, N_h), ('b', 'r', 'h'), ('b', 'r', 'h'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
-                (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
-        if transpose == True:
+        if transpose:
             _store_view(_s_q, (N_h, N_b * N_r), (N_h, N_b, N_r), ('h', 'b', 'r'), ('b', 'r', 'h'),
                 _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn),
                 (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_), False)
@@ -119,8 +87,8 @@ reference_e4m3_fp32_false = specialize(make_reference_e4m3, 'fp32', False)
 reference_e4m3_fp32_true = specialize(make_reference_e4m3, 'fp32', True)
 reference_e4m3_pow2_false = specialize(make_reference_e4m3, 'pow2', False)
 reference_e4m3_pow2_true = specialize(make_reference_e4m3, 'pow2', True)
-reference_e4m3_ue8m0_false = specialize(make_reference_e4m3_ue8m0, False)
-reference_e4m3_ue8m0_true = specialize(make_reference_e4m3_ue8m0, True)
+reference_e4m3_ue8m0_false = specialize(make_reference_e4m3, 'ue8m0', False)
+reference_e4m3_ue8m0_true = specialize(make_reference_e4m3, 'ue8m0', True)
 
 
 VARIANTS = {

@@ -19,11 +19,17 @@ def make_reference_e4m3(in_scale, scale, q, sf, group_tokens, in_group, _given=N
     N_r = group_tokens
     N_g = (H // in_group)
     N_c = in_group
+    if scale == 'ue8m0':
+        N_b_p = (-(-N_b // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = q.device
     with torch.device(_dev):
         _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_out_sf = torch.zeros(((-(-T_ // group_tokens)), ((-(-H // 4)) * 4)), dtype=torch.float32, device=_dev)
+        if scale in ('fp32', 'pow2'):
+            _s_out_sf = torch.zeros(((-(-T_ // group_tokens)), ((-(-H // 4)) * 4)), dtype=torch.float32, device=_dev)
+        if scale == 'ue8m0':
+            _s_out_sf = torch.zeros(((-(-(-(-T_ // group_tokens)) // 4)), ((-(-H // 4)) * 4)), dtype=torch.int32,
+                device=_dev)
         _t0 = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
                 _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
@@ -53,15 +59,39 @@ def make_reference_e4m3(in_scale, scale, q, sf, group_tokens, in_group, _given=N
         amax = _fit(torch.maximum(_t(_t2), _t(_f32(9.999999747378752e-05))), (N_b, N_g, N_c))
         if scale == 'fp32':
             out_sf_tile = _fit((amax / _f32(448.0)), (N_b, N_g, N_c))
-        if scale == 'pow2':
+        if scale in ('pow2', 'ue8m0'):
             out_sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_b, N_g, N_c))
-        _store_view(_s_out_sf, (N_b, N_g * N_c), (N_b, N_g, N_c), ('b', 'g', 'c'), ('b', 'g', 'c'), out_sf_tile, None,
-            False)
+        if scale in ('fp32', 'pow2'):
+            _store_view(_s_out_sf, (N_b, N_g * N_c), (N_b, N_g, N_c), ('b', 'g', 'c'), ('b', 'g', 'c'), out_sf_tile,
+                None, False)
         if scale == 'fp32':
             inv = _fit((_f32(448.0) / amax), (N_b, N_g, N_c))
-        if scale == 'pow2':
+        if scale == 'ue8m0':
+            out_sf_codes = _fit(((_bits(out_sf_tile) >> 23) & 255), (N_b, N_g, N_c))
+            _scatter(_s_out_sf,
+                (_ix(N_b_p, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))),
+                _t((((
+                                _take(out_sf_codes,
+                                    (_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4), _ix(N_g, 1, 3, _dev), _ix(N_c, 2, 3, _dev)),
+                                    (_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) < N_b))
+                                | ((
+                                    _take(out_sf_codes,
+                                    (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 1), _ix(N_g, 1, 3, _dev),
+                                    _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 1) < N_b))
+                                    << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(out_sf_codes,
+                                    (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 2), _ix(N_g, 1, 3, _dev),
+                                    _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 2) < N_b))
+                                    << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(out_sf_codes,
+                                    (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 3), _ix(N_g, 1, 3, _dev),
+                                    _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 3) < N_b))
+                                << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if scale in ('pow2', 'ue8m0'):
             inv = _fit(
                 _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_g, N_c))
@@ -72,92 +102,16 @@ def make_reference_e4m3(in_scale, scale, q, sf, group_tokens, in_group, _given=N
         return _s_out, _s_out_sf[:, :H].T
 
 
-def make_reference_e4m3_ue8m0(in_scale, q, sf, group_tokens, in_group, _given=None):
-    T_ = q.shape[0]
-    H = q.shape[1]
-    N_b = (-(-T_ // group_tokens))
-    N_r = group_tokens
-    N_g = (H // in_group)
-    N_c = in_group
-    N_b_p = (-(-N_b // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = q.device
-    with torch.device(_dev):
-        _s_out = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        _s_out_sf = torch.zeros(((-(-(-(-T_ // group_tokens)) // 4)), ((-(-H // 4)) * 4)), dtype=torch.int32, device=
-            _dev)
-        _t0 = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_),
-                _view(q, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), (), ('b', 'r', 'g', 'c'),
-                    ('b', 'r', 'g', 'c')).to(torch.float32), 0), (N_b, N_r, N_g, N_c))
-        if in_scale in ('fp32', 'e4m3'):
-            _t1 = _fit(
-                torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_),
-                    _view(sf, (N_b * N_r, N_g), (N_b, N_r, N_g), (), ('b', 'r', 'g'), ('b', 'r', 'g')).to(
-                        torch.float32), 0), (N_b, N_r, N_g))
-        if in_scale == 'ue8m0':
-            _t1 = _fit(
-                _from_bits(((((
-                                    torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev))
-                                    < T_),
-                                    _codes_of(
-                                    _gather(sf,
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)),
-                                    torch.div(_t(_ix(N_g, 2, 3, _dev)), _t(4), rounding_mode='floor')),
-                                    (_wrap_i32(_wrap_i32(_ix(N_b, 0, 3, _dev) * N_r) + _ix(N_r, 1, 3, _dev)) < T_))), 0)
-                                    >> (_wrap_i32(torch.remainder(_t(_ix(N_g, 2, 3, _dev)), _t(4)) * 8) & 0xFFFFFFFF))
-                                & 255) << 23) & 0xFFFFFFFF)), (N_b, N_r, N_g))
-        v = _fit((_t0 * _t1[:, :, :, None]), (N_b, N_r, N_g, N_c))
-        v_for_absmax_over_r = _fit(
-            torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), v, _f32(0.0)),
-            (N_b, N_r, N_g, N_c))
-        _t2 = _absmax(v_for_absmax_over_r, 1)
-        amax = _fit(torch.maximum(_t(_t2), _t(_f32(9.999999747378752e-05))), (N_b, N_g, N_c))
-        out_sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_b, N_g, N_c))
-        out_sf_codes = _fit(((_bits(out_sf_tile) >> 23) & 255), (N_b, N_g, N_c))
-        _scatter(_s_out_sf,
-            (_ix(N_b_p, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c) + _ix(N_c, 2, 3, _dev))),
-            _t((((
-                            _take(out_sf_codes,
-                                (_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4), _ix(N_g, 1, 3, _dev), _ix(N_c, 2, 3, _dev)),
-                                (_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) < N_b))
-                            | ((
-                                _take(out_sf_codes,
-                                (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 1), _ix(N_g, 1, 3, _dev),
-                                _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 1) < N_b))
-                                << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(out_sf_codes,
-                                (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 2), _ix(N_g, 1, 3, _dev),
-                                _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 2) < N_b))
-                                << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(out_sf_codes,
-                                (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 3), _ix(N_g, 1, 3, _dev),
-                                _ix(N_c, 2, 3, _dev)), (_wrap_i32(_wrap_i32(_ix(N_b_p, 0, 3, _dev) * 4) + 3) < N_b))
-                            << 24) & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_b, N_g, N_c))
-        out_tile = _fit((v * inv[:, None, :, :]), (N_b, N_r, N_g, N_c))
-        _store_view(_s_out, (N_b * N_r, N_g * N_c), (N_b, N_r, N_g, N_c), ('b', 'r', 'g', 'c'), ('b', 'r', 'g', 'c'),
-            _codes_as(encode_e4m3(out_tile), torch.uint8, torch.float8_e4m3fn),
-            (_wrap_i32(_wrap_i32(_ix(N_b, 0, 4, _dev) * N_r) + _ix(N_r, 1, 4, _dev)) < T_), False)
-        return _s_out, _s_out_sf[:, :H].T
-
-
 # the variants of the shared functions
 reference_e4m3_fp32_fp32 = specialize(make_reference_e4m3, 'fp32', 'fp32')
 reference_e4m3_fp32_pow2 = specialize(make_reference_e4m3, 'fp32', 'pow2')
+reference_e4m3_fp32_ue8m0 = specialize(make_reference_e4m3, 'fp32', 'ue8m0')
 reference_e4m3_ue8m0_fp32 = specialize(make_reference_e4m3, 'ue8m0', 'fp32')
 reference_e4m3_ue8m0_pow2 = specialize(make_reference_e4m3, 'ue8m0', 'pow2')
+reference_e4m3_ue8m0_ue8m0 = specialize(make_reference_e4m3, 'ue8m0', 'ue8m0')
 reference_e4m3_e4m3_fp32 = specialize(make_reference_e4m3, 'e4m3', 'fp32')
 reference_e4m3_e4m3_pow2 = specialize(make_reference_e4m3, 'e4m3', 'pow2')
-reference_e4m3_fp32_ue8m0 = specialize(make_reference_e4m3_ue8m0, 'fp32')
-reference_e4m3_ue8m0_ue8m0 = specialize(make_reference_e4m3_ue8m0, 'ue8m0')
-reference_e4m3_e4m3_ue8m0 = specialize(make_reference_e4m3_ue8m0, 'e4m3')
+reference_e4m3_e4m3_ue8m0 = specialize(make_reference_e4m3, 'e4m3', 'ue8m0')
 
 
 VARIANTS = {

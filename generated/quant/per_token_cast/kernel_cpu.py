@@ -24,24 +24,50 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
     N_t = T_
     N_g = (H // group)
     N_c = group
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
+    if fmt == 'e2m1':
+        N_c_p = T.ceildiv(N_c, 2)
+    if fmt == 'e5m6':
+        N_c_p = T.ceildiv(N_c, 8)
     B_g = N_g
     B_c = N_c
     B_t = block_t
+    if scale == 'ue8m0':
+        B_g_p = T.ceildiv(B_g, 4)
+    if fmt == 'e2m1':
+        B_c_p = T.ceildiv(B_c, 2)
+        if not (((N_c % 2) == 0)):
+            raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
+    if fmt == 'e5m6':
+        B_c_p = T.ceildiv(B_c, 8)
+        if not (((N_c % 8) == 0)):
+            raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
+    if fmt in ('e4m3', 'e5m2'):
+        PARAM_q = T.Tensor((T_, H), 'uint8')
+    if fmt == 'e2m1':
+        PARAM_q = T.Tensor((T_, T.ceildiv(H, 2)), 'uint8')
+    if fmt == 'e5m6':
+        PARAM_q = T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32')
     if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
         PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
     if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
         PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32')
+    if (scale, sf_layout) == ('ue8m0', 'row'):
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
+    if (scale, sf_layout) == ('ue8m0', 'col'):
+        PARAM_sf = T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
     if (scale, sf_layout) in (('ue8m0_byte', 'row'), ('e4m3', 'row')):
         PARAM_sf = T.Tensor((T_, (H // group)), 'uint8')
-    if (scale, sf_layout) == ('ue8m0_byte', 'col'):
+    if (scale, sf_layout) in (('ue8m0_byte', 'col'), ('e4m3', 'col')):
         PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
+        q: PARAM_q,
         sf: PARAM_sf,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -49,7 +75,16 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
             xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t0 = T.alloc_local((B_t, B_g), 'float32')
             amax = T.alloc_local((B_t, B_g), 'float32')
+            if (scale, sf_layout) in (('ue8m0', 'row'), ('ue8m0', 'col'), ('e4m3', 'col')):
+                sf_tile = T.alloc_local((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
+            if (scale, sf_layout) == ('e4m3', 'col'):
+                sf_staged = T.alloc_local((B_t, B_g + bank_pad('uint8')), 'uint8')
             inv = T.alloc_local((B_t, B_g), 'float32')
+            if fmt in ('e2m1', 'e5m6'):
+                q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
+                q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                     LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
@@ -58,94 +93,208 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                     xf[i_t, i_g, i_c])
             T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                    if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                if fmt in ('e4m3', 'e5m2', 'e5m6'):
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
+                if fmt == 'e2m1':
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
+                if (scale, sf_layout) in (('fp32', 'row'), ('fp32', 'col'), ('pow2', 'row'), ('pow2', 'col'),
+                        ('ue8m0_byte', 'row'), ('ue8m0_byte', 'col'), ('e4m3', 'row')):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if (fmt, scale, sf_layout) == ('e4m3', 'fp32', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                "float32")
+                        if (fmt, scale, sf_layout) == ('e4m3', 'pow2', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if (fmt, scale) == ('e4m3', 'e4m3'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
-                            encode_e4m3(
-                                T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                        >= T.float32(0.015625)),
-                                    T.reinterpret(
-                                        T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                    (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                                        - T.reinterpret(T.uint32(0x46800000), "float32")))), "uint8")
-                    if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(57344.0))
-                    if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
-                    if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                "float32")
+                        if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((
+                                                    T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (fmt, scale, sf_layout) == ('e4m3', 'ue8m0_byte', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((
+                                                    T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (fmt, scale) == ('e4m3', 'e4m3'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.cast(
+                                encode_e4m3(
+                                    T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                            >= T.float32(0.015625)),
+                                        T.reinterpret(
+                                            T.min((((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
+                                                    + ((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                        (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                                + T.float32(16384.0))
+                                            - T.reinterpret(T.uint32(0x46800000), "float32")))), "uint8")
+                        if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(57344.0))
+                        if (fmt, scale, sf_layout) == ('e5m2', 'fp32', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(57344.0))
+                        if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                "float32")
+                        if (fmt, scale, sf_layout) == ('e5m2', 'pow2', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if (fmt, scale) == ('e5m2', 'e4m3'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
-                            encode_e4m3(
-                                T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
-                                        >= T.float32(0.015625)),
-                                    T.reinterpret(
-                                        T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                    (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
-                                            + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32")))),
-                            "uint8")
+                                "float32")
+                        if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((
+                                                    T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (fmt, scale, sf_layout) == ('e5m2', 'ue8m0_byte', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((
+                                                    T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (fmt, scale) == ('e5m2', 'e4m3'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.cast(
+                                encode_e4m3(
+                                    T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                            >= T.float32(0.015625)),
+                                        T.reinterpret(
+                                            T.min((((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                    / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                                    + ((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                    / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                        (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                                + T.float32(16384.0))
+                                            - T.reinterpret(T.uint32(0x46800000), "float32")))), "uint8")
+                        if (fmt, scale, sf_layout) == ('e2m1', 'fp32', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(6.0))
+                        if (fmt, scale, sf_layout) == ('e2m1', 'fp32', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
+                        if (fmt, scale, sf_layout) == ('e2m1', 'pow2', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
+                        if (fmt, scale, sf_layout) == ('e2m1', 'pow2', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
+                        if (fmt, scale, sf_layout) == ('e2m1', 'ue8m0_byte', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (fmt, scale, sf_layout) == ('e2m1', 'ue8m0_byte', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (fmt, scale) == ('e2m1', 'e4m3'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.cast(
+                                encode_e4m3(
+                                    T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                            >= T.float32(0.015625)),
+                                        T.reinterpret(
+                                            T.min((((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                    / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                                    + ((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                    / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                        (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                                + T.float32(16384.0))
+                                            - T.reinterpret(T.uint32(0x46800000), "float32")))), "uint8")
+                        if (fmt, scale, sf_layout) == ('e5m6', 'fp32', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(65024.0))
+                        if (fmt, scale, sf_layout) == ('e5m6', 'fp32', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
+                        if (fmt, scale, sf_layout) == ('e5m6', 'pow2', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
+                        if (fmt, scale, sf_layout) == ('e5m6', 'pow2', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
+                        if (fmt, scale, sf_layout) == ('e5m6', 'ue8m0_byte', 'row'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((
+                                                    T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (fmt, scale, sf_layout) == ('e5m6', 'ue8m0_byte', 'col'):
+                            sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((
+                                                    T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (fmt, scale) == ('e5m6', 'e4m3'):
+                            sf[((b_t * B_t) + i_t), i_g] = T.cast(
+                                encode_e4m3(
+                                    T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                            >= T.float32(0.015625)),
+                                        T.reinterpret(
+                                            T.min((((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                    / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                                    + ((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                    / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                        (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                                + T.float32(16384.0))
+                                            - T.reinterpret(T.uint32(0x46800000), "float32")))), "uint8")
                 if (fmt, scale) == ('e4m3', 'fp32'):
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (fmt, scale) == ('e4m3', 'e4m3'):
+                if (fmt, scale) == ('e4m3', 'ue8m0'):
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if (fmt, scale) == ('e5m2', 'ue8m0'):
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if (fmt, scale) == ('e2m1', 'ue8m0'):
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if (fmt, scale) == ('e5m6', 'ue8m0'):
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                if scale == 'ue8m0':
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                if (fmt, scale, sf_layout) == ('e4m3', 'e4m3', 'row'):
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
@@ -159,175 +308,7 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                     T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
-                if (fmt, scale) == ('e5m2', 'fp32'):
-                    inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
-                if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if (fmt, scale) == ('e5m2', 'e4m3'):
-                    inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
-                                >= T.float32(0.015625)),
-                            T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                            (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
-                                - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if fmt == 'e4m3':
-                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                            encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-                    if fmt == 'e5m2':
-                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                            encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_ue8m0(fmt, sf_layout, H, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    if sf_layout == 'row':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    if sf_layout == 'col':
-        PARAM_sf = T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if fmt == 'e4m3':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if fmt == 'e5m2':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if sf_layout == 'row':
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                    if sf_layout == 'col':
-                        sf[i_g_p, ((b_t * B_t) + i_t)] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                if fmt == 'e4m3':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if fmt == 'e5m2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if fmt == 'e4m3':
-                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                            encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-                    if fmt == 'e5m2':
-                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                            encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_staged = T.alloc_local((B_t, B_g + bank_pad('uint8')), 'uint8')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if fmt == 'e4m3':
+                if (fmt, scale, sf_layout) == ('e4m3', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
@@ -340,7 +321,7 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t):
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
-                if fmt == 'e5m2':
+                if (fmt, scale, sf_layout) == ('e5m2', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
@@ -353,26 +334,41 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t):
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
-                sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
-            for i_g, i_t in T.grid(B_g, B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[i_g, ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
-            for i_t, i_g in T.grid(B_t, B_g):
-                if fmt == 'e4m3':
-                    inv[i_t, i_g] = (T.float32(1.0)
-                        / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                >= T.float32(0.015625)),
-                            T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
-                            (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                                - T.reinterpret(T.uint32(0x46800000), "float32"))))
-                if fmt == 'e5m2':
+                if (fmt, scale, sf_layout) == ('e2m1', 'e4m3', 'col'):
+                    sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                            >= T.float32(0.015625)),
+                        T.reinterpret(
+                            T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                        + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                        (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
+                            - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale, sf_layout) == ('e5m6', 'e4m3', 'col'):
+                    sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                            >= T.float32(0.015625)),
+                        T.reinterpret(
+                            T.min((((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                        + ((
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                        (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
+                            - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (scale, sf_layout) == ('e4m3', 'col'):
+                    sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
+                if (fmt, scale) == ('e5m2', 'fp32'):
+                    inv[i_t, i_g] = (T.float32(57344.0) / amax[i_t, i_g])
+                if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                if (fmt, scale, sf_layout) == ('e5m2', 'e4m3', 'row'):
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                 >= T.float32(0.015625)),
@@ -386,112 +382,13 @@ def make_e4m3_col(fmt, H, group, x_dtype, *, threads, block_t):
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if fmt == 'e4m3':
-                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                            encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-                    if fmt == 'e5m2':
-                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                            encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = T.ceildiv(N_c, 2)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_c_p = T.ceildiv(B_c, 2)
-    if not (((N_c % 2) == 0)):
-        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-        PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32')
-    if (scale, sf_layout) in (('ue8m0_byte', 'row'), ('e4m3', 'row')):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'uint8')
-    if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-        PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8')
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
-            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(6.0))
-                    if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(6.0))
-                    if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if scale == 'e4m3':
-                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
-                            encode_e4m3(
-                                T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
-                                        >= T.float32(0.015625)),
-                                    T.reinterpret(
-                                        T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                    (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
-                                            + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32")))),
-                            "uint8")
-                if scale == 'fp32':
+                if (fmt, scale) == ('e2m1', 'fp32'):
                     inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
-                if scale in ('pow2', 'ue8m0_byte'):
+                if (fmt, scale) in (('e2m1', 'pow2'), ('e2m1', 'ue8m0_byte')):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'e4m3':
+                if (fmt, scale, sf_layout) == ('e2m1', 'e4m3', 'row'):
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                 >= T.float32(0.015625)),
@@ -505,304 +402,13 @@ def make_e2m1(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
-                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
-            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
-                            T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
-                                T.uint32(0))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0))
-                                << T.uint32(4))), "uint8")
-
-    return kernel
-
-
-def make_e2m1_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    N_c_p = T.ceildiv(N_c, 2)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    B_c_p = T.ceildiv(B_c, 2)
-    if not (((N_c % 2) == 0)):
-        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    if sf_layout == 'row':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    if sf_layout == 'col':
-        PARAM_sf = T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
-            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if sf_layout == 'row':
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                    if sf_layout == 'col':
-                        sf[i_g_p, ((b_t * B_t) + i_t)] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
-                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
-            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
-                            T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
-                                T.uint32(0))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0))
-                                << T.uint32(4))), "uint8")
-
-    return kernel
-
-
-def build_e2m1_e4m3_col(H, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = T.ceildiv(N_c, 2)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_c_p = T.ceildiv(B_c, 2)
-    if not (((N_c % 2) == 0)):
-        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_staged = T.alloc_local((B_t, B_g + bank_pad('uint8')), 'uint8')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
-            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
-                        >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min((((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                    + ((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
-            for i_g, i_t in T.grid(B_g, B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[i_g, ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) >= T.float32(0.015625)),
-                        T.reinterpret(
-                            T.min((((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
-                        (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
-                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
-            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
-                            T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
-                                T.uint32(0))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0))
-                                << T.uint32(4))), "uint8")
-
-    return kernel
-
-
-def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = T.ceildiv(N_c, 8)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_c_p = T.ceildiv(B_c, 8)
-    if not (((N_c % 8) == 0)):
-        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-        PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32')
-    if (scale, sf_layout) in (('ue8m0_byte', 'row'), ('e4m3', 'row')):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'uint8')
-    if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-        PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8')
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
-            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(65024.0))
-                    if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(65024.0))
-                    if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[((b_t * B_t) + i_t), i_g] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[i_g, ((b_t * B_t) + i_t)] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if scale == 'e4m3':
-                        sf[((b_t * B_t) + i_t), i_g] = T.cast(
-                            encode_e4m3(
-                                T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
-                                        >= T.float32(0.015625)),
-                                    T.reinterpret(
-                                        T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                    (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
-                                            + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32")))),
-                            "uint8")
-                if scale == 'fp32':
+                if (fmt, scale) == ('e5m6', 'fp32'):
                     inv[i_t, i_g] = (T.float32(65024.0) / amax[i_t, i_g])
-                if scale in ('pow2', 'ue8m0_byte'):
+                if (fmt, scale) in (('e5m6', 'pow2'), ('e5m6', 'ue8m0_byte')):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'e4m3':
+                if (fmt, scale, sf_layout) == ('e5m6', 'e4m3', 'row'):
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                 >= T.float32(0.015625)),
@@ -816,295 +422,185 @@ def make_e5m6(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
-                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
-            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
-                                    T.if_then_else(((i_c_p * T.int32(8)) < N_c),
-                                        q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
-                                    << T.uint32(8)))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                >> T.uint32(4))), "int32")
-                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
-                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                            & T.uint32(15)) << T.uint32(28))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
-                                    << T.uint32(4)))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                >> T.uint32(8))), "int32")
-                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                        & T.uint32(255)) << T.uint32(24))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))
-                                    << T.uint32(12)))
-                            | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c),
-                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
-
-    return kernel
-
-
-def make_e5m6_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = T.ceildiv(N_g, 4)
-    N_c_p = T.ceildiv(N_c, 8)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_g_p = T.ceildiv(B_g, 4)
-    B_c_p = T.ceildiv(B_c, 8)
-    if not (((N_c % 8) == 0)):
-        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    if sf_layout == 'row':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    if sf_layout == 'col':
-        PARAM_sf = T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
-            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.grid(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if sf_layout == 'row':
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if sf_layout == 'row':
+                            sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            | (
+                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                        << T.uint32(24))), "int32")
+                        if sf_layout == 'col':
+                            sf[i_g_p, ((b_t * B_t) + i_t)] = T.reinterpret((((
+                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            | (
+                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                        << T.uint32(24))), "int32")
+            if (scale, sf_layout) == ('e4m3', 'col'):
+                for i_g, i_t in T.grid(B_g, B_t):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[i_g, ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
+            if (scale, sf_layout) in (('ue8m0', 'row'), ('ue8m0', 'col'), ('e4m3', 'col')):
+                for i_t, i_g in T.grid(B_t, B_g):
+                    if (fmt, scale) == ('e4m3', 'ue8m0'):
+                        inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                    - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                            >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                    if (fmt, scale) == ('e4m3', 'e4m3'):
+                        inv[i_t, i_g] = (T.float32(1.0)
+                            / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                    >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                    if (fmt, scale) == ('e5m2', 'ue8m0'):
+                        inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                    - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
+                                            >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                    if (fmt, scale) == ('e5m2', 'e4m3'):
+                        inv[i_t, i_g] = (T.float32(1.0)
+                            / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
+                                    >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
+                                                / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                    if (fmt, scale) == ('e2m1', 'ue8m0'):
+                        inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                    - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
+                                            >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                    if (fmt, scale) == ('e2m1', 'e4m3'):
+                        inv[i_t, i_g] = (T.float32(1.0)
+                            / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
+                                    >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
+                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                    if (fmt, scale) == ('e5m6', 'ue8m0'):
+                        inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                    - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
+                                            >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                    if (fmt, scale) == ('e5m6', 'e4m3'):
+                        inv[i_t, i_g] = (T.float32(1.0)
+                            / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
+                                    >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
+                                                / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))))
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                if fmt in ('e4m3', 'e5m2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if fmt == 'e4m3':
+                            q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                                encode_e4m3((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                        if fmt == 'e5m2':
+                            q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                                encode_e5m2((xf[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if fmt in ('e2m1', 'e5m6'):
+                    q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                if fmt == 'e2m1':
+                    q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+                if fmt == 'e5m6':
+                    q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            if fmt in ('e2m1', 'e5m6'):
+                for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if fmt == 'e2m1':
+                            q[((b_t * B_t) + i_t), ((i_g * N_c_p) + i_c_p)] = T.cast((
+                                    T.if_then_else(((i_c_p * T.int32(2)) < N_c),
+                                        q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0))
+                                    | (
+                                        T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c),
+                                            q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0))
+                                        << T.uint32(4))), "uint8")
+                        if fmt == 'e5m6':
+                            q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
+                                            T.if_then_else(((i_c_p * T.int32(8)) < N_c),
+                                                q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
+                                        | (
+                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
+                                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                    if sf_layout == 'col':
-                        sf[i_g_p, ((b_t * B_t) + i_t)] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
+                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
+                                        >> T.uint32(4))), "int32")
+                            q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                                ] = T.reinterpret((((((
+                                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
+                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
+                                                    & T.uint32(15)) << T.uint32(28))
+                                            | (
+                                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
+                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
+                                                << T.uint32(16)))
                                         | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
+                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
+                                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
+                                            << T.uint32(4)))
                                     | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
-                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
-            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
-                                    T.if_then_else(((i_c_p * T.int32(8)) < N_c),
-                                        q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
-                                    << T.uint32(8)))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                >> T.uint32(4))), "int32")
-                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
-                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                            & T.uint32(15)) << T.uint32(28))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
-                                    << T.uint32(4)))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                >> T.uint32(8))), "int32")
-                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                        & T.uint32(255)) << T.uint32(24))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))
-                                    << T.uint32(12)))
-                            | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c),
-                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
-
-    return kernel
-
-
-def build_e5m6_e4m3_col(H, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = T.ceildiv(N_c, 8)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    B_c_p = T.ceildiv(B_c, 8)
-    if not (((N_c % 8) == 0)):
-        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            xf = T.alloc_local((B_t, B_g, B_c), 'float32')
-            xf_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            sf_tile = T.alloc_local((B_t, B_g), 'float32')
-            sf_staged = T.alloc_local((B_t, B_g + bank_pad('uint8')), 'uint8')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            q_tile = T.alloc_local((B_t, B_g, B_c), 'float32')
-            q_codes = T.alloc_local((B_t, B_g, B_c), 'uint32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                xf_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(xf[i_t, i_g, i_c]), T.float32(0.0),
-                    xf[i_t, i_g, i_c])
-            T.reduce_absmax(xf_for_absmax_over_c, _t0, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
-                        >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min((((T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
-                                        + T.uint32(0x7ffff))
-                                    + ((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
-            for i_g, i_t in T.grid(B_g, B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[i_g, ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
-            for i_t, i_g in T.grid(B_t, B_g):
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) >= T.float32(0.015625)),
-                        T.reinterpret(
-                            T.min((((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
-                        (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
-                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
-            for i_t, i_g, i_c_p in T.grid(B_t, B_g, B_c_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
-                                    T.if_then_else(((i_c_p * T.int32(8)) < N_c),
-                                        q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
-                                    << T.uint32(8)))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                >> T.uint32(4))), "int32")
-                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))] = T.reinterpret((((((
-                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                            & T.uint32(15)) << T.uint32(28))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
-                                    << T.uint32(4)))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                >> T.uint32(8))), "int32")
-                    q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))] = T.reinterpret(((((
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                        & T.uint32(255)) << T.uint32(24))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))
-                                    << T.uint32(12)))
-                            | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c),
-                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
+                                        >> T.uint32(8))), "int32")
+                            q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                                ] = T.reinterpret(((((
+                                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
+                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
+                                                & T.uint32(255)) << T.uint32(24))
+                                        | (
+                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
+                                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))
+                                            << T.uint32(12)))
+                                    | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c),
+                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -1114,37 +610,39 @@ build_e4m3_fp32_row = specialize(make_variants, 'e4m3', 'fp32', 'row')
 build_e4m3_fp32_col = specialize(make_variants, 'e4m3', 'fp32', 'col')
 build_e4m3_pow2_row = specialize(make_variants, 'e4m3', 'pow2', 'row')
 build_e4m3_pow2_col = specialize(make_variants, 'e4m3', 'pow2', 'col')
+build_e4m3_ue8m0_row = specialize(make_variants, 'e4m3', 'ue8m0', 'row')
+build_e4m3_ue8m0_col = specialize(make_variants, 'e4m3', 'ue8m0', 'col')
 build_e4m3_ue8m0_byte_row = specialize(make_variants, 'e4m3', 'ue8m0_byte', 'row')
 build_e4m3_ue8m0_byte_col = specialize(make_variants, 'e4m3', 'ue8m0_byte', 'col')
 build_e4m3_e4m3_row = specialize(make_variants, 'e4m3', 'e4m3', 'row')
+build_e4m3_e4m3_col = specialize(make_variants, 'e4m3', 'e4m3', 'col')
 build_e5m2_fp32_row = specialize(make_variants, 'e5m2', 'fp32', 'row')
 build_e5m2_fp32_col = specialize(make_variants, 'e5m2', 'fp32', 'col')
 build_e5m2_pow2_row = specialize(make_variants, 'e5m2', 'pow2', 'row')
 build_e5m2_pow2_col = specialize(make_variants, 'e5m2', 'pow2', 'col')
+build_e5m2_ue8m0_row = specialize(make_variants, 'e5m2', 'ue8m0', 'row')
+build_e5m2_ue8m0_col = specialize(make_variants, 'e5m2', 'ue8m0', 'col')
 build_e5m2_ue8m0_byte_row = specialize(make_variants, 'e5m2', 'ue8m0_byte', 'row')
 build_e5m2_ue8m0_byte_col = specialize(make_variants, 'e5m2', 'ue8m0_byte', 'col')
 build_e5m2_e4m3_row = specialize(make_variants, 'e5m2', 'e4m3', 'row')
-build_e4m3_ue8m0_row = specialize(make_ue8m0, 'e4m3', 'row')
-build_e4m3_ue8m0_col = specialize(make_ue8m0, 'e4m3', 'col')
-build_e5m2_ue8m0_row = specialize(make_ue8m0, 'e5m2', 'row')
-build_e5m2_ue8m0_col = specialize(make_ue8m0, 'e5m2', 'col')
-build_e4m3_e4m3_col = specialize(make_e4m3_col, 'e4m3')
-build_e5m2_e4m3_col = specialize(make_e4m3_col, 'e5m2')
-build_e2m1_fp32_row = specialize(make_e2m1, 'fp32', 'row')
-build_e2m1_fp32_col = specialize(make_e2m1, 'fp32', 'col')
-build_e2m1_pow2_row = specialize(make_e2m1, 'pow2', 'row')
-build_e2m1_pow2_col = specialize(make_e2m1, 'pow2', 'col')
-build_e2m1_ue8m0_byte_row = specialize(make_e2m1, 'ue8m0_byte', 'row')
-build_e2m1_ue8m0_byte_col = specialize(make_e2m1, 'ue8m0_byte', 'col')
-build_e2m1_e4m3_row = specialize(make_e2m1, 'e4m3', 'row')
-build_e2m1_ue8m0_row = specialize(make_e2m1_ue8m0, 'row')
-build_e2m1_ue8m0_col = specialize(make_e2m1_ue8m0, 'col')
-build_e5m6_fp32_row = specialize(make_e5m6, 'fp32', 'row')
-build_e5m6_fp32_col = specialize(make_e5m6, 'fp32', 'col')
-build_e5m6_pow2_row = specialize(make_e5m6, 'pow2', 'row')
-build_e5m6_pow2_col = specialize(make_e5m6, 'pow2', 'col')
-build_e5m6_ue8m0_byte_row = specialize(make_e5m6, 'ue8m0_byte', 'row')
-build_e5m6_ue8m0_byte_col = specialize(make_e5m6, 'ue8m0_byte', 'col')
-build_e5m6_e4m3_row = specialize(make_e5m6, 'e4m3', 'row')
-build_e5m6_ue8m0_row = specialize(make_e5m6_ue8m0, 'row')
-build_e5m6_ue8m0_col = specialize(make_e5m6_ue8m0, 'col')
+build_e5m2_e4m3_col = specialize(make_variants, 'e5m2', 'e4m3', 'col')
+build_e2m1_fp32_row = specialize(make_variants, 'e2m1', 'fp32', 'row')
+build_e2m1_fp32_col = specialize(make_variants, 'e2m1', 'fp32', 'col')
+build_e2m1_pow2_row = specialize(make_variants, 'e2m1', 'pow2', 'row')
+build_e2m1_pow2_col = specialize(make_variants, 'e2m1', 'pow2', 'col')
+build_e2m1_ue8m0_row = specialize(make_variants, 'e2m1', 'ue8m0', 'row')
+build_e2m1_ue8m0_col = specialize(make_variants, 'e2m1', 'ue8m0', 'col')
+build_e2m1_ue8m0_byte_row = specialize(make_variants, 'e2m1', 'ue8m0_byte', 'row')
+build_e2m1_ue8m0_byte_col = specialize(make_variants, 'e2m1', 'ue8m0_byte', 'col')
+build_e2m1_e4m3_row = specialize(make_variants, 'e2m1', 'e4m3', 'row')
+build_e2m1_e4m3_col = specialize(make_variants, 'e2m1', 'e4m3', 'col')
+build_e5m6_fp32_row = specialize(make_variants, 'e5m6', 'fp32', 'row')
+build_e5m6_fp32_col = specialize(make_variants, 'e5m6', 'fp32', 'col')
+build_e5m6_pow2_row = specialize(make_variants, 'e5m6', 'pow2', 'row')
+build_e5m6_pow2_col = specialize(make_variants, 'e5m6', 'pow2', 'col')
+build_e5m6_ue8m0_row = specialize(make_variants, 'e5m6', 'ue8m0', 'row')
+build_e5m6_ue8m0_col = specialize(make_variants, 'e5m6', 'ue8m0', 'col')
+build_e5m6_ue8m0_byte_row = specialize(make_variants, 'e5m6', 'ue8m0_byte', 'row')
+build_e5m6_ue8m0_byte_col = specialize(make_variants, 'e5m6', 'ue8m0_byte', 'col')
+build_e5m6_e4m3_row = specialize(make_variants, 'e5m6', 'e4m3', 'row')
+build_e5m6_e4m3_col = specialize(make_variants, 'e5m6', 'e4m3', 'col')

@@ -18,6 +18,12 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
+    if fmt == 'e2m1':
+        N_c_p = (-(-N_c // 2))
+    if fmt == 'e5m6':
+        N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
@@ -25,10 +31,18 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
             _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
         if fmt == 'e5m2':
             _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        if fmt == 'e2m1':
+            _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        if fmt == 'e5m6':
+            _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
         if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
             _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
         if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
             _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        if (scale, sf_layout) == ('ue8m0', 'row'):
+            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        if (scale, sf_layout) == ('ue8m0', 'col'):
+            _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
         if (scale, sf_layout) == ('ue8m0_byte', 'row'):
             _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
         if (scale, sf_layout) == ('ue8m0_byte', 'col'):
@@ -40,13 +54,88 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
         xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
         _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
+        if fmt in ('e4m3', 'e5m2', 'e5m6'):
+            amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'fp32'):
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
+        if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0'), ('e4m3', 'ue8m0_byte')):
             sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
+        if (fmt, scale) == ('e5m2', 'fp32'):
+            sf_tile = _fit((amax / _f32(57344.0)), (N_t, N_g))
+        if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0'), ('e5m2', 'ue8m0_byte')):
+            sf_tile = _fit(
+                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+        if fmt == 'e2m1':
+            amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        if (fmt, scale) == ('e2m1', 'fp32'):
+            sf_tile = _fit((amax / _f32(6.0)), (N_t, N_g))
+        if (fmt, scale) in (('e2m1', 'pow2'), ('e2m1', 'ue8m0'), ('e2m1', 'ue8m0_byte')):
+            sf_tile = _fit(
+                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+        if (fmt, scale) == ('e5m6', 'fp32'):
+            sf_tile = _fit((amax / _f32(65024.0)), (N_t, N_g))
+        if (fmt, scale) in (('e5m6', 'pow2'), ('e5m6', 'ue8m0'), ('e5m6', 'ue8m0_byte')):
+            sf_tile = _fit(
+                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
+            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        if (fmt, scale) == ('e4m3', 'fp32'):
+            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        if scale == 'ue8m0':
+            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        if (scale, sf_layout) == ('ue8m0', 'row'):
+            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if (scale, sf_layout) == ('ue8m0', 'col'):
+            _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
+                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
+            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
+                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0'), ('e4m3', 'ue8m0_byte')):
+            inv = _fit(
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
@@ -58,12 +147,6 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-        if (fmt, scale) == ('e5m2', 'fp32'):
-            sf_tile = _fit((amax / _f32(57344.0)), (N_t, N_g))
-        if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m2', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
@@ -75,28 +158,34 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        if (fmt, scale) == ('e2m1', 'e4m3'):
+            sf_tile = _fit(
+                torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
+                    _from_bits(
+                        torch.minimum(
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                    (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
+                        - _from_bits(0x46800000))), (N_t, N_g))
+        if (fmt, scale) == ('e5m6', 'e4m3'):
+            sf_tile = _fit(
+                torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
+                    _from_bits(
+                        torch.minimum(
+                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                    (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
+                        - _from_bits(0x46800000))), (N_t, N_g))
         if (scale, sf_layout) == ('e4m3', 'row'):
             _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
                 _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
         if (scale, sf_layout) == ('e4m3', 'col'):
             _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
                 _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if (fmt, scale) == ('e4m3', 'fp32'):
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'e4m3'):
             inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
@@ -110,7 +199,7 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
                             - _from_bits(0x46800000)))), (N_t, N_g))
         if (fmt, scale) == ('e5m2', 'fp32'):
             inv = _fit((_f32(57344.0) / amax), (N_t, N_g))
-        if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
+        if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0'), ('e5m2', 'ue8m0_byte')):
             inv = _fit(
                 _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
@@ -125,147 +214,13 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                         (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
                             - _from_bits(0x46800000)))), (N_t, N_g))
-        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        if fmt == 'e4m3':
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if fmt == 'e5m2':
-            _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
-                _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
-        if sf_layout == 'row':
-            return _s_q, _s_sf
-        if sf_layout == 'col':
-            return _s_q, _s_sf[:, :T_].T
-
-
-def make_reference_variants_2(fmt, scale, sf_layout, x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    if fmt in ('e4m3', 'e5m2'):
-        N_g_p = (-(-N_g // 4))
-    if fmt == 'e2m1':
-        N_c_p = (-(-N_c // 2))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        if fmt == 'e4m3':
-            _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        if fmt == 'e5m2':
-            _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
-        if fmt == 'e2m1':
-            _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
-        if (fmt, sf_layout) in (('e4m3', 'row'), ('e5m2', 'row')):
-            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        if (fmt, sf_layout) in (('e4m3', 'col'), ('e5m2', 'col')):
-            _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
-        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-            _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-            _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-            _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
-        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-            _s_sf = torch.zeros(((H // group), ((-(-T_ // 16)) * 16)), dtype=torch.uint8, device=_dev)
-        if (scale, sf_layout) == ('e4m3', 'row'):
-            _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float8_e4m3fn, device=_dev)
-        if (scale, sf_layout) == ('e4m3', 'col'):
-            _s_sf = torch.zeros(((H // group), ((-(-T_ // 16)) * 16)), dtype=torch.float8_e4m3fn, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        if fmt in ('e4m3', 'e5m2'):
-            amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        if fmt == 'e2m1':
-            amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        if fmt == 'e4m3':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if fmt == 'e5m2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(6.0)), (N_t, N_g))
-        if scale in ('pow2', 'ue8m0_byte'):
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if scale == 'e4m3':
-            sf_tile = _fit(
-                torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
-                    _from_bits(
-                        torch.minimum(
-                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) + 0x7ffff)
-                                    & 0xFFFFFFFF)
-                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0))) >> 20) & 1))
-                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                    (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000))), (N_t, N_g))
-        if fmt in ('e4m3', 'e5m2'):
-            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
-        if (scale, sf_layout) == ('e4m3', 'row'):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
-                _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if (scale, sf_layout) == ('e4m3', 'col'):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
-                _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if (fmt, sf_layout) in (('e4m3', 'row'), ('e5m2', 'row')):
-            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if (fmt, sf_layout) in (('e4m3', 'col'), ('e5m2', 'col')):
-            _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if scale == 'fp32':
+        if (fmt, scale) == ('e2m1', 'fp32'):
             inv = _fit((_f32(6.0) / amax), (N_t, N_g))
-        if scale in ('pow2', 'ue8m0_byte'):
+        if (fmt, scale) in (('e2m1', 'pow2'), ('e2m1', 'ue8m0'), ('e2m1', 'ue8m0_byte')):
             inv = _fit(
                 _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        if scale == 'e4m3':
+        if (fmt, scale) == ('e2m1', 'e4m3'):
             inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
                         _from_bits(
@@ -276,27 +231,36 @@ def make_reference_variants_2(fmt, scale, sf_layout, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                         (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
                             - _from_bits(0x46800000)))), (N_t, N_g))
-        if fmt == 'e4m3':
+        if (fmt, scale) == ('e5m6', 'fp32'):
+            inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
+        if (fmt, scale) in (('e5m6', 'pow2'), ('e5m6', 'ue8m0'), ('e5m6', 'ue8m0_byte')):
             inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        if fmt == 'e5m2':
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        if fmt == 'e2m1':
-            q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        if fmt in ('e4m3', 'e5m2'):
-            q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        if fmt == 'e2m1':
-            q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+        if (fmt, scale) == ('e5m6', 'e4m3'):
+            inv = _fit((_f32(1.0)
+                    / torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
+                        _from_bits(
+                            torch.minimum(
+                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                                    & 0xFFFFFFFF)
+                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
+                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
+                        (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
+                            - _from_bits(0x46800000)))), (N_t, N_g))
+        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
         if fmt == 'e4m3':
             _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
                 _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
         if fmt == 'e5m2':
             _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
                 _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
+        if (fmt, sf_layout) in (('e4m3', 'row'), ('e5m2', 'row')):
+            return _s_q, _s_sf
+        if (fmt, sf_layout) in (('e4m3', 'col'), ('e5m2', 'col')):
+            return _s_q, _s_sf[:, :T_].T
         if fmt == 'e2m1':
+            q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
             _scatter(_s_q,
                 (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))),
                 _codes_as((
@@ -309,375 +273,79 @@ def make_reference_variants_2(fmt, scale, sf_layout, x, group, _given=None):
                                     _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)),
                                     (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)),
                     torch.uint8, torch.uint8), None, False)
-        if (fmt, sf_layout) in (('e4m3', 'row'), ('e5m2', 'row')):
-            return _s_q, _s_sf
-        if (fmt, sf_layout) in (('e4m3', 'col'), ('e5m2', 'col')):
-            return _s_q, _s_sf[:, :T_].T
         if (fmt, sf_layout) == ('e2m1', 'row'):
             return _s_q.view(torch.int8), _s_sf
         if (fmt, sf_layout) == ('e2m1', 'col'):
             return _s_q.view(torch.int8), _s_sf[:, :T_].T
-
-
-def make_reference_e2m1_ue8m0(sf_layout, x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    N_c_p = (-(-N_c // 2))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
-        if sf_layout == 'row':
-            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+        if fmt == 'e5m6':
+            q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+            _scatter(_s_q,
+                (_ix(N_t, 0, 3, _dev),
+                    _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)),
+                _t(((((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)),
+                                    (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF)
                             | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))),
-            _codes_as((
-                    _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)),
-                        (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c))
-                    | ((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF))
+                        | (
                             _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)),
-                torch.uint8, torch.uint8), None, False)
-        if sf_layout == 'row':
-            return _s_q.view(torch.int8), _s_sf
-        if sf_layout == 'col':
-            return _s_q.view(torch.int8), _s_sf[:, :T_].T
-
-
-def make_reference_e5m6(scale, sf_layout, x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = (-(-N_c // 8))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
-        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-            _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
-        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-            _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
-        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-            _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
-        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-            _s_sf = torch.zeros(((H // group), ((-(-T_ // 16)) * 16)), dtype=torch.uint8, device=_dev)
-        if (scale, sf_layout) == ('e4m3', 'row'):
-            _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float8_e4m3fn, device=_dev)
-        if (scale, sf_layout) == ('e4m3', 'col'):
-            _s_sf = torch.zeros(((H // group), ((-(-T_ // 16)) * 16)), dtype=torch.float8_e4m3fn, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        if scale == 'fp32':
-            sf_tile = _fit((amax / _f32(65024.0)), (N_t, N_g))
-        if scale in ('pow2', 'ue8m0_byte'):
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if scale == 'e4m3':
-            sf_tile = _fit(
-                torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
-                    _from_bits(
-                        torch.minimum(
-                            _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
+                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32),
+                None, False)
+            _scatter(_s_q,
+                (_ix(N_t, 0, 3, _dev),
+                    _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
+                        + 1)),
+                _t(((((((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28)
                                     & 0xFFFFFFFF)
-                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
-                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                    (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
-                        - _from_bits(0x46800000))), (N_t, N_g))
-        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
-        if (scale, sf_layout) == ('e4m3', 'row'):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
-                _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if (scale, sf_layout) == ('e4m3', 'col'):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
-                _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(65024.0) / amax), (N_t, N_g))
-        if scale in ('pow2', 'ue8m0_byte'):
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        if scale == 'e4m3':
-            inv = _fit((_f32(1.0)
-                    / torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
-                        _from_bits(
-                            torch.minimum(
-                                _t((((((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) + 0x7ffff)
-                                    & 0xFFFFFFFF)
-                                    + ((_bits((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0))) >> 20) & 1))
-                                    & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
-                        (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
-                            - _from_bits(0x46800000)))), (N_t, N_g))
-        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)),
-            _t(((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)),
-                                (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF)
-                        | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF))
-                    | (
-                        _take(q_codes,
-                            (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
-                            (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None,
-            False)
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
-                    + 1)),
-            _t(((((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF)
-                            | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF))
-                    | (
-                        _take(q_codes,
-                            (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
-                            (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None,
-            False)
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
-                    + 2)),
-            _t((((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24)
-                            & 0xFFFFFFFF)
-                        | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF))
-                    | _take(q_codes,
-                        (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                            _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)),
-                        (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
-        if sf_layout == 'row':
-            return _s_q.view(torch.uint8), _s_sf
-        if sf_layout == 'col':
-            return _s_q.view(torch.uint8), _s_sf[:, :T_].T
-
-
-def make_reference_e5m6_ue8m0(sf_layout, x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    N_c_p = (-(-N_c // 8))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
-        if sf_layout == 'row':
-            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
                                 | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF))
                             | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)),
-            _t(((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)),
-                                (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF)
-                        | ((
-                                _take(q_codes,
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF))
+                        | (
+                            _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF))
-                    | (
-                        _take(q_codes,
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
+                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32),
+                None, False)
+            _scatter(_s_q,
+                (_ix(N_t, 0, 3, _dev),
+                    _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
+                        + 2)),
+                _t((((((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24)
+                                & 0xFFFFFFFF)
+                            | ((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF))
+                        | _take(q_codes,
                             (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
-                            (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None,
-            False)
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
-                    + 1)),
-            _t(((((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF)
-                            | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF))
-                    | (
-                        _take(q_codes,
-                            (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
-                            (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None,
-            False)
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
-                    + 2)),
-            _t((((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24)
-                            & 0xFFFFFFFF)
-                        | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF))
-                    | _take(q_codes,
-                        (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                            _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)),
-                        (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
-        if sf_layout == 'row':
+                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)),
+                            (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None,
+                False)
+        if (fmt, sf_layout) == ('e5m6', 'row'):
             return _s_q.view(torch.uint8), _s_sf
-        if sf_layout == 'col':
+        if (fmt, sf_layout) == ('e5m6', 'col'):
             return _s_q.view(torch.uint8), _s_sf[:, :T_].T
 
 
@@ -686,6 +354,8 @@ reference_e4m3_fp32_row = specialize(make_reference_variants, 'e4m3', 'fp32', 'r
 reference_e4m3_fp32_col = specialize(make_reference_variants, 'e4m3', 'fp32', 'col')
 reference_e4m3_pow2_row = specialize(make_reference_variants, 'e4m3', 'pow2', 'row')
 reference_e4m3_pow2_col = specialize(make_reference_variants, 'e4m3', 'pow2', 'col')
+reference_e4m3_ue8m0_row = specialize(make_reference_variants, 'e4m3', 'ue8m0', 'row')
+reference_e4m3_ue8m0_col = specialize(make_reference_variants, 'e4m3', 'ue8m0', 'col')
 reference_e4m3_ue8m0_byte_row = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'row')
 reference_e4m3_ue8m0_byte_col = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'col')
 reference_e4m3_e4m3_row = specialize(make_reference_variants, 'e4m3', 'e4m3', 'row')
@@ -694,34 +364,32 @@ reference_e5m2_fp32_row = specialize(make_reference_variants, 'e5m2', 'fp32', 'r
 reference_e5m2_fp32_col = specialize(make_reference_variants, 'e5m2', 'fp32', 'col')
 reference_e5m2_pow2_row = specialize(make_reference_variants, 'e5m2', 'pow2', 'row')
 reference_e5m2_pow2_col = specialize(make_reference_variants, 'e5m2', 'pow2', 'col')
+reference_e5m2_ue8m0_row = specialize(make_reference_variants, 'e5m2', 'ue8m0', 'row')
+reference_e5m2_ue8m0_col = specialize(make_reference_variants, 'e5m2', 'ue8m0', 'col')
 reference_e5m2_ue8m0_byte_row = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'row')
 reference_e5m2_ue8m0_byte_col = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'col')
 reference_e5m2_e4m3_row = specialize(make_reference_variants, 'e5m2', 'e4m3', 'row')
 reference_e5m2_e4m3_col = specialize(make_reference_variants, 'e5m2', 'e4m3', 'col')
-reference_e4m3_ue8m0_row = specialize(make_reference_variants_2, 'e4m3', 'ue8m0', 'row')
-reference_e4m3_ue8m0_col = specialize(make_reference_variants_2, 'e4m3', 'ue8m0', 'col')
-reference_e5m2_ue8m0_row = specialize(make_reference_variants_2, 'e5m2', 'ue8m0', 'row')
-reference_e5m2_ue8m0_col = specialize(make_reference_variants_2, 'e5m2', 'ue8m0', 'col')
-reference_e2m1_fp32_row = specialize(make_reference_variants_2, 'e2m1', 'fp32', 'row')
-reference_e2m1_fp32_col = specialize(make_reference_variants_2, 'e2m1', 'fp32', 'col')
-reference_e2m1_pow2_row = specialize(make_reference_variants_2, 'e2m1', 'pow2', 'row')
-reference_e2m1_pow2_col = specialize(make_reference_variants_2, 'e2m1', 'pow2', 'col')
-reference_e2m1_ue8m0_byte_row = specialize(make_reference_variants_2, 'e2m1', 'ue8m0_byte', 'row')
-reference_e2m1_ue8m0_byte_col = specialize(make_reference_variants_2, 'e2m1', 'ue8m0_byte', 'col')
-reference_e2m1_e4m3_row = specialize(make_reference_variants_2, 'e2m1', 'e4m3', 'row')
-reference_e2m1_e4m3_col = specialize(make_reference_variants_2, 'e2m1', 'e4m3', 'col')
-reference_e2m1_ue8m0_row = specialize(make_reference_e2m1_ue8m0, 'row')
-reference_e2m1_ue8m0_col = specialize(make_reference_e2m1_ue8m0, 'col')
-reference_e5m6_fp32_row = specialize(make_reference_e5m6, 'fp32', 'row')
-reference_e5m6_fp32_col = specialize(make_reference_e5m6, 'fp32', 'col')
-reference_e5m6_pow2_row = specialize(make_reference_e5m6, 'pow2', 'row')
-reference_e5m6_pow2_col = specialize(make_reference_e5m6, 'pow2', 'col')
-reference_e5m6_ue8m0_byte_row = specialize(make_reference_e5m6, 'ue8m0_byte', 'row')
-reference_e5m6_ue8m0_byte_col = specialize(make_reference_e5m6, 'ue8m0_byte', 'col')
-reference_e5m6_e4m3_row = specialize(make_reference_e5m6, 'e4m3', 'row')
-reference_e5m6_e4m3_col = specialize(make_reference_e5m6, 'e4m3', 'col')
-reference_e5m6_ue8m0_row = specialize(make_reference_e5m6_ue8m0, 'row')
-reference_e5m6_ue8m0_col = specialize(make_reference_e5m6_ue8m0, 'col')
+reference_e2m1_fp32_row = specialize(make_reference_variants, 'e2m1', 'fp32', 'row')
+reference_e2m1_fp32_col = specialize(make_reference_variants, 'e2m1', 'fp32', 'col')
+reference_e2m1_pow2_row = specialize(make_reference_variants, 'e2m1', 'pow2', 'row')
+reference_e2m1_pow2_col = specialize(make_reference_variants, 'e2m1', 'pow2', 'col')
+reference_e2m1_ue8m0_row = specialize(make_reference_variants, 'e2m1', 'ue8m0', 'row')
+reference_e2m1_ue8m0_col = specialize(make_reference_variants, 'e2m1', 'ue8m0', 'col')
+reference_e2m1_ue8m0_byte_row = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'row')
+reference_e2m1_ue8m0_byte_col = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'col')
+reference_e2m1_e4m3_row = specialize(make_reference_variants, 'e2m1', 'e4m3', 'row')
+reference_e2m1_e4m3_col = specialize(make_reference_variants, 'e2m1', 'e4m3', 'col')
+reference_e5m6_fp32_row = specialize(make_reference_variants, 'e5m6', 'fp32', 'row')
+reference_e5m6_fp32_col = specialize(make_reference_variants, 'e5m6', 'fp32', 'col')
+reference_e5m6_pow2_row = specialize(make_reference_variants, 'e5m6', 'pow2', 'row')
+reference_e5m6_pow2_col = specialize(make_reference_variants, 'e5m6', 'pow2', 'col')
+reference_e5m6_ue8m0_row = specialize(make_reference_variants, 'e5m6', 'ue8m0', 'row')
+reference_e5m6_ue8m0_col = specialize(make_reference_variants, 'e5m6', 'ue8m0', 'col')
+reference_e5m6_ue8m0_byte_row = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'row')
+reference_e5m6_ue8m0_byte_col = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'col')
+reference_e5m6_e4m3_row = specialize(make_reference_variants, 'e5m6', 'e4m3', 'row')
+reference_e5m6_e4m3_col = specialize(make_reference_variants, 'e5m6', 'e4m3', 'col')
 
 
 VARIANTS = {

@@ -30,11 +30,11 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
     B_t = block_t
     STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
+
     if out == 'bf16':
         PARAM_y = T.Tensor((T_, H), 'uint16')
     if out == 'fp32':
         PARAM_y = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
@@ -58,8 +58,6 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
             for i_t, i_g in T.grid(B_t, B_g):
                 if fmt in ('e4m3', 'e5m2', 'e5m6'):
                     amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
-                if fmt == 'e2m1':
-                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 if (fmt, scale) == ('e4m3', 'fp32'):
                     sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -130,6 +128,8 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                if fmt == 'e2m1':
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
                 if (fmt, scale) == ('e2m1', 'fp32'):
                     sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
                     inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])

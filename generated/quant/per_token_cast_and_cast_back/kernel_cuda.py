@@ -30,11 +30,11 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t, tile_
     threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if out == 'bf16':
         PARAM_y = T.Tensor((T_, H), 'bfloat16')
     if out == 'fp32':
         PARAM_y = T.Tensor((T_, H), 'float32')
-
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
@@ -54,7 +54,8 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t, tile_
                     LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
             T.reduce_absmax(xf, _t0, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
+                if fmt in ('e4m3', 'e5m2', 'e5m6'):
+                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (fmt, scale) == ('e4m3', 'fp32'):
                     sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(448.0))
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
@@ -125,60 +126,8 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t, tile_
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if fmt == 'e4m3':
-                    r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn"), "float32")
-                if fmt == 'e5m2':
-                    r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2"), "float32")
-                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
-                    if out == 'bf16':
-                        y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
-                                * sf[i_t, i_g]), "bfloat16")
-                    if out == 'fp32':
-                        y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
-
-    return kernel
-
-
-def make_variants_2(fmt, scale, out, H, group, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    B_c = pad_pow2(N_c)
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    if out == 'bf16':
-        PARAM_y = T.Tensor((T_, H), 'bfloat16')
-    if out == 'fp32':
-        PARAM_y = T.Tensor((T_, H), 'float32')
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        y: PARAM_y,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            r = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
                 if fmt == 'e2m1':
                     amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(7.052966104933725e-38))
-                if fmt == 'e5m6':
-                    amax[i_t, i_g] = T.max(_t0[i_t, i_g], T.float32(9.999999747378752e-05))
                 if (fmt, scale) == ('e2m1', 'fp32'):
                     sf[i_t, i_g] = (amax[i_t, i_g] / T.float32(6.0))
                     inv[i_t, i_g] = (T.float32(6.0) / amax[i_t, i_g])
@@ -250,17 +199,31 @@ def make_variants_2(fmt, scale, out, H, group, x_dtype, *, threads, block_t, til
                             (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                if fmt == 'e4m3':
+                    r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e4m3fn"), "float32")
+                if fmt == 'e5m2':
+                    r[i_t, i_g, i_c] = T.cast(T.cast((xf[i_t, i_g, i_c] * inv[i_t, i_g]), "float8_e5m2"), "float32")
+                if fmt in ('e4m3', 'e5m2'):
+                    if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                        if out == 'bf16':
+                            y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
+                                    * sf[i_t, i_g]), "bfloat16")
+                        if out == 'fp32':
+                            y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c]
+                                * sf[i_t, i_g])
                 if fmt == 'e2m1':
                     r[i_t, i_g, i_c] = decode_e2m1(encode_e2m1((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
                 if fmt == 'e5m6':
                     r[i_t, i_g, i_c] = decode_e5m6(encode_e5m6((xf[i_t, i_g, i_c] * inv[i_t, i_g])))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
-                    if out == 'bf16':
-                        y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
-                                * sf[i_t, i_g]), "bfloat16")
-                    if out == 'fp32':
-                        y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c] * sf[i_t, i_g])
+            if fmt in ('e2m1', 'e5m6'):
+                for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                    if ((((b_t * B_t) + i_t) < N_t) & (i_c < N_c)):
+                        if out == 'bf16':
+                            y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((r[i_t, i_g, i_c]
+                                    * sf[i_t, i_g]), "bfloat16")
+                        if out == 'fp32':
+                            y[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (r[i_t, i_g, i_c]
+                                * sf[i_t, i_g])
 
     return kernel
 
@@ -278,15 +241,15 @@ build_e5m2_pow2_bf16 = specialize(make_variants, 'e5m2', 'pow2', 'bf16')
 build_e5m2_pow2_fp32 = specialize(make_variants, 'e5m2', 'pow2', 'fp32')
 build_e5m2_e4m3_bf16 = specialize(make_variants, 'e5m2', 'e4m3', 'bf16')
 build_e5m2_e4m3_fp32 = specialize(make_variants, 'e5m2', 'e4m3', 'fp32')
-build_e2m1_fp32_bf16 = specialize(make_variants_2, 'e2m1', 'fp32', 'bf16')
-build_e2m1_fp32_fp32 = specialize(make_variants_2, 'e2m1', 'fp32', 'fp32')
-build_e2m1_pow2_bf16 = specialize(make_variants_2, 'e2m1', 'pow2', 'bf16')
-build_e2m1_pow2_fp32 = specialize(make_variants_2, 'e2m1', 'pow2', 'fp32')
-build_e2m1_e4m3_bf16 = specialize(make_variants_2, 'e2m1', 'e4m3', 'bf16')
-build_e2m1_e4m3_fp32 = specialize(make_variants_2, 'e2m1', 'e4m3', 'fp32')
-build_e5m6_fp32_bf16 = specialize(make_variants_2, 'e5m6', 'fp32', 'bf16')
-build_e5m6_fp32_fp32 = specialize(make_variants_2, 'e5m6', 'fp32', 'fp32')
-build_e5m6_pow2_bf16 = specialize(make_variants_2, 'e5m6', 'pow2', 'bf16')
-build_e5m6_pow2_fp32 = specialize(make_variants_2, 'e5m6', 'pow2', 'fp32')
-build_e5m6_e4m3_bf16 = specialize(make_variants_2, 'e5m6', 'e4m3', 'bf16')
-build_e5m6_e4m3_fp32 = specialize(make_variants_2, 'e5m6', 'e4m3', 'fp32')
+build_e2m1_fp32_bf16 = specialize(make_variants, 'e2m1', 'fp32', 'bf16')
+build_e2m1_fp32_fp32 = specialize(make_variants, 'e2m1', 'fp32', 'fp32')
+build_e2m1_pow2_bf16 = specialize(make_variants, 'e2m1', 'pow2', 'bf16')
+build_e2m1_pow2_fp32 = specialize(make_variants, 'e2m1', 'pow2', 'fp32')
+build_e2m1_e4m3_bf16 = specialize(make_variants, 'e2m1', 'e4m3', 'bf16')
+build_e2m1_e4m3_fp32 = specialize(make_variants, 'e2m1', 'e4m3', 'fp32')
+build_e5m6_fp32_bf16 = specialize(make_variants, 'e5m6', 'fp32', 'bf16')
+build_e5m6_fp32_fp32 = specialize(make_variants, 'e5m6', 'fp32', 'fp32')
+build_e5m6_pow2_bf16 = specialize(make_variants, 'e5m6', 'pow2', 'bf16')
+build_e5m6_pow2_fp32 = specialize(make_variants, 'e5m6', 'pow2', 'fp32')
+build_e5m6_e4m3_bf16 = specialize(make_variants, 'e5m6', 'e4m3', 'bf16')
+build_e5m6_e4m3_fp32 = specialize(make_variants, 'e5m6', 'e4m3', 'fp32')

@@ -24,24 +24,36 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
     N_g = (H // group)
     N_k = (group // 4)
     N_l = 4
+    if scale == 'ue8m0':
+        N_g_p = T.ceildiv(N_g, 4)
     B_k = pad_pow2(N_k)
     B_l = pad_pow2(N_l)
     B_t = fit_rows(block_t, tile_elems, (B_k * B_l))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_k) * B_l))), 1)
+    if scale in ('fp32', 'pow2', 'ue8m0_byte', 'e4m3'):
+        B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_k) * B_l))), 1)
+    if scale == 'ue8m0':
+        B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_k) * B_l))), 4)
+        B_g_p = T.ceildiv(B_g, 4)
     threads = fit_threads(threads, max(B_g * B_k, B_t * B_g, B_t * B_g * B_k, B_t * B_g * B_k * B_l), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
         PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
     if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
         PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 4) * 4)), 'float32')
+    if (scale, sf_layout) == ('ue8m0', 'row'):
+        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
+    if (scale, sf_layout) == ('ue8m0', 'col'):
+        PARAM_sf = T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
     if (scale, sf_layout) == ('ue8m0_byte', 'row'):
         PARAM_sf = T.Tensor((T_, (H // group)), 'uint8')
     if (scale, sf_layout) == ('ue8m0_byte', 'col'):
         PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'uint8')
-    if scale == 'e4m3':
+    if (scale, sf_layout) == ('e4m3', 'row'):
         PARAM_sf = T.Tensor((T_, (H // group)), 'float8_e4m3fn')
-
+    if (scale, sf_layout) == ('e4m3', 'col'):
+        PARAM_sf = T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'float8_e4m3fn')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
@@ -55,6 +67,12 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
             _t0 = T.alloc_fragment((B_t, B_g, B_k), 'float32')
             _t1 = T.alloc_fragment((B_t, B_g), 'float32')
             amax = T.alloc_fragment((B_t, B_g), 'float32')
+            if (scale, sf_layout) in (('ue8m0', 'row'), ('ue8m0', 'col'), ('e4m3', 'col')):
+                sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
+            if scale == 'ue8m0':
+                sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
+            if (scale, sf_layout) == ('e4m3', 'col'):
+                sf_staged = T.alloc_shared((B_t, B_g + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             v = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
             j = T.alloc_fragment((B_g, B_k), 'int32')
@@ -80,52 +98,62 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
             T.reduce_absmax(_t0, _t1, dim=2)
             for i_t, i_g in T.Parallel(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(9.999999747378752e-05))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if (scale, sf_layout) == ('fp32', 'row'):
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if (scale, sf_layout) == ('fp32', 'col'):
-                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
-                    if (scale, sf_layout) == ('pow2', 'row'):
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (scale, sf_layout) == ('pow2', 'col'):
-                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                if (scale, sf_layout) in (('fp32', 'row'), ('fp32', 'col'), ('pow2', 'row'), ('pow2', 'col'),
+                        ('ue8m0_byte', 'row'), ('ue8m0_byte', 'col'), ('e4m3', 'row')):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if (scale, sf_layout) == ('fp32', 'row'):
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if (scale, sf_layout) == ('fp32', 'col'):
+                            sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_g] / T.float32(448.0))
+                        if (scale, sf_layout) == ('pow2', 'row'):
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.cast(((
-                                    T.reinterpret(
-                                        T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                "float32")
+                        if (scale, sf_layout) == ('pow2', 'col'):
+                            sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                            "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
-                    if scale == 'e4m3':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
-                            T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                                    >= T.float32(0.015625)),
-                                T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
-                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
-                                (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                                    - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
+                                "float32")
+                        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((
+                                                    T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
+                            sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = T.cast(((
+                                        T.reinterpret(
+                                            T.reinterpret(((((
+                                                    T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                                "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
+                        if scale == 'e4m3':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
+                                T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                        >= T.float32(0.015625)),
+                                    T.reinterpret(
+                                        T.min((((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
+                                                    + ((
+                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                                & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                    (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
+                                        - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale in ('pow2', 'ue8m0_byte'):
                     inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'e4m3':
+                if scale == 'ue8m0':
+                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                if (scale, sf_layout) == ('e4m3', 'row'):
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
@@ -139,455 +167,79 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
                                     T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
-            for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                v[i_t, i_g, i_k, i_l] = (xf[i_t, i_g, i_k, i_l] * inv[i_t, i_g])
-            for i_g, i_k in T.Parallel(B_g, B_k):
-                j[i_g, i_k] = (T.floordiv((((b_g * B_g) + i_g) * T.int32(group)), T.int32(4)) + i_k)
-            for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
-                _t2[i_t, i_g, i_k] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
-            for r_l in (T.unroll if N_l <= 256 else T.serial)(N_l):
-                for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
-                    _t2[i_t, i_g, i_k] = (_t2[i_t, i_g, i_k]
-                        + T.Select((r_l == T.int32(0)),
-                            ((
-                                    T.cast(
-                                        T.reinterpret(
-                                            T.reinterpret((
-                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
-                                            LOAD_x(
-                                            x[((b_t * B_t) + i_t),
-                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                * T.int64(1450300459)),
-                            T.Select((r_l == T.int32(1)),
-                                ((
-                                        T.cast(
-                                            T.reinterpret(
-                                            T.reinterpret((
-                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
-                                            LOAD_x(
-                                            x[((b_t * B_t) + i_t),
-                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                    * T.int64(2576737433)),
-                                T.Select((r_l == T.int32(2)),
-                                    ((
-                                            T.cast(
-                                            T.reinterpret(
-                                            T.reinterpret((
-                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
-                                            LOAD_x(
-                                            x[((b_t * B_t) + i_t),
-                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                        * T.int64(2900474021)),
-                                    ((
-                                            T.cast(
-                                            T.reinterpret(
-                                            T.reinterpret((
-                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
-                                            LOAD_x(
-                                            x[((b_t * B_t) + i_t),
-                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                        * T.int64(3780334477))))))
-            for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
-                h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
-                h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
-                h2[i_t, i_g, i_k] = ((h1[i_t, i_g, i_k] * T.int64(2146121005)) & T.int64(4294967295))
-                h3[i_t, i_g, i_k] = (h2[i_t, i_g, i_k] ^ (h2[i_t, i_g, i_k] >> T.int64(16)))
-                w0[i_t, i_g, i_k] = ((h3[i_t, i_g, i_k] * T.int64(2221713035)) & T.int64(4294967295))
-                w[i_t, i_g, i_k] = (w0[i_t, i_g, i_k] ^ (w0[i_t, i_g, i_k] >> T.int64(11)))
-            for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                half[i_t, i_g, i_k, i_l] = T.Select((i_l < T.int32(2)), (w[i_t, i_g, i_k] & T.int64(65535)),
-                    (w[i_t, i_g, i_k] >> T.int64(16)))
-                r[i_t, i_g, i_k, i_l] = T.cast(
-                    T.Select((T.floormod(i_l, T.int32(2)) == T.int32(1)),
-                        (((((((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                        | (((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                    >> T.int64(1)) & T.int64(21845))
-                            | ((((((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                        | (((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                    & T.int64(21845)) << T.int64(1))), half[i_t, i_g, i_k, i_l]), "int32")
-                _q_bits[i_t, i_g, i_k, i_l] = T.reinterpret(T.reinterpret(v[i_t, i_g, i_k, i_l], "uint32"), "int32")
-                _q_mag[i_t, i_g, i_k, i_l] = (_q_bits[i_t, i_g, i_k, i_l] & T.int32(2147483647))
-                _q_ex[i_t, i_g, i_k, i_l] = (_q_mag[i_t, i_g, i_k, i_l] >> T.int32(23))
-                _q_sig[i_t, i_g, i_k, i_l] = ((_q_mag[i_t, i_g, i_k, i_l] & T.int32(8388607))
-                    | T.Select((_q_ex[i_t, i_g, i_k, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
-                _q_kept[i_t, i_g, i_k, i_l] = ((_q_sig[i_t, i_g, i_k, i_l]
-                        >> T.min((T.max((T.int32(121) - T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(1))), T.int32(0))
-                                + T.int32(20)), T.int32(31)))
-                    + ((((_q_sig[i_t, i_g, i_k, i_l]
-                                    >> T.min((
-                                        T.max((T.int32(121) - T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(1))), T.int32(0))
-                                        + T.int32(4)), T.int32(31))) & T.int32(65535)) + r[i_t, i_g, i_k, i_l])
-                        >> T.int32(16)))
-                _q_abs[i_t, i_g, i_k, i_l] = T.min((T.cast(_q_kept[i_t, i_g, i_k, i_l], "float32")
-                        * T.Select(((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-126)),
-                            T.reinterpret((
-                                    T.cast((
-                                        T.min(
-                                        T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
-                                        T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)),
-                                "float32"),
-                            T.Select(((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-149)),
-                                T.reinterpret((T.uint32(1)
-                                        << T.cast((
-                                        T.min(
-                                        T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
-                                        T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
-                                T.float32(0.0)))), T.float32(448.0))
-                if (((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)):
-                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)] = T.cast(
-                        T.Select(T.isnan(v[i_t, i_g, i_k, i_l]), v[i_t, i_g, i_k, i_l],
-                            T.Select((_q_bits[i_t, i_g, i_k, i_l] < T.int32(0)), (-_q_abs[i_t, i_g, i_k, i_l]),
-                                _q_abs[i_t, i_g, i_k, i_l])), "float8_e4m3fn")
-
-    return kernel
-
-
-def make_ue8m0(sf_layout, H, group, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_k = (group // 4)
-    N_l = 4
-    N_g_p = T.ceildiv(N_g, 4)
-    B_k = pad_pow2(N_k)
-    B_l = pad_pow2(N_l)
-    B_t = fit_rows(block_t, tile_elems, (B_k * B_l))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_k) * B_l))), 4)
-    B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_g * B_k, B_t * B_g, B_t * B_g * B_k, B_t * B_g * B_k * B_l), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    if sf_layout == 'row':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    if sf_layout == 'col':
-        PARAM_sf = T.Tensor((T.ceildiv((H // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_codes = T.alloc_shared((B_t, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            v = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
-            j = T.alloc_fragment((B_g, B_k), 'int32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            h0 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            h1 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            h2 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            h3 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            w0 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            w = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            half = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int64')
-            r = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_bits = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_mag = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_ex = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_sig = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_kept = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_abs = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
-            for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                xf[i_t, i_g, i_k, i_l] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=3)
-            T.reduce_absmax(_t0, _t1, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            for i_t, i_g_p in T.Parallel(B_t, B_g_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if sf_layout == 'row':
-                        sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                    if sf_layout == 'col':
-                        sf[((b_g * B_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
-                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                            - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                v[i_t, i_g, i_k, i_l] = (xf[i_t, i_g, i_k, i_l] * inv[i_t, i_g])
-            for i_g, i_k in T.Parallel(B_g, B_k):
-                j[i_g, i_k] = (T.floordiv((((b_g * B_g) + i_g) * T.int32(group)), T.int32(4)) + i_k)
-            for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
-                _t2[i_t, i_g, i_k] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
-            for r_l in (T.unroll if N_l <= 256 else T.serial)(N_l):
-                for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
-                    _t2[i_t, i_g, i_k] = (_t2[i_t, i_g, i_k]
-                        + T.Select((r_l == T.int32(0)),
-                            ((
-                                    T.cast(
-                                        T.reinterpret(
-                                            T.reinterpret((
-                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
-                                            LOAD_x(
-                                            x[((b_t * B_t) + i_t),
-                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                * T.int64(1450300459)),
-                            T.Select((r_l == T.int32(1)),
-                                ((
-                                        T.cast(
-                                            T.reinterpret(
-                                            T.reinterpret((
-                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
-                                            LOAD_x(
-                                            x[((b_t * B_t) + i_t),
-                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                    * T.int64(2576737433)),
-                                T.Select((r_l == T.int32(2)),
-                                    ((
-                                            T.cast(
-                                            T.reinterpret(
-                                            T.reinterpret((
-                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
-                                            LOAD_x(
-                                            x[((b_t * B_t) + i_t),
-                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                        * T.int64(2900474021)),
-                                    ((
-                                            T.cast(
-                                            T.reinterpret(
-                                            T.reinterpret((
-                                            T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (r_l < N_l)),
-                                            LOAD_x(
-                                            x[((b_t * B_t) + i_t),
-                                            ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + r_l)]), T.float32(0.0))
-                                            * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
-                                        * T.int64(3780334477))))))
-            for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
-                h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
-                h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
-                h2[i_t, i_g, i_k] = ((h1[i_t, i_g, i_k] * T.int64(2146121005)) & T.int64(4294967295))
-                h3[i_t, i_g, i_k] = (h2[i_t, i_g, i_k] ^ (h2[i_t, i_g, i_k] >> T.int64(16)))
-                w0[i_t, i_g, i_k] = ((h3[i_t, i_g, i_k] * T.int64(2221713035)) & T.int64(4294967295))
-                w[i_t, i_g, i_k] = (w0[i_t, i_g, i_k] ^ (w0[i_t, i_g, i_k] >> T.int64(11)))
-            for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                half[i_t, i_g, i_k, i_l] = T.Select((i_l < T.int32(2)), (w[i_t, i_g, i_k] & T.int64(65535)),
-                    (w[i_t, i_g, i_k] >> T.int64(16)))
-                r[i_t, i_g, i_k, i_l] = T.cast(
-                    T.Select((T.floormod(i_l, T.int32(2)) == T.int32(1)),
-                        (((((((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                        | (((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                    >> T.int64(1)) & T.int64(21845))
-                            | ((((((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                        | (((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                    & T.int64(21845)) << T.int64(1))), half[i_t, i_g, i_k, i_l]), "int32")
-                _q_bits[i_t, i_g, i_k, i_l] = T.reinterpret(T.reinterpret(v[i_t, i_g, i_k, i_l], "uint32"), "int32")
-                _q_mag[i_t, i_g, i_k, i_l] = (_q_bits[i_t, i_g, i_k, i_l] & T.int32(2147483647))
-                _q_ex[i_t, i_g, i_k, i_l] = (_q_mag[i_t, i_g, i_k, i_l] >> T.int32(23))
-                _q_sig[i_t, i_g, i_k, i_l] = ((_q_mag[i_t, i_g, i_k, i_l] & T.int32(8388607))
-                    | T.Select((_q_ex[i_t, i_g, i_k, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
-                _q_kept[i_t, i_g, i_k, i_l] = ((_q_sig[i_t, i_g, i_k, i_l]
-                        >> T.min((T.max((T.int32(121) - T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(1))), T.int32(0))
-                                + T.int32(20)), T.int32(31)))
-                    + ((((_q_sig[i_t, i_g, i_k, i_l]
-                                    >> T.min((
-                                        T.max((T.int32(121) - T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(1))), T.int32(0))
-                                        + T.int32(4)), T.int32(31))) & T.int32(65535)) + r[i_t, i_g, i_k, i_l])
-                        >> T.int32(16)))
-                _q_abs[i_t, i_g, i_k, i_l] = T.min((T.cast(_q_kept[i_t, i_g, i_k, i_l], "float32")
-                        * T.Select(((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-126)),
-                            T.reinterpret((
-                                    T.cast((
-                                        T.min(
-                                        T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
-                                        T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)),
-                                "float32"),
-                            T.Select(((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-149)),
-                                T.reinterpret((T.uint32(1)
-                                        << T.cast((
-                                        T.min(
-                                        T.max((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)),
-                                        T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")), "float32"),
-                                T.float32(0.0)))), T.float32(448.0))
-                if (((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)):
-                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)] = T.cast(
-                        T.Select(T.isnan(v[i_t, i_g, i_k, i_l]), v[i_t, i_g, i_k, i_l],
-                            T.Select((_q_bits[i_t, i_g, i_k, i_l] < T.int32(0)), (-_q_abs[i_t, i_g, i_k, i_l]),
-                                _q_abs[i_t, i_g, i_k, i_l])), "float8_e4m3fn")
-
-    return kernel
-
-
-def build_e4m3_col(H, group, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_k = (group // 4)
-    N_l = 4
-    B_k = pad_pow2(N_k)
-    B_l = pad_pow2(N_l)
-    B_t = fit_rows(block_t, tile_elems, (B_k * B_l))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_k) * B_l))), 1)
-    threads = fit_threads(threads, max(B_g * B_k, B_t * B_g, B_t * B_g * B_k, B_t * B_g * B_k * B_l), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor(((H // group), (T.ceildiv(T_, 16) * 16)), 'float8_e4m3fn'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_tile = T.alloc_fragment((B_t, B_g), 'float32')
-            sf_staged = T.alloc_shared((B_t, B_g + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            v = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
-            j = T.alloc_fragment((B_g, B_k), 'int32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            h0 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            h1 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            h2 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            h3 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            w0 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            w = T.alloc_fragment((B_t, B_g, B_k), 'int64')
-            half = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int64')
-            r = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_bits = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_mag = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_ex = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_sig = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_kept = T.alloc_fragment((B_t, B_g, B_k, B_l), 'int32')
-            _q_abs = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
-            for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
-                xf[i_t, i_g, i_k, i_l] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)) & (i_l < N_l)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_k) + i_k) * N_l) + i_l)]), T.float32(0.0))
-            T.reduce_absmax(xf, _t0, dim=3)
-            T.reduce_absmax(_t0, _t1, dim=2)
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t1[i_t, i_g], T.float32(9.999999747378752e-05))
-                sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
-                        >= T.float32(0.015625)),
-                    T.reinterpret(
-                        T.min((((T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
-                                        + T.uint32(0x7ffff))
-                                    + ((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                            T.uint32(0x43e00000)), "float32"),
-                    (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                        - T.reinterpret(T.uint32(0x46800000), "float32")))
-                sf_staged[i_t, i_g] = T.cast(sf_tile[i_t, i_g], "float8_e4m3fn")
-            for i_g, i_t in T.Parallel(B_g, B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = (T.float32(1.0)
-                    / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) >= T.float32(0.015625)),
+                if (scale, sf_layout) == ('e4m3', 'col'):
+                    sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                            >= T.float32(0.015625)),
                         T.reinterpret(
                             T.min((((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") + T.uint32(0x7ffff))
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
+                                            "uint32") + T.uint32(0x7ffff))
                                         + ((
-                                        T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                        "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
+                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
+                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
                                 T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
-                            - T.reinterpret(T.uint32(0x46800000), "float32"))))
+                            - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    sf_staged[i_t, i_g] = T.cast(sf_tile[i_t, i_g], "float8_e4m3fn")
+            if scale == 'ue8m0':
+                for i_t, i_g_p in T.Parallel(B_t, B_g_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if sf_layout == 'row':
+                            sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
+                                            T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            | (
+                                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                    T.uint32(0)) << T.uint32(8)))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2))
+                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))],
+                                                T.uint32(0)) << T.uint32(16)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                        << T.uint32(24))), "int32")
+                        if sf_layout == 'col':
+                            sf[((b_g * B_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
+                                            T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
+                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            | (
+                                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
+                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))],
+                                                    T.uint32(0)) << T.uint32(8)))
+                                        | (
+                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2))
+                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))],
+                                                T.uint32(0)) << T.uint32(16)))
+                                    | (
+                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                        << T.uint32(24))), "int32")
+            if (scale, sf_layout) == ('e4m3', 'col'):
+                for i_g, i_t in T.Parallel(B_g, B_t):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        sf[((b_g * B_g) + i_g), ((b_t * B_t) + i_t)] = sf_staged[i_t, i_g]
+            if (scale, sf_layout) in (('ue8m0', 'row'), ('ue8m0', 'col'), ('e4m3', 'col')):
+                for i_t, i_g in T.Parallel(B_t, B_g):
+                    if scale == 'ue8m0':
+                        inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                    - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                            >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                    if scale == 'e4m3':
+                        inv[i_t, i_g] = (T.float32(1.0)
+                            / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
+                                    >= T.float32(0.015625)),
+                                T.reinterpret(
+                                    T.min((((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
+                                                + ((
+                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
+                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
+                                (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
+                                    - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
                 v[i_t, i_g, i_k, i_l] = (xf[i_t, i_g, i_k, i_l] * inv[i_t, i_g])
             for i_g, i_k in T.Parallel(B_g, B_k):
@@ -726,8 +378,9 @@ build_fp32_row = specialize(make_variants, 'fp32', 'row')
 build_fp32_col = specialize(make_variants, 'fp32', 'col')
 build_pow2_row = specialize(make_variants, 'pow2', 'row')
 build_pow2_col = specialize(make_variants, 'pow2', 'col')
+build_ue8m0_row = specialize(make_variants, 'ue8m0', 'row')
+build_ue8m0_col = specialize(make_variants, 'ue8m0', 'col')
 build_ue8m0_byte_row = specialize(make_variants, 'ue8m0_byte', 'row')
 build_ue8m0_byte_col = specialize(make_variants, 'ue8m0_byte', 'col')
 build_e4m3_row = specialize(make_variants, 'e4m3', 'row')
-build_ue8m0_row = specialize(make_ue8m0, 'row')
-build_ue8m0_col = specialize(make_ue8m0, 'col')
+build_e4m3_col = specialize(make_variants, 'e4m3', 'col')

@@ -19,6 +19,8 @@ def make_reference_variants(scale, sf_layout, x, group, _given=None):
     N_g = (H // group)
     N_k = (group // 4)
     N_l = 4
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
@@ -27,6 +29,10 @@ def make_reference_variants(scale, sf_layout, x, group, _given=None):
             _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
         if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
             _s_sf = torch.zeros(((H // group), ((-(-T_ // 4)) * 4)), dtype=torch.float32, device=_dev)
+        if (scale, sf_layout) == ('ue8m0', 'row'):
+            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
+        if (scale, sf_layout) == ('ue8m0', 'col'):
+            _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
         if (scale, sf_layout) == ('ue8m0_byte', 'row'):
             _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
         if (scale, sf_layout) == ('ue8m0_byte', 'col'):
@@ -43,10 +49,64 @@ def make_reference_variants(scale, sf_layout, x, group, _given=None):
         amax = _fit(torch.maximum(_t(_t1), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
         if scale == 'fp32':
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if scale in ('pow2', 'ue8m0_byte'):
+        if scale in ('pow2', 'ue8m0', 'ue8m0_byte'):
             sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
+        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
+            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
+        if scale == 'fp32':
+            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
+        if scale == 'ue8m0':
+            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+        if (scale, sf_layout) == ('ue8m0', 'row'):
+            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if (scale, sf_layout) == ('ue8m0', 'col'):
+            _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
+                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
+            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
+                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
+        if scale in ('pow2', 'ue8m0', 'ue8m0_byte'):
+            inv = _fit(
+                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
+                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if scale == 'e4m3':
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
@@ -58,28 +118,12 @@ def make_reference_variants(scale, sf_layout, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-        if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'), sf_tile, None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'row'):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
-        if (scale, sf_layout) == ('ue8m0_byte', 'col'):
-            _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
         if (scale, sf_layout) == ('e4m3', 'row'):
             _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
                 _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
         if (scale, sf_layout) == ('e4m3', 'col'):
             _store_view(_s_sf, (N_g, N_t), (N_g, N_t), ('g', 't'), ('t', 'g'),
                 _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if scale == 'fp32':
-            inv = _fit((_f32(448.0) / amax), (N_t, N_g))
-        if scale in ('pow2', 'ue8m0_byte'):
-            inv = _fit(
-                _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                                & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         if scale == 'e4m3':
             inv = _fit((_f32(1.0)
                     / torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
@@ -172,163 +216,17 @@ def make_reference_variants(scale, sf_layout, x, group, _given=None):
             return _s_q, _s_sf[:, :T_].T
 
 
-def make_reference_ue8m0(sf_layout, x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_k = (group // 4)
-    N_l = 4
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
-        if sf_layout == 'row':
-            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        if sf_layout == 'col':
-            _s_sf = torch.zeros(((-(-(H // group) // 4)), ((-(-T_ // 4)) * 4)), dtype=torch.int32, device=_dev)
-        xf = _fit(
-            _view(x, (N_t, N_g * N_k * N_l), (N_t, N_g, N_k, N_l), (), ('t', 'g', 'k', 'l'), ('t', 'g', 'k', 'l')).to(
-                torch.float32), (N_t, N_g, N_k, N_l))
-        _t0 = _absmax(xf, 3)
-        _t1 = _absmax(_t0, 2)
-        amax = _fit(torch.maximum(_t(_t1), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        sf_tile = _fit(
-            _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                    & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        if sf_layout == 'row':
-            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        if sf_layout == 'col':
-            _scatter(_s_sf, (_ix(N_g_p, 1, 2, _dev), _ix(N_t, 0, 2, _dev)),
-                _t((((
-                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                                | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                            | ((
-                                    _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
-                            & 0xFFFFFFFF))).to(torch.int32), None, False)
-        inv = _fit(
-            _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
-                            & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
-        v = _fit((xf * inv[:, :, None, None]), (N_t, N_g, N_k, N_l))
-        vb = _fit((_trunc(_wrap_i32(_bits(v))) & 0xffffffff), (N_t, N_g, N_k, N_l))
-        p = _fit(
-            torch.where((_ix(N_l, 3, 4, _dev) == 0), (vb * 0x5671d42b),
-                torch.where((_ix(N_l, 3, 4, _dev) == 1), (vb * 0x9995e499),
-                    torch.where((_ix(N_l, 3, 4, _dev) == 2), (vb * 0xace1b8a5), (vb * 0xe153538d)))),
-            (N_t, N_g, N_k, N_l))
-        j = _fit(
-            _wrap_i32(torch.div(_t(_wrap_i32(_ix(N_g, 0, 2, _dev) * int(group))), _t(4), rounding_mode='floor')
-                + _ix(N_k, 1, 2, _dev)), (N_g, N_k))
-        _t2 = _fit((0 if torch.isnan(_f32(0.0)) else _trunc(_f32(0.0))), (N_t, N_g, N_k))
-        p_by_l = _fit(p, (N_t, N_g, N_k, N_l))
-        for r_l in range(N_l):
-            _t2 = _fit((_t2 + _take(p_by_l, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _ix(N_k, 2, 3, _dev), r_l))),
-                (N_t, N_g, N_k))
-        h0 = _fit(((_t2 + _trunc(j[None, :, :])) & 0xffffffff), (N_t, N_g, N_k))
-        h1 = _fit((h0 ^ (h0 >> 23)), (N_t, N_g, N_k))
-        h2 = _fit(((h1 * 0x7feb352d) & 0xffffffff), (N_t, N_g, N_k))
-        h3 = _fit((h2 ^ (h2 >> 16)), (N_t, N_g, N_k))
-        w0 = _fit(((h3 * 0x846ca68b) & 0xffffffff), (N_t, N_g, N_k))
-        w = _fit((w0 ^ (w0 >> 11)), (N_t, N_g, N_k))
-        half = _fit(torch.where((_ix(N_l, 3, 4, _dev) < 2), (w[:, :, :, None] & 0xffff), (w[:, :, :, None] >> 16)),
-            (N_t, N_g, N_k, N_l))
-        r = _fit(
-            _wrap_i32(
-                _trunc(
-                    torch.where((torch.remainder(_t(_ix(N_l, 3, 4, _dev)), _t(2)) == 1),
-                        (((((((((((((half & 0xffff) >> 8) & 255) | (((half & 0xffff) & 255) << 8)) >> 4) & 0xf0f)
-                                | ((((((half & 0xffff) >> 8) & 255) | (((half & 0xffff) & 255) << 8)) & 0xf0f) << 4))
-                                >> 2) & 0x3333)
-                                | (((((((((half & 0xffff) >> 8) & 255) | (((half & 0xffff) & 255) << 8)) >> 4) & 0xf0f)
-                                | ((((((half & 0xffff) >> 8) & 255) | (((half & 0xffff) & 255) << 8)) & 0xf0f) << 4))
-                                & 0x3333) << 2)) >> 1) & 0x5555)
-                            | ((((((((((((half & 0xffff) >> 8) & 255) | (((half & 0xffff) & 255) << 8)) >> 4) & 0xf0f)
-                                | ((((((half & 0xffff) >> 8) & 255) | (((half & 0xffff) & 255) << 8)) & 0xf0f) << 4))
-                                >> 2) & 0x3333)
-                                | (((((((((half & 0xffff) >> 8) & 255) | (((half & 0xffff) & 255) << 8)) >> 4) & 0xf0f)
-                                | ((((((half & 0xffff) >> 8) & 255) | (((half & 0xffff) & 255) << 8)) & 0xf0f) << 4))
-                                & 0x3333) << 2)) & 0x5555) << 1)), half))), (N_t, N_g, N_k, N_l))
-        _q_bits = _fit(_wrap_i32(_bits(v)), (N_t, N_g, N_k, N_l))
-        _q_mag = _fit((_q_bits & 0x7fffffff), (N_t, N_g, N_k, N_l))
-        _q_ex = _fit((_q_mag >> 23), (N_t, N_g, N_k, N_l))
-        _q_sig = _fit(((_q_mag & 0x7fffff) | torch.where((_q_ex > 0), 0x800000, 0)), (N_t, N_g, N_k, N_l))
-        _q_kept = _fit(
-            _wrap_i32((_q_sig
-                    >> torch.minimum(
-                        _t(_wrap_i32(torch.maximum(_t(_wrap_i32(121 - torch.maximum(_t(_q_ex), _t(1)))), _t(0)) + 20)),
-                        _t(31)))
-                + (
-                    _wrap_i32(((_q_sig
-                                >> torch.minimum(
-                                _t(
-                                _wrap_i32(torch.maximum(_t(_wrap_i32(121 - torch.maximum(_t(_q_ex), _t(1)))), _t(0))
-                                + 4)), _t(31))) & 0xffff) + r) >> 16)), (N_t, N_g, N_k, N_l))
-        _q_abs = _fit(
-            torch.minimum(
-                _t((_t(_q_kept).to(torch.float32)
-                        * torch.where((_wrap_i32(torch.maximum(_t(_q_ex), _t(121)) - 130) >= -126),
-                            _from_bits((((
-                                _wrap_i32(
-                                torch.minimum(
-                                _t(torch.maximum(_t(_wrap_i32(torch.maximum(_t(_q_ex), _t(121)) - 130)), _t(-126))),
-                                _t(128)) + 127) & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)),
-                            torch.where((_wrap_i32(torch.maximum(_t(_q_ex), _t(121)) - 130) >= -149),
-                                _from_bits(((1
-                                << (
-                                _wrap_i32(
-                                torch.minimum(
-                                _t(torch.maximum(_t(_wrap_i32(torch.maximum(_t(_q_ex), _t(121)) - 130)), _t(-149))),
-                                _t(-127)) + 149) & 0xFFFFFFFF)) & 0xFFFFFFFF)), _f32(0.0))))), _t(_f32(448.0))),
-            (N_t, N_g, N_k, N_l))
-        q_tile = _fit(torch.where(torch.isnan(v), v, torch.where((_q_bits < 0), (-_q_abs), _q_abs)),
-            (N_t, N_g, N_k, N_l))
-        _store_view(_s_q, (N_t, N_g * N_k * N_l), (N_t, N_g, N_k, N_l), ('t', 'g', 'k', 'l'), ('t', 'g', 'k', 'l'),
-            _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if sf_layout == 'row':
-            return _s_q, _s_sf
-        if sf_layout == 'col':
-            return _s_q, _s_sf[:, :T_].T
-
-
 # the variants of the shared functions
 reference_fp32_row = specialize(make_reference_variants, 'fp32', 'row')
 reference_fp32_col = specialize(make_reference_variants, 'fp32', 'col')
 reference_pow2_row = specialize(make_reference_variants, 'pow2', 'row')
 reference_pow2_col = specialize(make_reference_variants, 'pow2', 'col')
+reference_ue8m0_row = specialize(make_reference_variants, 'ue8m0', 'row')
+reference_ue8m0_col = specialize(make_reference_variants, 'ue8m0', 'col')
 reference_ue8m0_byte_row = specialize(make_reference_variants, 'ue8m0_byte', 'row')
 reference_ue8m0_byte_col = specialize(make_reference_variants, 'ue8m0_byte', 'col')
 reference_e4m3_row = specialize(make_reference_variants, 'e4m3', 'row')
 reference_e4m3_col = specialize(make_reference_variants, 'e4m3', 'col')
-reference_ue8m0_row = specialize(make_reference_ue8m0, 'row')
-reference_ue8m0_col = specialize(make_reference_ue8m0, 'col')
 
 
 VARIANTS = {

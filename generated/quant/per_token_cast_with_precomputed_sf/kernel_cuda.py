@@ -24,17 +24,35 @@ def make_variants(fmt, H, group, x_dtype, *, threads, block_t, tile_elems):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    if fmt == 'e2m1':
+        N_c_p = T.ceildiv(N_c, 2)
+    if fmt == 'e5m6':
+        N_c_p = T.ceildiv(N_c, 8)
     B_c = N_c
     B_t = fit_rows(block_t, tile_elems, B_c)
     B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
+    if fmt == 'e2m1':
+        B_c_p = T.ceildiv(B_c, 2)
+    if fmt == 'e5m6':
+        B_c_p = T.ceildiv(B_c, 8)
     threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
+    if fmt == 'e2m1':
+        if not (((N_c % 2) == 0)):
+            raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
+    if fmt == 'e5m6':
+        if not (((N_c % 8) == 0)):
+            raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
+
     if fmt == 'e4m3':
         PARAM_q = T.Tensor((T_, H), 'float8_e4m3fn')
     if fmt == 'e5m2':
         PARAM_q = T.Tensor((T_, H), 'float8_e5m2')
-
+    if fmt == 'e2m1':
+        PARAM_q = T.Tensor((T_, T.ceildiv(H, 2)), 'uint8')
+    if fmt == 'e5m6':
+        PARAM_q = T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32')
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
@@ -47,6 +65,9 @@ def make_variants(fmt, H, group, x_dtype, *, threads, block_t, tile_elems):
             xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _t0 = T.alloc_fragment((B_t, B_g), 'float32')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
+            if fmt in ('e2m1', 'e5m6'):
+                q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+                q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                     LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
@@ -56,153 +77,72 @@ def make_variants(fmt, H, group, x_dtype, *, threads, block_t, tile_elems):
             for i_t, i_g in T.Parallel(B_t, B_g):
                 inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if fmt == 'e4m3':
-                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
-                                * inv[i_t, i_g]), "float8_e4m3fn")
-                    if fmt == 'e5m2':
-                        q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
-                                * inv[i_t, i_g]), "float8_e5m2")
-
-    return kernel
-
-
-def build_e2m1(H, group, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = T.ceildiv(N_c, 2)
-    B_c = N_c
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    B_c_p = T.ceildiv(B_c, 2)
-    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
-    if not (((N_c % 2) == 0)):
-        raise ValueError('q: 2 codes share a word, so they must not straddle axis c')
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)], T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
-                q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
-            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c_p) + i_c_p)] = T.cast((
-                            T.if_then_else(((i_c_p * T.int32(2)) < N_c), q_codes[i_t, i_g, (i_c_p * T.int32(2))],
-                                T.uint32(0))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0))
-                                << T.uint32(4))), "uint8")
-
-    return kernel
-
-
-def build_e5m6(H, group, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = T.ceildiv(N_c, 8)
-    B_c = N_c
-    B_t = fit_rows(block_t, tile_elems, B_c)
-    B_g = pick_block(N_g, max(1, (tile_elems // (B_t * B_c))), 1)
-    B_c_p = T.ceildiv(B_c, 8)
-    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_c), tile_elems)
-    if not (((N_c % 8) == 0)):
-        raise ValueError('q: 8 codes share a word, so they must not straddle axis c')
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        sf: T.Tensor((T_, (H // group)), 'float32'),
-        q: T.Tensor((T_, (T.ceildiv(H, 8) * 3)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            xf = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_g), 'float32')
-            inv = T.alloc_fragment((B_t, B_g), 'float32')
-            q_tile = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            q_codes = T.alloc_shared((B_t, B_g, B_c), 'uint32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                xf[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t0[i_t, i_g] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)], T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                inv[i_t, i_g] = (T.float32(1.0) / _t0[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
-                q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
-            for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), (((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
-                                    T.if_then_else(((i_c_p * T.int32(8)) < N_c),
-                                        q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
-                                    << T.uint32(8)))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                >> T.uint32(4))), "int32")
-                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
-                        ] = T.reinterpret((((((
-                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                            & T.uint32(15)) << T.uint32(28))
+                if fmt in ('e4m3', 'e5m2'):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if fmt == 'e4m3':
+                            q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                    * inv[i_t, i_g]), "float8_e4m3fn")
+                        if fmt == 'e5m2':
+                            q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((xf[i_t, i_g, i_c]
+                                    * inv[i_t, i_g]), "float8_e5m2")
+                if fmt in ('e2m1', 'e5m6'):
+                    q_tile[i_t, i_g, i_c] = (xf[i_t, i_g, i_c] * inv[i_t, i_g])
+                if fmt == 'e2m1':
+                    q_codes[i_t, i_g, i_c] = encode_e2m1(q_tile[i_t, i_g, i_c])
+                if fmt == 'e5m6':
+                    q_codes[i_t, i_g, i_c] = encode_e5m6(q_tile[i_t, i_g, i_c])
+            if fmt in ('e2m1', 'e5m6'):
+                for i_t, i_g, i_c_p in T.Parallel(B_t, B_g, B_c_p):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        if fmt == 'e2m1':
+                            q[((b_t * B_t) + i_t), ((((b_g * B_g) + i_g) * N_c_p) + i_c_p)] = T.cast((
+                                    T.if_then_else(((i_c_p * T.int32(2)) < N_c),
+                                        q_codes[i_t, i_g, (i_c_p * T.int32(2))], T.uint32(0))
                                     | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
-                                    << T.uint32(4)))
-                            | (
-                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                >> T.uint32(8))), "int32")
-                    q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
-                        ] = T.reinterpret(((((
+                                        T.if_then_else((((i_c_p * T.int32(2)) + T.int32(1)) < N_c),
+                                            q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0))
+                                        << T.uint32(4))), "uint8")
+                        if fmt == 'e5m6':
+                            q[((b_t * B_t) + i_t), (((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3))
+                                ] = T.reinterpret((((
+                                            T.if_then_else(((i_c_p * T.int32(8)) < N_c),
+                                                q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
+                                        | (
+                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
+                                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
+                                            << T.uint32(8)))
+                                    | (
+                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
+                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
+                                        >> T.uint32(4))), "int32")
+                            q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
+                                ] = T.reinterpret((((((
+                                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
+                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
+                                                    & T.uint32(15)) << T.uint32(28))
+                                            | (
+                                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
+                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
+                                                << T.uint32(16)))
+                                        | (
+                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
+                                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
+                                            << T.uint32(4)))
+                                    | (
                                         T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                        & T.uint32(255)) << T.uint32(24))
-                                | (
-                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
-                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))
-                                    << T.uint32(12)))
-                            | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c),
-                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
+                                        >> T.uint32(8))), "int32")
+                            q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
+                                ] = T.reinterpret(((((
+                                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
+                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
+                                                & T.uint32(255)) << T.uint32(24))
+                                        | (
+                                            T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
+                                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))
+                                            << T.uint32(12)))
+                                    | T.if_then_else((((i_c_p * T.int32(8)) + T.int32(7)) < N_c),
+                                        q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(7))], T.uint32(0))), "int32")
 
     return kernel
 
@@ -210,3 +150,5 @@ def build_e5m6(H, group, x_dtype, *, threads, block_t, tile_elems):
 # the variants of the shared factories
 build_e4m3 = specialize(make_variants, 'e4m3')
 build_e5m2 = specialize(make_variants, 'e5m2')
+build_e2m1 = specialize(make_variants, 'e2m1')
+build_e5m6 = specialize(make_variants, 'e5m6')

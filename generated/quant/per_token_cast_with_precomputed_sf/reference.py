@@ -18,6 +18,10 @@ def make_reference_variants(fmt, x, sf, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    if fmt == 'e2m1':
+        N_c_p = (-(-N_c // 2))
+    if fmt == 'e5m6':
+        N_c_p = (-(-N_c // 8))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
@@ -25,6 +29,10 @@ def make_reference_variants(fmt, x, sf, group, _given=None):
             _s_q = torch.zeros((T_, H), dtype=torch.float8_e4m3fn, device=_dev)
         if fmt == 'e5m2':
             _s_q = torch.zeros((T_, H), dtype=torch.float8_e5m2, device=_dev)
+        if fmt == 'e2m1':
+            _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
+        if fmt == 'e5m6':
+            _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
         xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
             (N_t, N_g, N_c))
         _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
@@ -36,125 +44,97 @@ def make_reference_variants(fmt, x, sf, group, _given=None):
         if fmt == 'e5m2':
             _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
                 _codes_as(encode_e5m2(q_tile), torch.uint8, torch.float8_e5m2), None, False)
-        return _s_q,
-
-
-def reference_e2m1(x, sf, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = (-(-N_c // 2))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, (-(-H // 2))), dtype=torch.uint8, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
-        inv = _fit((_f32(1.0) / _t0), (N_t, N_g))
-        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))),
-            _codes_as((
-                    _take(q_codes, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)),
-                        (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c))
-                    | ((
+        if fmt in ('e4m3', 'e5m2'):
+            return _s_q,
+        if fmt == 'e2m1':
+            q_codes = _fit(encode_e2m1(q_tile), (N_t, N_g, N_c))
+            _scatter(_s_q,
+                (_ix(N_t, 0, 3, _dev), _wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev))),
+                _codes_as((
+                        _take(q_codes,
+                            (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2)),
+                            (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) < N_c))
+                        | ((
+                                _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)),
+                    torch.uint8, torch.uint8), None, False)
+            return _s_q.view(torch.int8),
+        if fmt == 'e5m6':
+            q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
+            _scatter(_s_q,
+                (_ix(N_t, 0, 3, _dev),
+                    _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)),
+                _t(((((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)),
+                                    (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF)
+                            | ((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF))
+                        | (
                             _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 2) + 1) < N_c)) << 4) & 0xFFFFFFFF)),
-                torch.uint8, torch.uint8), None, False)
-        return _s_q.view(torch.int8),
-
-
-def reference_e5m6(x, sf, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_c_p = (-(-N_c // 8))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_q = torch.zeros((T_, ((-(-H // 8)) * 3)), dtype=torch.int32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _fit(_view(sf, (N_t, N_g), (N_t, N_g), (), ('t', 'g'), ('t', 'g')).to(torch.float32), (N_t, N_g))
-        inv = _fit((_f32(1.0) / _t0), (N_t, N_g))
-        q_tile = _fit((xf * inv[:, :, None]), (N_t, N_g, N_c))
-        q_codes = _fit(encode_e5m6(q_tile), (N_t, N_g, N_c))
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)),
-            _t(((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8)),
-                                (_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) < N_c)) << 20) & 0xFFFFFFFF)
-                        | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 1) < N_c)) << 8) & 0xFFFFFFFF))
-                    | (
-                        _take(q_codes,
-                            (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
-                            (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32), None,
-            False)
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
-                    + 1)),
-            _t(((((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28) & 0xFFFFFFFF)
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
+                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) >> 4))).to(torch.int32),
+                None, False)
+            _scatter(_s_q,
+                (_ix(N_t, 0, 3, _dev),
+                    _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
+                        + 1)),
+                _t(((((((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 2) < N_c)) & 15) << 28)
+                                    & 0xFFFFFFFF)
+                                | ((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF))
                             | ((
-                                _take(q_codes,
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF))
+                        | (
+                            _take(q_codes,
                                 (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 3) < N_c)) << 16) & 0xFFFFFFFF))
-                        | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 4) < N_c)) << 4) & 0xFFFFFFFF))
-                    | (
-                        _take(q_codes,
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
+                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32),
+                None, False)
+            _scatter(_s_q,
+                (_ix(N_t, 0, 3, _dev),
+                    _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
+                        + 2)),
+                _t((((((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24)
+                                & 0xFFFFFFFF)
+                            | ((
+                                    _take(q_codes,
+                                    (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
+                                    _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF))
+                        | _take(q_codes,
                             (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
-                            (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) >> 8))).to(torch.int32), None,
-            False)
-        _scatter(_s_q,
-            (_ix(N_t, 0, 3, _dev),
-                _wrap_i32(_wrap_i32(_wrap_i32(_wrap_i32(_ix(N_g, 1, 3, _dev) * N_c_p) + _ix(N_c_p, 2, 3, _dev)) * 3)
-                    + 2)),
-            _t((((((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 5) < N_c)) & 255) << 24)
-                            & 0xFFFFFFFF)
-                        | ((
-                                _take(q_codes,
-                                (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6)),
-                                (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 6) < N_c)) << 12) & 0xFFFFFFFF))
-                    | _take(q_codes,
-                        (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev),
-                            _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)),
-                        (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None, False)
-        return _s_q.view(torch.uint8),
+                                _wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7)),
+                            (_wrap_i32(_wrap_i32(_ix(N_c_p, 2, 3, _dev) * 8) + 7) < N_c)))).to(torch.int32), None,
+                False)
+            return _s_q.view(torch.uint8),
 
 
 # the variants of the shared functions
 reference_e4m3 = specialize(make_reference_variants, 'e4m3')
 reference_e5m2 = specialize(make_reference_variants, 'e5m2')
+reference_e2m1 = specialize(make_reference_variants, 'e2m1')
+reference_e5m6 = specialize(make_reference_variants, 'e5m6')
 
 
 VARIANTS = {

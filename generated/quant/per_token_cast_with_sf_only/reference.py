@@ -18,11 +18,15 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
     N_t = T_
     N_g = (H // group)
     N_c = group
+    if scale == 'ue8m0':
+        N_g_p = (-(-N_g // 4))
     # factories name the device too: torch.compile does not carry the context into them
     _dev = x.device
     with torch.device(_dev):
         if scale in ('fp32', 'pow2'):
             _s_sf = torch.zeros((T_, (H // group)), dtype=torch.float32, device=_dev)
+        if scale == 'ue8m0':
+            _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
         if scale == 'ue8m0_byte':
             _s_sf = torch.zeros((T_, (H // group)), dtype=torch.uint8, device=_dev)
         if scale == 'e4m3':
@@ -32,14 +36,56 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
         _t0 = _absmax(xf, 2)
         if fmt in ('e4m3', 'e5m2', 'e5m6'):
             amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        if fmt == 'e2m1':
-            amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
         if (fmt, scale) == ('e4m3', 'fp32'):
             sf_tile = _fit((amax / _f32(448.0)), (N_t, N_g))
-        if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0_byte')):
+        if (fmt, scale) in (('e4m3', 'pow2'), ('e4m3', 'ue8m0'), ('e4m3', 'ue8m0_byte')):
             sf_tile = _fit(
                 _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
                         & 0xFFFFFFFF)), (N_t, N_g))
+        if (fmt, scale) == ('e5m2', 'fp32'):
+            sf_tile = _fit((amax / _f32(57344.0)), (N_t, N_g))
+        if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0'), ('e5m2', 'ue8m0_byte')):
+            sf_tile = _fit(
+                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+        if fmt == 'e2m1':
+            amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
+        if (fmt, scale) == ('e2m1', 'fp32'):
+            sf_tile = _fit((amax / _f32(6.0)), (N_t, N_g))
+        if (fmt, scale) in (('e2m1', 'pow2'), ('e2m1', 'ue8m0'), ('e2m1', 'ue8m0_byte')):
+            sf_tile = _fit(
+                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+        if (fmt, scale) == ('e5m6', 'fp32'):
+            sf_tile = _fit((amax / _f32(65024.0)), (N_t, N_g))
+        if (fmt, scale) in (('e5m6', 'pow2'), ('e5m6', 'ue8m0'), ('e5m6', 'ue8m0_byte')):
+            sf_tile = _fit(
+                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
+                        & 0xFFFFFFFF)), (N_t, N_g))
+        if scale in ('fp32', 'pow2'):
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
+        if scale == 'ue8m0':
+            sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
+            _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
+                _t((((
+                                _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
+                                    (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
+                                | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
+                            | ((
+                                    _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
+                        | ((
+                                _take(sf_codes,
+                                    (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
+                                    (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24)
+                            & 0xFFFFFFFF))).to(torch.int32), None, False)
+        if scale == 'ue8m0_byte':
+            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
+                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
         if (fmt, scale) == ('e4m3', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) >= _f32(0.015625)),
@@ -51,12 +97,6 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(0.875))) / _f32(448.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-        if (fmt, scale) == ('e5m2', 'fp32'):
-            sf_tile = _fit((amax / _f32(57344.0)), (N_t, N_g))
-        if (fmt, scale) in (('e5m2', 'pow2'), ('e5m2', 'ue8m0_byte')):
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m2', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) >= _f32(0.015625)),
@@ -68,12 +108,6 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(112.0))) / _f32(57344.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-        if (fmt, scale) == ('e2m1', 'fp32'):
-            sf_tile = _fit((amax / _f32(6.0)), (N_t, N_g))
-        if (fmt, scale) in (('e2m1', 'pow2'), ('e2m1', 'ue8m0_byte')):
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e2m1', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) >= _f32(0.015625)),
@@ -85,12 +119,6 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(0.01171875))) / _f32(6.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-        if (fmt, scale) == ('e5m6', 'fp32'):
-            sf_tile = _fit((amax / _f32(65024.0)), (N_t, N_g))
-        if (fmt, scale) in (('e5m6', 'pow2'), ('e5m6', 'ue8m0_byte')):
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
         if (fmt, scale) == ('e5m6', 'e4m3'):
             sf_tile = _fit(
                 torch.where(((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) >= _f32(0.015625)),
@@ -102,93 +130,33 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
                                     & 0xFFFFFFFF) & 0xfff00000)), _t(0x43e00000))),
                     (((torch.maximum(_t(amax), _t(_f32(127.0))) / _f32(65024.0)) + _f32(16384.0))
                         - _from_bits(0x46800000))), (N_t, N_g))
-        if scale in ('fp32', 'pow2'):
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'), sf_tile, None, False)
-        if scale == 'ue8m0_byte':
-            _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
-                _codes_as(((_bits(sf_tile) >> 23) & 255), torch.uint8, torch.uint8), None, False)
         if scale == 'e4m3':
             _store_view(_s_sf, (N_t, N_g), (N_t, N_g), ('t', 'g'), ('t', 'g'),
                 _codes_as(encode_e4m3(sf_tile), torch.uint8, torch.float8_e4m3fn), None, False)
         return _s_sf,
 
 
-def make_reference_ue8m0(fmt, x, group, _given=None):
-    T_ = x.shape[0]
-    H = x.shape[1]
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    N_g_p = (-(-N_g // 4))
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = x.device
-    with torch.device(_dev):
-        _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
-        xf = _fit(_view(x, (N_t, N_g * N_c), (N_t, N_g, N_c), (), ('t', 'g', 'c'), ('t', 'g', 'c')).to(torch.float32),
-            (N_t, N_g, N_c))
-        _t0 = _absmax(xf, 2)
-        if fmt in ('e4m3', 'e5m2', 'e5m6'):
-            amax = _fit(torch.maximum(_t(_t0), _t(_f32(9.999999747378752e-05))), (N_t, N_g))
-        if fmt == 'e2m1':
-            amax = _fit(torch.maximum(_t(_t0), _t(_f32(7.052966104933725e-38))), (N_t, N_g))
-        if fmt == 'e4m3':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if fmt == 'e5m2':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(57344.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if fmt == 'e2m1':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(6.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        if fmt == 'e5m6':
-            sf_tile = _fit(
-                _from_bits((((((((_bits((amax / _f32(65024.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF) << 23)
-                        & 0xFFFFFFFF)), (N_t, N_g))
-        sf_codes = _fit(((_bits(sf_tile) >> 23) & 255), (N_t, N_g))
-        _scatter(_s_sf, (_ix(N_t, 0, 2, _dev), _ix(N_g_p, 1, 2, _dev)),
-            _t((((
-                            _take(sf_codes, (_ix(N_t, 0, 2, _dev), _wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4)),
-                                (_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) < N_g))
-                            | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 1) < N_g)) << 8) & 0xFFFFFFFF))
-                        | ((
-                                _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 2) < N_g)) << 16) & 0xFFFFFFFF))
-                    | ((
-                            _take(sf_codes,
-                                (_ix(N_t, 0, 2, _dev), _wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3)),
-                                (_wrap_i32(_wrap_i32(_ix(N_g_p, 1, 2, _dev) * 4) + 3) < N_g)) << 24) & 0xFFFFFFFF))).to(
-                torch.int32), None, False)
-        return _s_sf,
-
-
 # the variants of the shared functions
 reference_e4m3_fp32 = specialize(make_reference_variants, 'e4m3', 'fp32')
 reference_e4m3_pow2 = specialize(make_reference_variants, 'e4m3', 'pow2')
+reference_e4m3_ue8m0 = specialize(make_reference_variants, 'e4m3', 'ue8m0')
 reference_e4m3_ue8m0_byte = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte')
 reference_e4m3_e4m3 = specialize(make_reference_variants, 'e4m3', 'e4m3')
 reference_e5m2_fp32 = specialize(make_reference_variants, 'e5m2', 'fp32')
 reference_e5m2_pow2 = specialize(make_reference_variants, 'e5m2', 'pow2')
+reference_e5m2_ue8m0 = specialize(make_reference_variants, 'e5m2', 'ue8m0')
 reference_e5m2_ue8m0_byte = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte')
 reference_e5m2_e4m3 = specialize(make_reference_variants, 'e5m2', 'e4m3')
 reference_e2m1_fp32 = specialize(make_reference_variants, 'e2m1', 'fp32')
 reference_e2m1_pow2 = specialize(make_reference_variants, 'e2m1', 'pow2')
+reference_e2m1_ue8m0 = specialize(make_reference_variants, 'e2m1', 'ue8m0')
 reference_e2m1_ue8m0_byte = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte')
 reference_e2m1_e4m3 = specialize(make_reference_variants, 'e2m1', 'e4m3')
 reference_e5m6_fp32 = specialize(make_reference_variants, 'e5m6', 'fp32')
 reference_e5m6_pow2 = specialize(make_reference_variants, 'e5m6', 'pow2')
+reference_e5m6_ue8m0 = specialize(make_reference_variants, 'e5m6', 'ue8m0')
 reference_e5m6_ue8m0_byte = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte')
 reference_e5m6_e4m3 = specialize(make_reference_variants, 'e5m6', 'e4m3')
-reference_e4m3_ue8m0 = specialize(make_reference_ue8m0, 'e4m3')
-reference_e5m2_ue8m0 = specialize(make_reference_ue8m0, 'e5m2')
-reference_e2m1_ue8m0 = specialize(make_reference_ue8m0, 'e2m1')
-reference_e5m6_ue8m0 = specialize(make_reference_ue8m0, 'e5m6')
 
 
 VARIANTS = {

@@ -19,7 +19,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 
 
-def build_bf16(first_quad, x_dtype, *, threads, block_q, tile_elems):
+def make_variants(dtype, first_quad, x_dtype, *, threads, block_q, tile_elems):
     Q = T.dynamic("Q")
     N_q = Q
     N_l = 4
@@ -28,10 +28,14 @@ def build_bf16(first_quad, x_dtype, *, threads, block_q, tile_elems):
     STORAGE_x = {'fp32': 'float32', 'bf16': 'uint16'}[x_dtype]
     LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: decode_bf16(T.cast(v, "uint32"))}[x_dtype]
 
+    if dtype == 'bf16':
+        PARAM_y = T.Tensor((Q, 4), 'uint16')
+    if dtype == 'e4m3':
+        PARAM_y = T.Tensor((Q, 4), 'uint8')
     @T.prim_func
     def kernel(
         x: T.Tensor((Q, 4), STORAGE_x),
-        y: T.Tensor((Q, 4), 'uint16'),
+        y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_q, B_q) * T.ceildiv(N_l, B_l), threads=threads) as (pid,):
             b_q = pid // (T.ceildiv(N_l, B_l))
@@ -48,9 +52,13 @@ def build_bf16(first_quad, x_dtype, *, threads, block_q, tile_elems):
             h1 = T.alloc_local((B_q,), 'int64')
             h2 = T.alloc_local((B_q,), 'int64')
             h3 = T.alloc_local((B_q,), 'int64')
-            second = T.alloc_local((B_l,), 'bool')
-            w0 = T.alloc_local((B_q, B_l), 'int64')
-            w = T.alloc_local((B_q, B_l), 'int64')
+            if dtype == 'bf16':
+                second = T.alloc_local((B_l,), 'bool')
+                w0 = T.alloc_local((B_q, B_l), 'int64')
+                w = T.alloc_local((B_q, B_l), 'int64')
+            if dtype == 'e4m3':
+                w0 = T.alloc_local((B_q,), 'int64')
+                w = T.alloc_local((B_q,), 'int64')
             low = T.alloc_local((B_l,), 'bool')
             half = T.alloc_local((B_q, B_l), 'int64')
             r = T.alloc_local((B_q, B_l), 'int32')
@@ -91,193 +99,133 @@ def build_bf16(first_quad, x_dtype, *, threads, block_q, tile_elems):
                 h1[i_q] = (h0[i_q] ^ (h0[i_q] >> T.int64(23)))
                 h2[i_q] = ((h1[i_q] * T.int64(2146121005)) & T.int64(4294967295))
                 h3[i_q] = (h2[i_q] ^ (h2[i_q] >> T.int64(16)))
+                if dtype == 'e4m3':
+                    w0[i_q] = ((h3[i_q] * T.int64(2221713035)) & T.int64(4294967295))
+                    w[i_q] = (w0[i_q] ^ (w0[i_q] >> T.int64(11)))
             for i_l in T.grid(B_l):
-                second[i_l] = (((b_l * B_l) + i_l) >= T.int32(2))
+                if dtype == 'bf16':
+                    second[i_l] = (((b_l * B_l) + i_l) >= T.int32(2))
+                if dtype == 'e4m3':
+                    low[i_l] = (((b_l * B_l) + i_l) < T.int32(2))
             for i_q, i_l in T.grid(B_q, B_l):
-                w0[i_q, i_l] = T.Select(second[i_l], ((h3[i_q] * T.int64(3545902487)) & T.int64(4294967295)),
-                    ((h3[i_q] * T.int64(2221713035)) & T.int64(4294967295)))
-                w[i_q, i_l] = (w0[i_q, i_l] ^ (w0[i_q, i_l] >> T.int64(11)))
-            for i_l in T.grid(B_l):
-                low[i_l] = (T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(0))
+                if dtype == 'bf16':
+                    w0[i_q, i_l] = T.Select(second[i_l], ((h3[i_q] * T.int64(3545902487)) & T.int64(4294967295)),
+                        ((h3[i_q] * T.int64(2221713035)) & T.int64(4294967295)))
+                    w[i_q, i_l] = (w0[i_q, i_l] ^ (w0[i_q, i_l] >> T.int64(11)))
+                if dtype == 'e4m3':
+                    half[i_q, i_l] = T.Select(low[i_l], (w[i_q] & T.int64(65535)), (w[i_q] >> T.int64(16)))
+                    r[i_q, i_l] = T.cast(
+                        T.Select((T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(1)),
+                            (((((((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                                            >> T.int64(4)) & T.int64(3855))
+                                            | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                                            & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
+                                            | (((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                                            >> T.int64(4)) & T.int64(3855))
+                                            | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                                            & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
+                                        >> T.int64(1)) & T.int64(21845))
+                                | ((((((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                                            >> T.int64(4)) & T.int64(3855))
+                                            | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                                            & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
+                                            | (((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                                            >> T.int64(4)) & T.int64(3855))
+                                            | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                                            & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
+                                        & T.int64(21845)) << T.int64(1))), half[i_q, i_l]), "int32")
+            if dtype == 'bf16':
+                for i_l in T.grid(B_l):
+                    low[i_l] = (T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(0))
             for i_q, i_l in T.grid(B_q, B_l):
-                half[i_q, i_l] = T.Select(low[i_l], (w[i_q, i_l] & T.int64(65535)), (w[i_q, i_l] >> T.int64(16)))
-                r[i_q, i_l] = T.cast(half[i_q, i_l], "int32")
+                if dtype == 'bf16':
+                    half[i_q, i_l] = T.Select(low[i_l], (w[i_q, i_l] & T.int64(65535)), (w[i_q, i_l] >> T.int64(16)))
+                    r[i_q, i_l] = T.cast(half[i_q, i_l], "int32")
+                if dtype == 'e4m3':
+                    xf[i_q, i_l] = T.if_then_else((((b_q * B_q) + i_q) < N_q),
+                        LOAD_x(x[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)]), T.float32(0.0))
             for i_q, i_l in T.grid(B_q, B_l):
-                xf[i_q, i_l] = T.if_then_else((((b_q * B_q) + i_q) < N_q),
-                    LOAD_x(x[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)]), T.float32(0.0))
-            for i_q, i_l in T.grid(B_q, B_l):
-                _y_bits[i_q, i_l] = T.reinterpret(T.reinterpret(xf[i_q, i_l], "uint32"), "int32")
-                _y_mag[i_q, i_l] = (_y_bits[i_q, i_l] & T.int32(2147483647))
-                _y_ex[i_q, i_l] = (_y_mag[i_q, i_l] >> T.int32(23))
-                _y_sig[i_q, i_l] = ((_y_mag[i_q, i_l] & T.int32(8388607))
-                    | T.Select((_y_ex[i_q, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
-                _y_kept[i_q, i_l] = ((_y_sig[i_q, i_l]
-                        >> T.min((T.max((T.int32(1) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0)) + T.int32(16)),
-                            T.int32(31)))
-                    + ((((_y_sig[i_q, i_l]
-                                    >> T.min(T.max((T.int32(1) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0)),
-                                        T.int32(31))) & T.int32(65535)) + r[i_q, i_l]) >> T.int32(16)))
-                _y_abs[i_q, i_l] = T.min((T.cast(_y_kept[i_q, i_l], "float32")
-                        * T.Select(((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)) >= T.int32(-126)),
-                            T.reinterpret((
-                                    T.cast((
-                                        T.min(T.max((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)), T.int32(-126)),
-                                        T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                            T.Select(((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)) >= T.int32(-149)),
-                                T.reinterpret((T.uint32(1)
-                                        << T.cast((
-                                        T.min(T.max((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)), T.int32(-149)),
-                                        T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))),
-                    T.reinterpret(T.uint32(0x7f7f0000), "float32"))
-                if (((b_q * B_q) + i_q) < N_q):
-                    y[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)] = T.cast(
-                        encode_bf16(
-                            T.Select(T.isnan(xf[i_q, i_l]), xf[i_q, i_l],
-                                T.Select((_y_bits[i_q, i_l] < T.int32(0)), (-_y_abs[i_q, i_l]), _y_abs[i_q, i_l]))),
-                        "uint16")
+                if dtype == 'bf16':
+                    xf[i_q, i_l] = T.if_then_else((((b_q * B_q) + i_q) < N_q),
+                        LOAD_x(x[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)]), T.float32(0.0))
+                if dtype == 'e4m3':
+                    _y_bits[i_q, i_l] = T.reinterpret(T.reinterpret(xf[i_q, i_l], "uint32"), "int32")
+                    _y_mag[i_q, i_l] = (_y_bits[i_q, i_l] & T.int32(2147483647))
+                    _y_ex[i_q, i_l] = (_y_mag[i_q, i_l] >> T.int32(23))
+                    _y_sig[i_q, i_l] = ((_y_mag[i_q, i_l] & T.int32(8388607))
+                        | T.Select((_y_ex[i_q, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
+                    _y_kept[i_q, i_l] = ((_y_sig[i_q, i_l]
+                            >> T.min((T.max((T.int32(121) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
+                                    + T.int32(20)), T.int32(31)))
+                        + ((((_y_sig[i_q, i_l]
+                                        >> T.min((T.max((T.int32(121) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
+                                            + T.int32(4)), T.int32(31))) & T.int32(65535)) + r[i_q, i_l])
+                            >> T.int32(16)))
+                    _y_abs[i_q, i_l] = T.min((T.cast(_y_kept[i_q, i_l], "float32")
+                            * T.Select(((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-126)),
+                                T.reinterpret((
+                                        T.cast((
+                                            T.min(
+                                            T.max((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)), T.int32(-126)),
+                                            T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
+                                T.Select(((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-149)),
+                                    T.reinterpret((T.uint32(1)
+                                            << T.cast((
+                                            T.min(
+                                            T.max((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)), T.int32(-149)),
+                                            T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))),
+                        T.float32(448.0))
+                    if (((b_q * B_q) + i_q) < N_q):
+                        y[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)] = T.cast(
+                            encode_e4m3(
+                                T.Select(T.isnan(xf[i_q, i_l]), xf[i_q, i_l],
+                                    T.Select((_y_bits[i_q, i_l] < T.int32(0)), (-_y_abs[i_q, i_l]), _y_abs[i_q, i_l]))),
+                            "uint8")
+            if dtype == 'bf16':
+                for i_q, i_l in T.grid(B_q, B_l):
+                    _y_bits[i_q, i_l] = T.reinterpret(T.reinterpret(xf[i_q, i_l], "uint32"), "int32")
+                    _y_mag[i_q, i_l] = (_y_bits[i_q, i_l] & T.int32(2147483647))
+                    _y_ex[i_q, i_l] = (_y_mag[i_q, i_l] >> T.int32(23))
+                    _y_sig[i_q, i_l] = ((_y_mag[i_q, i_l] & T.int32(8388607))
+                        | T.Select((_y_ex[i_q, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
+                    _y_kept[i_q, i_l] = ((_y_sig[i_q, i_l]
+                            >> T.min((T.max((T.int32(1) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
+                                    + T.int32(16)), T.int32(31)))
+                        + ((((_y_sig[i_q, i_l]
+                                        >> T.min(T.max((T.int32(1) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0)),
+                                            T.int32(31))) & T.int32(65535)) + r[i_q, i_l]) >> T.int32(16)))
+                    _y_abs[i_q, i_l] = T.min((T.cast(_y_kept[i_q, i_l], "float32")
+                            * T.Select(((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)) >= T.int32(-126)),
+                                T.reinterpret((
+                                        T.cast((
+                                            T.min(
+                                            T.max((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)), T.int32(-126)),
+                                            T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
+                                T.Select(((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)) >= T.int32(-149)),
+                                    T.reinterpret((T.uint32(1)
+                                            << T.cast((
+                                            T.min(
+                                            T.max((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)), T.int32(-149)),
+                                            T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))),
+                        T.reinterpret(T.uint32(0x7f7f0000), "float32"))
+                    if (((b_q * B_q) + i_q) < N_q):
+                        y[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)] = T.cast(
+                            encode_bf16(
+                                T.Select(T.isnan(xf[i_q, i_l]), xf[i_q, i_l],
+                                    T.Select((_y_bits[i_q, i_l] < T.int32(0)), (-_y_abs[i_q, i_l]), _y_abs[i_q, i_l]))),
+                            "uint16")
 
     return kernel
 
 
-def build_e4m3(first_quad, x_dtype, *, threads, block_q, tile_elems):
-    Q = T.dynamic("Q")
-    N_q = Q
-    N_l = 4
-    B_q = block_q
-    B_l = pick_block(N_l, max(1, (tile_elems // B_q)), 1)
-    STORAGE_x = {'fp32': 'float32', 'bf16': 'uint16'}[x_dtype]
-    LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: decode_bf16(T.cast(v, "uint32"))}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((Q, 4), STORAGE_x),
-        y: T.Tensor((Q, 4), 'uint8'),
-    ):
-        with T.Kernel(T.ceildiv(N_q, B_q) * T.ceildiv(N_l, B_l), threads=threads) as (pid,):
-            b_q = pid // (T.ceildiv(N_l, B_l))
-            b_l = pid % T.ceildiv(N_l, B_l)
-            _t1 = T.alloc_local((B_q,), 'float32')
-            b0 = T.alloc_local((B_q,), 'int64')
-            _t3 = T.alloc_local((B_q,), 'float32')
-            b1 = T.alloc_local((B_q,), 'int64')
-            _t5 = T.alloc_local((B_q,), 'float32')
-            b2 = T.alloc_local((B_q,), 'int64')
-            _t7 = T.alloc_local((B_q,), 'float32')
-            b3 = T.alloc_local((B_q,), 'int64')
-            h0 = T.alloc_local((B_q,), 'int64')
-            h1 = T.alloc_local((B_q,), 'int64')
-            h2 = T.alloc_local((B_q,), 'int64')
-            h3 = T.alloc_local((B_q,), 'int64')
-            w0 = T.alloc_local((B_q,), 'int64')
-            w = T.alloc_local((B_q,), 'int64')
-            low = T.alloc_local((B_l,), 'bool')
-            half = T.alloc_local((B_q, B_l), 'int64')
-            r = T.alloc_local((B_q, B_l), 'int32')
-            xf = T.alloc_local((B_q, B_l), 'float32')
-            _y_bits = T.alloc_local((B_q, B_l), 'int32')
-            _y_mag = T.alloc_local((B_q, B_l), 'int32')
-            _y_ex = T.alloc_local((B_q, B_l), 'int32')
-            _y_sig = T.alloc_local((B_q, B_l), 'int32')
-            _y_kept = T.alloc_local((B_q, B_l), 'int32')
-            _y_abs = T.alloc_local((B_q, B_l), 'float32')
-            for i_q in T.grid(B_q):
-                _t1[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(0)]),
-                    T.float32(0.0))
-            for i_q in T.grid(B_q):
-                b0[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t1[i_q], "uint32"), "int32"), "int64")
-                    & T.int64(4294967295))
-            for i_q in T.grid(B_q):
-                _t3[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(1)]),
-                    T.float32(0.0))
-            for i_q in T.grid(B_q):
-                b1[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t3[i_q], "uint32"), "int32"), "int64")
-                    & T.int64(4294967295))
-            for i_q in T.grid(B_q):
-                _t5[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(2)]),
-                    T.float32(0.0))
-            for i_q in T.grid(B_q):
-                b2[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t5[i_q], "uint32"), "int32"), "int64")
-                    & T.int64(4294967295))
-            for i_q in T.grid(B_q):
-                _t7[i_q] = T.if_then_else((((b_q * B_q) + i_q) < N_q), LOAD_x(x[((b_q * B_q) + i_q), T.int32(3)]),
-                    T.float32(0.0))
-            for i_q in T.grid(B_q):
-                b3[i_q] = (T.cast(T.reinterpret(T.reinterpret(_t7[i_q], "uint32"), "int32"), "int64")
-                    & T.int64(4294967295))
-                h0[i_q] = (((((((b0[i_q] * T.int64(1450300459)) + (b1[i_q] * T.int64(2576737433)))
-                                    + (b2[i_q] * T.int64(2900474021))) + (b3[i_q] * T.int64(3780334477)))
-                            + T.cast(((b_q * B_q) + i_q), "int64")) + T.int64(first_quad)) & T.int64(4294967295))
-                h1[i_q] = (h0[i_q] ^ (h0[i_q] >> T.int64(23)))
-                h2[i_q] = ((h1[i_q] * T.int64(2146121005)) & T.int64(4294967295))
-                h3[i_q] = (h2[i_q] ^ (h2[i_q] >> T.int64(16)))
-                w0[i_q] = ((h3[i_q] * T.int64(2221713035)) & T.int64(4294967295))
-                w[i_q] = (w0[i_q] ^ (w0[i_q] >> T.int64(11)))
-            for i_l in T.grid(B_l):
-                low[i_l] = (((b_l * B_l) + i_l) < T.int32(2))
-            for i_q, i_l in T.grid(B_q, B_l):
-                half[i_q, i_l] = T.Select(low[i_l], (w[i_q] & T.int64(65535)), (w[i_q] >> T.int64(16)))
-                r[i_q, i_l] = T.cast(
-                    T.Select((T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(1)),
-                        (((((((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                        | (((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                    >> T.int64(1)) & T.int64(21845))
-                            | ((((((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                        | (((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                    & T.int64(21845)) << T.int64(1))), half[i_q, i_l]), "int32")
-            for i_q, i_l in T.grid(B_q, B_l):
-                xf[i_q, i_l] = T.if_then_else((((b_q * B_q) + i_q) < N_q),
-                    LOAD_x(x[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)]), T.float32(0.0))
-            for i_q, i_l in T.grid(B_q, B_l):
-                _y_bits[i_q, i_l] = T.reinterpret(T.reinterpret(xf[i_q, i_l], "uint32"), "int32")
-                _y_mag[i_q, i_l] = (_y_bits[i_q, i_l] & T.int32(2147483647))
-                _y_ex[i_q, i_l] = (_y_mag[i_q, i_l] >> T.int32(23))
-                _y_sig[i_q, i_l] = ((_y_mag[i_q, i_l] & T.int32(8388607))
-                    | T.Select((_y_ex[i_q, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
-                _y_kept[i_q, i_l] = ((_y_sig[i_q, i_l]
-                        >> T.min((T.max((T.int32(121) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0)) + T.int32(20)),
-                            T.int32(31)))
-                    + ((((_y_sig[i_q, i_l]
-                                    >> T.min((T.max((T.int32(121) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
-                                        + T.int32(4)), T.int32(31))) & T.int32(65535)) + r[i_q, i_l]) >> T.int32(16)))
-                _y_abs[i_q, i_l] = T.min((T.cast(_y_kept[i_q, i_l], "float32")
-                        * T.Select(((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-126)),
-                            T.reinterpret((
-                                    T.cast((
-                                        T.min(
-                                        T.max((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)), T.int32(-126)),
-                                        T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                            T.Select(((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-149)),
-                                T.reinterpret((T.uint32(1)
-                                        << T.cast((
-                                        T.min(
-                                        T.max((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)), T.int32(-149)),
-                                        T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))),
-                    T.float32(448.0))
-                if (((b_q * B_q) + i_q) < N_q):
-                    y[((b_q * B_q) + i_q), ((b_l * B_l) + i_l)] = T.cast(
-                        encode_e4m3(
-                            T.Select(T.isnan(xf[i_q, i_l]), xf[i_q, i_l],
-                                T.Select((_y_bits[i_q, i_l] < T.int32(0)), (-_y_abs[i_q, i_l]), _y_abs[i_q, i_l]))),
-                        "uint8")
-
-    return kernel
+# the variants of the shared factories
+build_bf16 = specialize(make_variants, 'bf16')
+build_e4m3 = specialize(make_variants, 'e4m3')

@@ -25,11 +25,11 @@ def make_variants(out, H, *, threads, block_t):
     N_h = H
     B_h = N_h
     B_t = block_t
+
     if out == 'fp32':
         PARAM_y = T.Tensor((T_, H), 'float32')
     if out == 'bf16':
         PARAM_y = T.Tensor((T_, H), 'uint16')
-
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),

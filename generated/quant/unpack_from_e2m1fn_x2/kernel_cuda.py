@@ -19,7 +19,7 @@ from ...common.tilelang_helpers import decode_e2m1
 
 
 
-def build_fp32(H, *, threads, block_t, tile_elems, vector_bytes):
+def make_variants(out, H, *, threads, block_t, tile_elems, vector_bytes):
     T_ = T.dynamic("T")
     N_t = T_
     N_h = H
@@ -27,55 +27,47 @@ def build_fp32(H, *, threads, block_t, tile_elems, vector_bytes):
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
     threads = fit_threads(threads, B_t * B_h, tile_elems)
 
+    if out == 'fp32':
+        PARAM_y = T.Tensor((T_, H), 'float32')
+    if out == 'bf16':
+        PARAM_y = T.Tensor((T_, H), 'bfloat16')
     @T.prim_func
     def kernel(
         q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        y: T.Tensor((T_, H), 'float32'),
+        y: PARAM_y,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
             q_code = T.alloc_fragment((B_t, B_h), 'uint32')
-            for i_t, i_h in T.Parallel(B_t, B_h, coalesced_width=
-                    (T.int32(vector_bytes // 4) if B_t * B_h <= tile_elems else None)):
-                q_code[i_t, i_h] = ((
-                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                            (T.cast(q[((b_t * B_t) + i_t), T.floordiv(((b_h * B_h) + i_h), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod(((b_h * B_h) + i_h), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
+            if out == 'fp32':
+                for i_t, i_h in T.Parallel(B_t, B_h, coalesced_width=
+                        (T.int32(vector_bytes // 4) if B_t * B_h <= tile_elems else None)):
+                    q_code[i_t, i_h] = ((
+                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                (T.cast(q[((b_t * B_t) + i_t), T.floordiv(((b_h * B_h) + i_h), T.int32(2))], "uint32")
+                                    & T.uint32(0xff)), T.uint32(0))
+                            >> T.cast((T.floormod(((b_h * B_h) + i_h), T.int32(2)) * T.int32(4)), "uint32"))
+                        & T.uint32(15))
+            if out == 'bf16':
+                for i_t, i_h in T.Parallel(B_t, B_h, coalesced_width=
+                        (T.int32(vector_bytes // 2) if B_t * B_h <= tile_elems else None)):
+                    q_code[i_t, i_h] = ((
+                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                (T.cast(q[((b_t * B_t) + i_t), T.floordiv(((b_h * B_h) + i_h), T.int32(2))], "uint32")
+                                    & T.uint32(0xff)), T.uint32(0))
+                            >> T.cast((T.floormod(((b_h * B_h) + i_h), T.int32(2)) * T.int32(4)), "uint32"))
+                        & T.uint32(15))
             for i_t, i_h in T.Parallel(B_t, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
-                    y[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = decode_e2m1(q_code[i_t, i_h])
+                    if out == 'fp32':
+                        y[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = decode_e2m1(q_code[i_t, i_h])
+                    if out == 'bf16':
+                        y[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(decode_e2m1(q_code[i_t, i_h]), "bfloat16")
 
     return kernel
 
 
-def build_bf16(H, *, threads, block_t, tile_elems, vector_bytes):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_h = H
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, B_t * B_h, tile_elems)
-
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, T.ceildiv(H, 2)), 'uint8'),
-        y: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            q_code = T.alloc_fragment((B_t, B_h), 'uint32')
-            for i_t, i_h in T.Parallel(B_t, B_h, coalesced_width=
-                    (T.int32(vector_bytes // 2) if B_t * B_h <= tile_elems else None)):
-                q_code[i_t, i_h] = ((
-                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                            (T.cast(q[((b_t * B_t) + i_t), T.floordiv(((b_h * B_h) + i_h), T.int32(2))], "uint32")
-                                & T.uint32(0xff)), T.uint32(0))
-                        >> T.cast((T.floormod(((b_h * B_h) + i_h), T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    y[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast(decode_e2m1(q_code[i_t, i_h]), "bfloat16")
-
-    return kernel
+# the variants of the shared factories
+build_fp32 = specialize(make_variants, 'fp32')
+build_bf16 = specialize(make_variants, 'bf16')

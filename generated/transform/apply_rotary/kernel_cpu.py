@@ -19,7 +19,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads, block_t):
+def make_variants(interleaved, conjugate, H, R, query_dtype, positions_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     n_cos_sin_cache = T.dynamic("n_cos_sin_cache")
     S_query_0 = T.dynamic("S_query_0")
@@ -32,97 +32,20 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads, bloc
     B_s = N_s
     B_i = N_i
     B_t = block_t
-    if not (((((((((4 * B_t) + ((4 * B_t) * B_i)) + ((4 * B_t) * B_i)) + (((4 * B_t) * B_h) * B_i))
-                            + (((4 * B_t) * B_h) * B_i)) + (((4 * B_t) * B_h) * B_i)) + (((4 * B_t) * B_h) * B_i))
-                <= 8388608)):
-        raise ValueError(
-            "apply_rotary: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu profile's "
-            "max_tile_bytes")
-    STORAGE_query = {'bf16': 'uint16', 'fp32': 'float32'}[query_dtype]
-    STORAGE_positions = {'int32': 'int32', 'int64': 'int64'}[positions_dtype]
-    LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
-    LOAD_query = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[query_dtype]
-    STORE_query = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[query_dtype]
-    S_query_g = vector_granule(STORAGE_query, R)
-
-    @T.prim_func
-    def kernel(
-        query: T.StridedTensor((T_, H, R), (S_query_0, S_query_1, 1), STORAGE_query),
-        positions: T.Tensor((T_,), STORAGE_positions),
-        cos_sin_cache: T.Tensor((n_cos_sin_cache, R), 'float32'),
-        rotated: T.StridedTensor((T_, H, R), (S_query_0, S_query_1, 1), STORAGE_query),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            T.assume(S_query_0 % S_query_g == 0)
-            T.assume(S_query_1 % S_query_g == 0)
-            _at_positions = T.alloc_local((B_t,), 'int32')
-            x1 = T.alloc_local((B_t, B_h, B_i), 'float32')
-            x2 = T.alloc_local((B_t, B_h, B_i), 'float32')
-            cos = T.alloc_local((B_t, B_i), 'float32')
-            sn = T.alloc_local((B_t, B_i), 'float32')
-            y1 = T.alloc_local((B_t, B_h, B_i), 'float32')
-            y2 = T.alloc_local((B_t, B_h, B_i), 'float32')
-            for i_t in T.grid(B_t):
-                _at_positions[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_positions(positions[((b_t * B_t) + i_t)]), T.int32(0))
-            for i_t, i_h, i_i in T.grid(B_t, B_h, B_i):
-                if interleaved == False:
-                    x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        LOAD_query(query[((b_t * B_t) + i_t), i_h, i_i]), T.float32(0.0))
-                if interleaved == True:
-                    x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        LOAD_query(query[((b_t * B_t) + i_t), i_h, (i_i * N_s)]), T.float32(0.0))
-            for i_t, i_h, i_i in T.grid(B_t, B_h, B_i):
-                if interleaved == False:
-                    x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        LOAD_query(query[((b_t * B_t) + i_t), i_h, (N_i + i_i)]), T.float32(0.0))
-                if interleaved == True:
-                    x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        LOAD_query(query[((b_t * B_t) + i_t), i_h, ((i_i * N_s) + T.int32(1))]), T.float32(0.0))
-            for i_t, i_i in T.grid(B_t, B_i):
-                cos[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
-                            & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
-                    cos_sin_cache[_at_positions[i_t], i_i], T.float32(0.0))
-            for i_t, i_i in T.grid(B_t, B_i):
-                sn[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
-                            & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
-                    cos_sin_cache[_at_positions[i_t], (N_i + i_i)], T.float32(0.0))
-            for i_t, i_h, i_i in T.grid(B_t, B_h, B_i):
-                y1[i_t, i_h, i_i] = T.cast(T.cast(x1[i_t, i_h, i_i], "float64") * T.cast(cos[i_t, i_i], "float64")
-                    + T.cast((-(x2[i_t, i_h, i_i] * sn[i_t, i_i])), "float64"), "float32")
-                y2[i_t, i_h, i_i] = T.cast(T.cast(x1[i_t, i_h, i_i], "float64") * T.cast(sn[i_t, i_i], "float64")
-                    + T.cast((x2[i_t, i_h, i_i] * cos[i_t, i_i]), "float64"), "float32")
-            for i_t, i_h, i_s, i_i in T.grid(B_t, B_h, B_s, B_i):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if interleaved == False:
-                        rotated[((b_t * B_t) + i_t), i_h, ((i_s * N_i) + i_i)] = STORE_query(
-                            T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
-                    if interleaved == True:
-                        rotated[((b_t * B_t) + i_t), i_h, ((i_i * N_s) + i_s)] = STORE_query(
-                            T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
-
-    return kernel
-
-
-def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_cos_sin_cache = T.dynamic("n_cos_sin_cache")
-    S_query_0 = T.dynamic("S_query_0")
-    S_query_1 = T.dynamic("S_query_1")
-    N_t = T_
-    N_h = H
-    N_s = 2
-    N_i = (R // 2)
-    B_h = N_h
-    B_s = N_s
-    B_i = N_i
-    B_t = block_t
-    if not ((((((((((4 * B_t) + ((4 * B_t) * B_i)) + ((4 * B_t) * B_i)) + ((4 * B_t) * B_i))
+    if not conjugate:
+        if not (((((((((4 * B_t) + ((4 * B_t) * B_i)) + ((4 * B_t) * B_i)) + (((4 * B_t) * B_h) * B_i))
                                 + (((4 * B_t) * B_h) * B_i)) + (((4 * B_t) * B_h) * B_i)) + (((4 * B_t) * B_h) * B_i))
-                    + (((4 * B_t) * B_h) * B_i)) <= 8388608)):
-        raise ValueError(
-            "apply_rotary: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu profile's "
-            "max_tile_bytes")
+                    <= 8388608)):
+            raise ValueError(
+                "apply_rotary: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
+    if conjugate:
+        if not ((((((((((4 * B_t) + ((4 * B_t) * B_i)) + ((4 * B_t) * B_i)) + ((4 * B_t) * B_i))
+                                    + (((4 * B_t) * B_h) * B_i)) + (((4 * B_t) * B_h) * B_i))
+                            + (((4 * B_t) * B_h) * B_i)) + (((4 * B_t) * B_h) * B_i)) <= 8388608)):
+            raise ValueError(
+                "apply_rotary: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
     STORAGE_query = {'bf16': 'uint16', 'fp32': 'float32'}[query_dtype]
     STORAGE_positions = {'int32': 'int32', 'int64': 'int64'}[positions_dtype]
     LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
@@ -145,24 +68,25 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads, block
             x2 = T.alloc_local((B_t, B_h, B_i), 'float32')
             cos = T.alloc_local((B_t, B_i), 'float32')
             sn = T.alloc_local((B_t, B_i), 'float32')
-            sin = T.alloc_local((B_t, B_i), 'float32')
+            if conjugate:
+                sin = T.alloc_local((B_t, B_i), 'float32')
             y1 = T.alloc_local((B_t, B_h, B_i), 'float32')
             y2 = T.alloc_local((B_t, B_h, B_i), 'float32')
             for i_t in T.grid(B_t):
                 _at_positions[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                     LOAD_positions(positions[((b_t * B_t) + i_t)]), T.int32(0))
             for i_t, i_h, i_i in T.grid(B_t, B_h, B_i):
-                if interleaved == False:
+                if not interleaved:
                     x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                         LOAD_query(query[((b_t * B_t) + i_t), i_h, i_i]), T.float32(0.0))
-                if interleaved == True:
+                if interleaved:
                     x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                         LOAD_query(query[((b_t * B_t) + i_t), i_h, (i_i * N_s)]), T.float32(0.0))
             for i_t, i_h, i_i in T.grid(B_t, B_h, B_i):
-                if interleaved == False:
+                if not interleaved:
                     x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                         LOAD_query(query[((b_t * B_t) + i_t), i_h, (N_i + i_i)]), T.float32(0.0))
-                if interleaved == True:
+                if interleaved:
                     x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                         LOAD_query(query[((b_t * B_t) + i_t), i_h, ((i_i * N_s) + T.int32(1))]), T.float32(0.0))
             for i_t, i_i in T.grid(B_t, B_i):
@@ -173,19 +97,26 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads, block
                 sn[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
                             & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
                     cos_sin_cache[_at_positions[i_t], (N_i + i_i)], T.float32(0.0))
-            for i_t, i_i in T.grid(B_t, B_i):
-                sin[i_t, i_i] = (-sn[i_t, i_i])
+            if conjugate:
+                for i_t, i_i in T.grid(B_t, B_i):
+                    sin[i_t, i_i] = (-sn[i_t, i_i])
             for i_t, i_h, i_i in T.grid(B_t, B_h, B_i):
-                y1[i_t, i_h, i_i] = T.cast(T.cast(x1[i_t, i_h, i_i], "float64") * T.cast(cos[i_t, i_i], "float64")
-                    + T.cast((-(x2[i_t, i_h, i_i] * sin[i_t, i_i])), "float64"), "float32")
-                y2[i_t, i_h, i_i] = T.cast(T.cast(x1[i_t, i_h, i_i], "float64") * T.cast(sin[i_t, i_i], "float64")
-                    + T.cast((x2[i_t, i_h, i_i] * cos[i_t, i_i]), "float64"), "float32")
+                if not conjugate:
+                    y1[i_t, i_h, i_i] = T.cast(T.cast(x1[i_t, i_h, i_i], "float64") * T.cast(cos[i_t, i_i], "float64")
+                        + T.cast((-(x2[i_t, i_h, i_i] * sn[i_t, i_i])), "float64"), "float32")
+                    y2[i_t, i_h, i_i] = T.cast(T.cast(x1[i_t, i_h, i_i], "float64") * T.cast(sn[i_t, i_i], "float64")
+                        + T.cast((x2[i_t, i_h, i_i] * cos[i_t, i_i]), "float64"), "float32")
+                if conjugate:
+                    y1[i_t, i_h, i_i] = T.cast(T.cast(x1[i_t, i_h, i_i], "float64") * T.cast(cos[i_t, i_i], "float64")
+                        + T.cast((-(x2[i_t, i_h, i_i] * sin[i_t, i_i])), "float64"), "float32")
+                    y2[i_t, i_h, i_i] = T.cast(T.cast(x1[i_t, i_h, i_i], "float64") * T.cast(sin[i_t, i_i], "float64")
+                        + T.cast((x2[i_t, i_h, i_i] * cos[i_t, i_i]), "float64"), "float32")
             for i_t, i_h, i_s, i_i in T.grid(B_t, B_h, B_s, B_i):
                 if (((b_t * B_t) + i_t) < N_t):
-                    if interleaved == False:
+                    if not interleaved:
                         rotated[((b_t * B_t) + i_t), i_h, ((i_s * N_i) + i_i)] = STORE_query(
                             T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
-                    if interleaved == True:
+                    if interleaved:
                         rotated[((b_t * B_t) + i_t), i_h, ((i_i * N_s) + i_s)] = STORE_query(
                             T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
 
@@ -193,7 +124,7 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads, block
 
 
 # the variants of the shared factories
-build_false_false = specialize(make_false, False)
-build_true_false = specialize(make_false, True)
-build_false_true = specialize(make_true, False)
-build_true_true = specialize(make_true, True)
+build_false_false = specialize(make_variants, False, False)
+build_false_true = specialize(make_variants, False, True)
+build_true_false = specialize(make_variants, True, False)
+build_true_true = specialize(make_variants, True, True)

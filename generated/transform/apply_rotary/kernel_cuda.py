@@ -18,7 +18,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads, block_t, tile_elems):
+def make_variants(interleaved, conjugate, H, R, query_dtype, positions_dtype, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     n_cos_sin_cache = T.dynamic("n_cos_sin_cache")
     S_query_0 = T.dynamic("S_query_0")
@@ -56,23 +56,25 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads, bloc
             x2 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             cos = T.alloc_fragment((B_t, B_i), 'float32')
             sn = T.alloc_fragment((B_t, B_i), 'float32')
+            if conjugate:
+                sin = T.alloc_fragment((B_t, B_i), 'float32')
             y1 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             y2 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
             for i_t in T.Parallel(B_t):
                 _at_positions[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                     LOAD_positions(positions[((b_t * B_t) + i_t)]), T.int32(0))
             for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
-                if interleaved == False:
+                if not interleaved:
                     x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                         LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_i]), T.float32(0.0))
-                if interleaved == True:
+                if interleaved:
                     x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                         LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), (i_i * N_s)]), T.float32(0.0))
             for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
-                if interleaved == False:
+                if not interleaved:
                     x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                         LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), (N_i + i_i)]), T.float32(0.0))
-                if interleaved == True:
+                if interleaved:
                     x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                         LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_i * N_s) + T.int32(1))]),
                         T.float32(0.0))
@@ -84,99 +86,22 @@ def make_false(interleaved, H, R, query_dtype, positions_dtype, *, threads, bloc
                 sn[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
                             & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
                     cos_sin_cache[_at_positions[i_t], (N_i + i_i)], T.float32(0.0))
+            if conjugate:
+                for i_t, i_i in T.Parallel(B_t, B_i):
+                    sin[i_t, i_i] = (-sn[i_t, i_i])
             for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
-                y1[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], cos[i_t, i_i], (-(x2[i_t, i_h, i_i] * sn[i_t, i_i])))
-                y2[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], sn[i_t, i_i], (x2[i_t, i_h, i_i] * cos[i_t, i_i]))
+                if not conjugate:
+                    y1[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], cos[i_t, i_i], (-(x2[i_t, i_h, i_i] * sn[i_t, i_i])))
+                    y2[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], sn[i_t, i_i], (x2[i_t, i_h, i_i] * cos[i_t, i_i]))
+                if conjugate:
+                    y1[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], cos[i_t, i_i], (-(x2[i_t, i_h, i_i] * sin[i_t, i_i])))
+                    y2[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], sin[i_t, i_i], (x2[i_t, i_h, i_i] * cos[i_t, i_i]))
             for i_t, i_h, i_s, i_i in T.Parallel(B_t, B_h, B_s, B_i):
                 if (((b_t * B_t) + i_t) < N_t):
-                    if interleaved == False:
+                    if not interleaved:
                         rotated[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_s * N_i) + i_i)] = STORE_query(
                             T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
-                    if interleaved == True:
-                        rotated[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_i * N_s) + i_s)] = STORE_query(
-                            T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
-
-    return kernel
-
-
-def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_cos_sin_cache = T.dynamic("n_cos_sin_cache")
-    S_query_0 = T.dynamic("S_query_0")
-    S_query_1 = T.dynamic("S_query_1")
-    N_t = T_
-    N_h = H
-    N_s = 2
-    N_i = (R // 2)
-    B_s = N_s
-    B_i = N_i
-    B_t = fit_rows(block_t, tile_elems, (B_s * B_i))
-    B_h = pick_block(N_h, max(1, (tile_elems // ((B_t * B_s) * B_i))), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h * B_i, B_t * B_i), tile_elems)
-    STORAGE_query = {'bf16': 'bfloat16', 'fp32': 'float32'}[query_dtype]
-    STORAGE_positions = {'int32': 'int32', 'int64': 'int64'}[positions_dtype]
-    LOAD_positions = {'int32': lambda v: T.cast(v, "int32"), 'int64': lambda v: T.cast(v, "int32")}[positions_dtype]
-    LOAD_query = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[query_dtype]
-    STORE_query = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[query_dtype]
-    S_query_g = vector_granule(STORAGE_query, R)
-
-    @T.prim_func
-    def kernel(
-        query: T.StridedTensor((T_, H, R), (S_query_0, S_query_1, 1), STORAGE_query),
-        positions: T.Tensor((T_,), STORAGE_positions),
-        cos_sin_cache: T.Tensor((n_cos_sin_cache, R), 'float32'),
-        rotated: T.StridedTensor((T_, H, R), (S_query_0, S_query_1, 1), STORAGE_query),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            T.assume(S_query_0 % S_query_g == 0)
-            T.assume(S_query_1 % S_query_g == 0)
-            _at_positions = T.alloc_fragment((B_t,), 'int32')
-            x1 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
-            x2 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
-            cos = T.alloc_fragment((B_t, B_i), 'float32')
-            sn = T.alloc_fragment((B_t, B_i), 'float32')
-            sin = T.alloc_fragment((B_t, B_i), 'float32')
-            y1 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
-            y2 = T.alloc_fragment((B_t, B_h, B_i), 'float32')
-            for i_t in T.Parallel(B_t):
-                _at_positions[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_positions(positions[((b_t * B_t) + i_t)]), T.int32(0))
-            for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
-                if interleaved == False:
-                    x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_i]), T.float32(0.0))
-                if interleaved == True:
-                    x1[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), (i_i * N_s)]), T.float32(0.0))
-            for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
-                if interleaved == False:
-                    x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), (N_i + i_i)]), T.float32(0.0))
-                if interleaved == True:
-                    x2[i_t, i_h, i_i] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        LOAD_query(query[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_i * N_s) + T.int32(1))]),
-                        T.float32(0.0))
-            for i_t, i_i in T.Parallel(B_t, B_i):
-                cos[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
-                            & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
-                    cos_sin_cache[_at_positions[i_t], i_i], T.float32(0.0))
-            for i_t, i_i in T.Parallel(B_t, B_i):
-                sn[i_t, i_i] = T.if_then_else((((_at_positions[i_t] >= T.int32(0))
-                            & (_at_positions[i_t] < n_cos_sin_cache)) & (((b_t * B_t) + i_t) < N_t)),
-                    cos_sin_cache[_at_positions[i_t], (N_i + i_i)], T.float32(0.0))
-            for i_t, i_i in T.Parallel(B_t, B_i):
-                sin[i_t, i_i] = (-sn[i_t, i_i])
-            for i_t, i_h, i_i in T.Parallel(B_t, B_h, B_i):
-                y1[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], cos[i_t, i_i], (-(x2[i_t, i_h, i_i] * sin[i_t, i_i])))
-                y2[i_t, i_h, i_i] = T.fma(x1[i_t, i_h, i_i], sin[i_t, i_i], (x2[i_t, i_h, i_i] * cos[i_t, i_i]))
-            for i_t, i_h, i_s, i_i in T.Parallel(B_t, B_h, B_s, B_i):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if interleaved == False:
-                        rotated[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_s * N_i) + i_i)] = STORE_query(
-                            T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
-                    if interleaved == True:
+                    if interleaved:
                         rotated[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), ((i_i * N_s) + i_s)] = STORE_query(
                             T.Select((i_s == T.int32(0)), y1[i_t, i_h, i_i], y2[i_t, i_h, i_i]))
 
@@ -184,7 +109,7 @@ def make_true(interleaved, H, R, query_dtype, positions_dtype, *, threads, block
 
 
 # the variants of the shared factories
-build_false_false = specialize(make_false, False)
-build_true_false = specialize(make_false, True)
-build_false_true = specialize(make_true, False)
-build_true_true = specialize(make_true, True)
+build_false_false = specialize(make_variants, False, False)
+build_false_true = specialize(make_variants, False, True)
+build_true_false = specialize(make_variants, True, False)
+build_true_true = specialize(make_variants, True, True)

@@ -12,7 +12,7 @@ from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16
 
 
-def make_reference_false(interleaved, query, positions, cos_sin_cache, _given=None):
+def make_reference_variants(interleaved, conjugate, query, positions, cos_sin_cache, _given=None):
     T_ = query.shape[0]
     H = query.shape[1]
     R = query.shape[2]
@@ -27,14 +27,14 @@ def make_reference_false(interleaved, query, positions, cos_sin_cache, _given=No
     with torch.device(_dev):
         _s_rotated = torch.zeros((T_, H, R), dtype=query.dtype, device=_dev)
         _at_positions = _fit(_wrap_i32(_view(positions, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64)), (N_t,))
-        if interleaved == False:
+        if not interleaved:
             x1 = _fit(
                 _view(query, (N_t, N_h, N_s * N_i), (N_t, N_h, N_s, N_i), ((2, 0),), ('t', 'h', 'i'),
                     ('t', 'h', 'i')).to(torch.float32), (N_t, N_h, N_i))
             x2 = _fit(
                 _view(query, (N_t, N_h, N_s * N_i), (N_t, N_h, N_s, N_i), ((2, 1),), ('t', 'h', 'i'),
                     ('t', 'h', 'i')).to(torch.float32), (N_t, N_h, N_i))
-        if interleaved == True:
+        if interleaved:
             x1 = _fit(
                 _view(query, (N_t, N_h, N_i * N_s), (N_t, N_h, N_i, N_s), ((3, 0),), ('t', 'h', 'i'),
                     ('t', 'h', 'i')).to(torch.float32), (N_t, N_h, N_i))
@@ -51,73 +51,21 @@ def make_reference_false(interleaved, query, positions, cos_sin_cache, _given=No
                 _gather(cos_sin_cache, (_at_positions[:, None], _wrap_i32(N_i + _ix(N_i, 1, 2, _dev))),
                     ((_at_positions[:, None] >= 0) & (_at_positions[:, None] < n_cos_sin_cache))).to(torch.float32), 0),
             (N_t, N_i))
-        y1 = _fit(_fma(x1, cos[:, None, :], (-(x2 * sn[:, None, :]))), (N_t, N_h, N_i))
-        y2 = _fit(_fma(x1, sn[:, None, :], (x2 * cos[:, None, :])), (N_t, N_h, N_i))
+        if not conjugate:
+            y1 = _fit(_fma(x1, cos[:, None, :], (-(x2 * sn[:, None, :]))), (N_t, N_h, N_i))
+            y2 = _fit(_fma(x1, sn[:, None, :], (x2 * cos[:, None, :])), (N_t, N_h, N_i))
+        if conjugate:
+            sin = _fit((-sn), (N_t, N_i))
+            y1 = _fit(_fma(x1, cos[:, None, :], (-(x2 * sin[:, None, :]))), (N_t, N_h, N_i))
+            y2 = _fit(_fma(x1, sin[:, None, :], (x2 * cos[:, None, :])), (N_t, N_h, N_i))
         rotated_tile = _fit(torch.where((_ix(N_s, 2, 4, _dev) == 0), y1[:, :, None, :], y2[:, :, None, :]),
             (N_t, N_h, N_s, N_i))
-        if interleaved == False:
+        if not interleaved:
             _store_view(_s_rotated, (N_t, N_h, N_s * N_i), (N_t, N_h, N_s, N_i), ('t', 'h', 's', 'i'),
                 ('t', 'h', 's', 'i'),
                 {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
                     _same}[query.dtype](rotated_tile), None, False)
-        if interleaved == True:
-            _store_view(_s_rotated, (N_t, N_h, N_i * N_s), (N_t, N_h, N_i, N_s), ('t', 'h', 'i', 's'),
-                ('t', 'h', 's', 'i'),
-                {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                    _same}[query.dtype](rotated_tile), None, False)
-        return _s_rotated,
-
-
-def make_reference_true(interleaved, query, positions, cos_sin_cache, _given=None):
-    T_ = query.shape[0]
-    H = query.shape[1]
-    R = query.shape[2]
-    L_ro = cos_sin_cache.shape[0]
-    n_cos_sin_cache = cos_sin_cache.shape[0]
-    N_t = T_
-    N_h = H
-    N_s = 2
-    N_i = (R // 2)
-    # factories name the device too: torch.compile does not carry the context into them
-    _dev = query.device
-    with torch.device(_dev):
-        _s_rotated = torch.zeros((T_, H, R), dtype=query.dtype, device=_dev)
-        _at_positions = _fit(_wrap_i32(_view(positions, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64)), (N_t,))
-        if interleaved == False:
-            x1 = _fit(
-                _view(query, (N_t, N_h, N_s * N_i), (N_t, N_h, N_s, N_i), ((2, 0),), ('t', 'h', 'i'),
-                    ('t', 'h', 'i')).to(torch.float32), (N_t, N_h, N_i))
-            x2 = _fit(
-                _view(query, (N_t, N_h, N_s * N_i), (N_t, N_h, N_s, N_i), ((2, 1),), ('t', 'h', 'i'),
-                    ('t', 'h', 'i')).to(torch.float32), (N_t, N_h, N_i))
-        if interleaved == True:
-            x1 = _fit(
-                _view(query, (N_t, N_h, N_i * N_s), (N_t, N_h, N_i, N_s), ((3, 0),), ('t', 'h', 'i'),
-                    ('t', 'h', 'i')).to(torch.float32), (N_t, N_h, N_i))
-            x2 = _fit(
-                _view(query, (N_t, N_h, N_i * N_s), (N_t, N_h, N_i, N_s), ((3, 1),), ('t', 'h', 'i'),
-                    ('t', 'h', 'i')).to(torch.float32), (N_t, N_h, N_i))
-        cos = _fit(
-            torch.where(((_at_positions[:, None] >= 0) & (_at_positions[:, None] < n_cos_sin_cache)),
-                _gather(cos_sin_cache, (_at_positions[:, None], _ix(N_i, 1, 2, _dev)),
-                    ((_at_positions[:, None] >= 0) & (_at_positions[:, None] < n_cos_sin_cache))).to(torch.float32), 0),
-            (N_t, N_i))
-        sn = _fit(
-            torch.where(((_at_positions[:, None] >= 0) & (_at_positions[:, None] < n_cos_sin_cache)),
-                _gather(cos_sin_cache, (_at_positions[:, None], _wrap_i32(N_i + _ix(N_i, 1, 2, _dev))),
-                    ((_at_positions[:, None] >= 0) & (_at_positions[:, None] < n_cos_sin_cache))).to(torch.float32), 0),
-            (N_t, N_i))
-        sin = _fit((-sn), (N_t, N_i))
-        y1 = _fit(_fma(x1, cos[:, None, :], (-(x2 * sin[:, None, :]))), (N_t, N_h, N_i))
-        y2 = _fit(_fma(x1, sin[:, None, :], (x2 * cos[:, None, :])), (N_t, N_h, N_i))
-        rotated_tile = _fit(torch.where((_ix(N_s, 2, 4, _dev) == 0), y1[:, :, None, :], y2[:, :, None, :]),
-            (N_t, N_h, N_s, N_i))
-        if interleaved == False:
-            _store_view(_s_rotated, (N_t, N_h, N_s * N_i), (N_t, N_h, N_s, N_i), ('t', 'h', 's', 'i'),
-                ('t', 'h', 's', 'i'),
-                {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
-                    _same}[query.dtype](rotated_tile), None, False)
-        if interleaved == True:
+        if interleaved:
             _store_view(_s_rotated, (N_t, N_h, N_i * N_s), (N_t, N_h, N_i, N_s), ('t', 'h', 'i', 's'),
                 ('t', 'h', 's', 'i'),
                 {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32:
@@ -126,10 +74,10 @@ def make_reference_true(interleaved, query, positions, cos_sin_cache, _given=Non
 
 
 # the variants of the shared functions
-reference_false_false = specialize(make_reference_false, False)
-reference_true_false = specialize(make_reference_false, True)
-reference_false_true = specialize(make_reference_true, False)
-reference_true_true = specialize(make_reference_true, True)
+reference_false_false = specialize(make_reference_variants, False, False)
+reference_false_true = specialize(make_reference_variants, False, True)
+reference_true_false = specialize(make_reference_variants, True, False)
+reference_true_true = specialize(make_reference_variants, True, True)
 
 
 VARIANTS = {
