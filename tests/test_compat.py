@@ -301,8 +301,8 @@ def test_moe_gates_and_helpers():
     assert tk.moe.moe_topk_gate(logits, 6, True, 2, 1.5, 0, mask=mask, out=out, scores=scores,
                                 unmapped_topk_idx=unmapped) is out
     same(out, (idx, wt))
-    same((idx, wt, scores), ops.moe_topk_gate_forward(logits, 6, 8, mask=mask.to(torch.int32),
-                                                      routed_scaling_factor=1.5))
+    same((idx, wt, scores, unmapped), ops.moe_topk_gate_forward(logits, 6, 8, mask=mask.to(torch.int32),
+                                                                routed_scaling_factor=1.5))
     same(unmapped, idx[:, :6].contiguous())
     grad = tk.moe.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, 1.5)
     same(grad, ops.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, 1.5))
@@ -313,8 +313,6 @@ def test_moe_gates_and_helpers():
     same(tk1.moe.mask_indices_by_tp(ids, 72, 4, 1, 2), ops.mask_indices_by_tp(ids, 72, 4, 1, 2))
     same(tk1.moe.topk_sum_and_topk_group_idx(logits.view(T, 8, 9), 2, 4),
          ops.topk_sum_and_topk_group_idx(logits.view(T, 8, 9), 2, 4))
-    with pytest.raises(NotImplementedError, match="moe_topk_gate_forward with to_physical_map"):
-        tk.moe.moe_topk_gate_forward(logits, 6, False, 0, 1.5, 0, to_physical_map=ids, logical_count=ids[0])
 
 
 def test_topk_gate_and_transpose():

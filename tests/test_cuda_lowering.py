@@ -106,7 +106,7 @@ def test_gate_top_k_runs_once_per_row_tile():
     H200). Unpadded, 33 slots left TileLang the mask on 33 of 64 threads, and the scores of the rest zero."""
     for arch in ("sm90",):
         kernels = _kernels("moe_topk_gate_forward", arch)
-        for args in ((256, 32, 33, 1.0),):
+        for args in ((256, 32, 33, 1.0, 0, 1),):
             # the spec's default schedule, where the bug showed (the H200's tuned one has 32 threads)
             src = lower_source(kernels, "with_mask", args, dict(threads=64, block_t=2))
             assert "blockIdx.x) / " not in src and "blockIdx.x) % " not in src, (arch, args)   # one grid axis

@@ -203,3 +203,134 @@ def test_reference_sqrt_is_correctly_rounded():
     from tkgen.runtime.torch_prims import _sqrt
     x = torch.cat([torch.tensor([0.6931471824645996, 0.04858735203742981]), torch.rand(4096, generator=g) * 100])
     assert torch.equal(_sqrt(x), torch.sqrt(x.double()).float())
+
+
+def _libm():
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    for fn in (libm.log1pf, libm.expf):
+        fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+    return np.vectorize(lambda x: np.float32(libm.log1pf(libm.expf(float(x)))), otypes=[np.float32])
+
+
+LOG1P_EXP = _libm()   # libm's float32 log1pf(expf(x)), as the C target computes softplus (numpy's differs)
+
+
+def physical_map_for(logical, dups, gen):
+    """A random contiguous physical map with 1 to `dups` duplicates per logical expert (TileKernels' test
+    builds one so): physical ids numbered expert by expert, -1 in the unused columns."""
+    count = torch.randint(1, dups + 1, (logical,), generator=gen, dtype=torch.int32)
+    start = torch.cumsum(count, 0) - count
+    cols = torch.arange(dups, dtype=torch.int32)
+    pmap = torch.where(cols < count[:, None], start[:, None] + cols, -1).to(torch.int32)
+    return pmap, count
+
+
+def gate_oracle_v2(logits, k, shared, rsf, ep_rank, mask=None, bias=None, image_bias=None, image_mask=None,
+                   fixed=None, fixed_idx=None, pmap=None, count=None):
+    """TileKernels 2.1.0's gate as operators-v2.md 2.1 documents it, in numpy float32: u = sqrt(softplus(l));
+    the key u + (image_bias on image tokens, else bias); a stable descending sort, or the given row on fixed
+    tokens; weights u[sel] / (butterfly tree sum + 1e-20) * rsf; shared slots E + s, weight 1; the physical
+    map with dup = (ep_rank + t * 23333) mod count[l] (small t: no int32 overflow); masked rows -1 / 0."""
+    lf = logits.numpy().astype(np.float32)
+    t, e = lf.shape
+    u = np.sqrt(np.where(lf > 20, lf, LOG1P_EXP(lf)).astype(np.float32)).astype(np.float32)
+    b = np.zeros((t, e), np.float32) if bias is None else np.broadcast_to(bias.numpy(), (t, e)).copy()
+    if image_mask is not None:
+        b[image_mask.numpy().astype(bool)] = image_bias.numpy()
+    key = (u + b).astype(np.float32)
+    sel = np.argsort(-key, axis=1, kind="stable")[:, :k].astype(np.int64)
+    if fixed is not None:
+        rows = fixed.numpy().astype(bool)
+        sel[rows] = fixed_idx.numpy()[rows]
+    idx = np.full((t, k + shared), -1, np.int64)
+    w = np.zeros((t, k + shared), np.float32)
+    unmapped = np.full((t, k), -1, np.int64)
+    routed = np.ones(t, bool) if mask is None else mask.numpy().astype(bool)
+    for r in range(t):
+        if not routed[r]:
+            continue
+        picked = u[r, sel[r]]
+        den = np.float32(butterfly_sum(picked.tolist()) + np.float32(1e-20))
+        w[r, :k] = (picked / den).astype(np.float32) * np.float32(rsf)
+        w[r, k:] = 1.0
+        logical = list(sel[r]) + [e + s for s in range(shared)]
+        if pmap is not None:
+            logical = [int(pmap[lg, (ep_rank + r * 23333) % int(count[lg])]) for lg in logical]
+        idx[r] = logical
+        unmapped[r] = sel[r]
+    u[~routed] = 0.0
+    return torch.from_numpy(idx), torch.from_numpy(w), torch.from_numpy(u), torch.from_numpy(unmapped)
+
+
+GATE_CASES = [  # (E, S, K, mask, bias, image, fixed, physical map)
+    (36, 0, 6, True, False, False, True, False),
+    (72, 1, 6, False, True, False, True, True),
+    (16, 2, 6, True, True, True, False, True),
+    (32, 2, 6, True, False, True, True, False),
+    (64, 0, 8, False, False, True, False, False),
+    (36, 2, 6, True, True, True, True, True),
+    (16, 0, 4, True, True, False, False, True),
+    (64, 2, 8, False, True, True, True, True),
+]
+
+
+@pytest.mark.parametrize("e, shared, k, with_mask, with_bias, image, fix, mapped", GATE_CASES)
+def test_moe_topk_gate_forward_options(e, shared, k, with_mask, with_bias, image, fix, mapped):
+    """Fixed routing with unmapped_topk_idx in/out, image bias with its token mask, the physical map with
+    logical counts and duplicates and shared experts as routed: bit for bit against the documented rule,
+    through tkgen.compat.tilekernels and tkgen.ops."""
+    gen = torch.Generator().manual_seed(e * 100 + shared * 10 + k)
+    t, rsf, ep_rank = 29, 1.5, 3 if mapped else 0
+    logits = torch.randn(t, e, generator=gen)
+    mask = torch.rand(t, generator=gen) > 0.2 if with_mask else None
+    bias = torch.randn(e, generator=gen) * 0.1 if with_bias else None
+    image_bias = torch.randn(e, generator=gen) * 0.1 if image else None
+    image_mask = torch.rand(t, generator=gen) > 0.5 if image else None
+    fixed = torch.rand(t, generator=gen) > 0.5 if fix else None
+    given = torch.randint(0, e, (t, k), generator=gen)
+    given[0, 1] = given[0, 0]                                   # fixed rows may repeat an expert
+    if fix:
+        fixed[0] = True
+    pmap, count = physical_map_for(e + shared, 3, gen) if mapped else (None, None)
+    unmapped = given.clone()
+    scores = torch.empty(t, e)
+    idx, w = tk.moe.moe_topk_gate_forward(logits, k, shared > 0, shared, rsf, ep_rank, mask=mask, bias=bias,
+                                           image_bias=image_bias, image_token_mask=image_mask,
+                                           fix_routing_mask=fixed, to_physical_map=pmap, logical_count=count,
+                                           unmapped_topk_idx=unmapped, scores=scores)
+    want_idx, want_w, want_u, want_unmapped = gate_oracle_v2(
+        logits, k, shared, rsf, ep_rank, mask, bias, image_bias, image_mask, fixed, given, pmap, count)
+    same_bits(idx, want_idx)
+    same_bits(unmapped, want_unmapped)
+    same_bits(w, want_w)
+    same_bits(scores, want_u)
+    i32 = (lambda m: None if m is None else m.to(torch.int32))
+    got = ops.moe_topk_gate_forward(logits, k, k + shared, mask=i32(mask), bias=bias, image_bias=image_bias,
+                                    image_token_mask=i32(image_mask), fix_routing_mask=i32(fixed),
+                                    unmapped_topk_idx=given if fix else None, to_physical_map=pmap,
+                                    logical_count=count, routed_scaling_factor=rsf, ep_rank=ep_rank,
+                                    num_dups=3 if mapped else 1)
+    for a, b in zip(got, (want_idx, want_w, want_u, want_unmapped)):
+        same_bits(a, b)
+
+
+def test_moe_topk_gate_forward_option_checks():
+    logits = torch.randn(4, 16, generator=g)
+    pmap, count = physical_map_for(16, 2, g)
+    name = "moe_topk_gate_forward"
+    with pytest.raises(ValueError, match=f"{name}: `image_token_mask` and `image_bias` go together"):
+        tk.moe.moe_topk_gate_forward(logits, 4, False, 0, 1.0, 0, image_bias=torch.zeros(16))
+    with pytest.raises(ValueError, match=f"{name}: `unmapped_topk_idx` must be given with fix_routing_mask"):
+        tk.moe.moe_topk_gate_forward(logits, 4, False, 0, 1.0, 0, fix_routing_mask=torch.ones(4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=f"{name}: `logical_count` and `to_physical_map` go together"):
+        tk.moe.moe_topk_gate_forward(logits, 4, False, 0, 1.0, 0, to_physical_map=pmap)
+    with pytest.raises(ValueError, match=f"{name}: `to_physical_map` and `logical_count` must have 18 rows"):
+        tk.moe.moe_topk_gate_forward(logits, 4, True, 2, 1.0, 0, to_physical_map=pmap, logical_count=count)
+    with pytest.raises(TypeError, match=f"{name}: `to_physical_map` must have dtype torch.int32"):
+        tk.moe.moe_topk_gate_forward(logits, 4, False, 0, 1.0, 0, to_physical_map=pmap.long(), logical_count=count)
+    with pytest.raises(ValueError, match=f"{name}: `unmapped_topk_idx` must have shape"):
+        tk.moe.moe_topk_gate_forward(logits, 4, False, 0, 1.0, 0, unmapped_topk_idx=torch.zeros(4, 5, dtype=torch.int64))
+    with pytest.raises(ValueError, match="`image_token_mask` goes with `image_bias`: give both or neither"):
+        ops.moe_topk_gate_forward(logits, 4, 4, image_token_mask=torch.ones(4, dtype=torch.int32))

@@ -159,7 +159,7 @@ def op_module(catalog, spec, header):
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
                    binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t),
-                   at=t.at, rows=t.row_view is not None, strided=t.strided)
+                   at=t.at, rows=t.row_view is not None, strided=t.strided, together=t.together)
               for t in spec.inputs.values()]
     outputs = []
     kept_rows = any(build_program(spec, catalog.elements, catalog.scales, v).keep for v in spec.variants())
@@ -311,6 +311,9 @@ def docstring(catalog, spec) -> str:
         opt = " Optional (None: as if every element were {!r}).".format(t.absent) if t.optional else ""
         if t.optional and t.at and spec.inputs[t.at].optional:
             opt = f" Optional, given with `{t.at}` (None: as if every element were {t.absent!r})."
+        partner = t.together or next((o.name for o in spec.inputs.values() if o.together == t.name), None)
+        if t.optional and partner:
+            opt = f" Optional, given with `{partner}` (None: as if every element were {t.absent!r})."
         read_at = [o.name for o in spec.tensors.values() if o.at == t.name and o.name in spec.inputs]
         if t.optional and read_at:
             opt = f" Optional, given with `{read_at[0]}`: flat positions in it."
@@ -396,7 +399,7 @@ def strategies_module(catalog, spec, header):
             requires.append((text, repr(tuple(sorted(names_of(node)))), _d(node)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes or ("fp32",)), specials=repr(tuple(t.values.get("specials", ()))),
                    optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t), at=t.at,
-                   at_optional=bool(t.at) and spec.inputs[t.at].optional, distinct=t.values.get("distinct", False),
+                   at_optional=bool(t.at) and spec.inputs[t.at].optional, together=t.together, distinct=t.values.get("distinct", False),
                    range="[" + ", ".join(_d(E.parse(str(r))) for r in t.values["range"]) + "]" if "range" in t.values else None,
                    finite=t.values.get("finite", True) if "finite" in t.values else
                    not ({"inf", "nan"} & set(t.values.get("specials", ()))),

@@ -95,6 +95,7 @@ class Tensor:
     fill: Optional[int] = None               # flat at-outputs: the value elsewhere; elements stored, not added
     strided: bool = False                    # inputs: the kernel takes its strides (last dim contiguous); an
                                              # output `into` it inherits them
+    together: Optional[str] = None           # optional inputs: given together with this optional input (`with:`)
 
     def segment_axes(self, segment: str) -> Tuple[str, ...]:
         """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""
@@ -200,15 +201,15 @@ class OpSpec:
         one kernel factory each.
 
         Presence is keyed `?<input>` (or `?<param>`) in the variant dict, inputs first. An input read `at:`
-        the positions of another is given together with it: the combinations where one is missing are left
-        out."""
+        the positions of another, or declared `with:` another, is given together with it: the combinations
+        where one is missing are left out."""
         sp = self.structural_params
         opt = self.optional_inputs + self.optional_params
         for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
             v = dict(zip((p.name for p in sp), combo[:len(sp)]))
             v.update({f"?{n}": b for n, b in zip(opt, combo[len(sp):])})
-            if any(t.at and t.optional and f"?{t.at}" in v and v[f"?{t.name}"] != v[f"?{t.at}"]
-                   for t in self.inputs.values()):
+            if any(t.optional and (t.at or t.together) and f"?{t.at or t.together}" in v
+                   and v[f"?{t.name}"] != v[f"?{t.at or t.together}"] for t in self.inputs.values()):
                 continue
             yield v
 
@@ -602,6 +603,11 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
                 continue                  # an input's layout chosen by a boolean param
             if key in t:
                 raise doc.error(base + (key,), f"`{key}` is for {'inputs' if role == 'output' else 'outputs'} only")
+        if "with" in t and (role != "input" or not t.get("optional") or "at" in t or t["with"] == name
+                            or t["with"] not in list(d["inputs"])[:list(d["inputs"]).index(name)]
+                            or not d["inputs"][t["with"]].get("optional")):
+            raise doc.error(base + ("with",), "`with` names an optional input declared before this one, given "
+                                              "together with it (this input optional too, not `at:` positions)")
         if t.get("optional") and "absent" not in t:
             raise doc.error(base + ("optional",), "an optional input needs `absent:`, the value `load` gives without it")
         if t.get("values", {}).get("distinct") and "range" not in t["values"]:
@@ -637,7 +643,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
                       bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"), segments,
                       into=t.get("into"), padding=t.get("padding"), fill=t.get("fill"),
-                      strided=bool(t.get("strided", False)))
+                      strided=bool(t.get("strided", False)), together=t.get("with"))
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
