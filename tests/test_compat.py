@@ -305,7 +305,7 @@ def test_moe_gates_and_helpers():
                                                                 routed_scaling_factor=1.5))
     same(unmapped, idx[:, :6].contiguous())
     grad = tk.moe.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, 1.5)
-    same(grad, ops.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, 1.5))
+    same(grad, ops.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, routed_scaling_factor=1.5))
     same(tk.moe.normalize_weight(w), ops.normalize_weight(w))
     same(tk1.moe.normalize_weight(w), ops.normalize_weight_sequential(w))
     ids = torch.randint(-1, 72, (T, 6), generator=g)

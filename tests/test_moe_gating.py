@@ -195,7 +195,7 @@ def test_top2_sum_gate_against_a_sort(scoring, groups, topk_groups, tp):
     want_idx[~mask], want_w[~mask], sel[~mask] = -1, 0.0, -1
     assert torch.equal(unmapped, sel) and torch.equal(idx, want_idx)
     torch.testing.assert_close(w, want_w.float(), rtol=1e-5, atol=1e-8)
-    with pytest.raises(NotImplementedError, match="use_shared_as_routed"):
+    with pytest.raises(ValueError, match="top2_sum_gate: `to_physical_map` must have at least num_shared_experts"):
         tk1.moe.top2_sum_gate(logits, bias, k, 0, 0, True, 1, rsf, 0, 4, 0, 1, scoring)
 
 
@@ -334,3 +334,157 @@ def test_moe_topk_gate_forward_option_checks():
         tk.moe.moe_topk_gate_forward(logits, 4, False, 0, 1.0, 0, unmapped_topk_idx=torch.zeros(4, 5, dtype=torch.int64))
     with pytest.raises(ValueError, match="`image_token_mask` goes with `image_bias`: give both or neither"):
         ops.moe_topk_gate_forward(logits, 4, 4, image_token_mask=torch.ones(4, dtype=torch.int32))
+
+
+def _expf():
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    libm.expf.restype, libm.expf.argtypes = ctypes.c_float, [ctypes.c_float]
+    return np.vectorize(lambda x: np.float32(libm.expf(float(x))), otypes=[np.float32])
+
+
+EXPF = _expf()
+
+
+def top2_oracle(logits, bias, k, groups, topk_groups, shared, rsf, ep_rank, ep, tp_rank, tp, scoring, mask, fixed,
+                given, pmap, count):
+    """The first release's top2_sum_gate as operators-v1.md 3.1 documents it, in numpy float32 (libm's
+    expf and log1pf, as the C target): scores, ranking scores, the two-largest group sums and the kept
+    groups, a stable descending sort (or the given row on fixed tokens), weights s[sel] / (1e-20 + s0 + s1
+    + ...) * rsf, shared slots E + s with weight 1, the physical map with dup = (ep_rank + t * 23333) mod
+    count[l], the EP/TP remap over E + D - 1 physical experts; masked rows -1 / 0."""
+    lf = logits.numpy().astype(np.float32)
+    t, e = lf.shape
+    if scoring == "sigmoid":
+        sc = (np.float32(1) / (np.float32(1) + EXPF(-lf))).astype(np.float32)
+    elif scoring == "sqrtsoftplus":
+        sc = np.sqrt(np.where(lf > 20, lf, LOG1P_EXP(lf)).astype(np.float32)).astype(np.float32)
+    else:
+        ex = EXPF(lf - lf.max(1, keepdims=True))
+        total = np.zeros(t, np.float32)
+        for i in range(e):
+            total = (total + ex[:, i]).astype(np.float32)
+        sc = (ex / total[:, None]).astype(np.float32)
+    r = ((lf if scoring == "softmax" else sc) + bias.numpy()).astype(np.float32)
+    if groups:
+        top2 = -np.sort(-r.reshape(t, groups, -1), axis=-1)[..., :2]
+        gs = (top2[..., 0] + top2[..., 1]).astype(np.float32)
+        best = np.argsort(-gs, axis=1, kind="stable")[:, :topk_groups]
+        keep = np.zeros((t, groups), bool)
+        np.put_along_axis(keep, best, True, 1)
+        r = np.where(np.repeat(keep, e // groups, 1), r, -np.inf).astype(np.float32)
+    sel = np.argsort(-r, axis=1, kind="stable")[:, :k].astype(np.int64)
+    if fixed is not None:
+        rows = fixed.numpy().astype(bool)
+        sel[rows] = given.numpy()[rows]
+    dups = 1 if pmap is None else pmap.shape[1]
+    idx = np.full((t, k + shared), -1, np.int64)
+    w = np.zeros((t, k + shared), np.float32)
+    unmapped = np.full((t, k), -1, np.int64)
+    routed = np.ones(t, bool) if mask is None else mask.numpy().astype(bool)
+    for row in range(t):
+        if not routed[row]:
+            continue
+        picked = sc[row, sel[row]]
+        den = np.float32(1e-20)
+        for v in picked:
+            den = np.float32(den + v)
+        w[row, :k] = (picked / den).astype(np.float32) * np.float32(rsf)
+        w[row, k:] = 1.0
+        ids = list(sel[row]) + [e + s for s in range(shared)]
+        if pmap is not None:
+            ids = [int(pmap[lg, (ep_rank + row * 23333) % int(count[lg])]) for lg in ids]
+        idx[row] = [mask_oracle(v, e + dups - 1, ep, tp_rank, tp) for v in ids]
+        unmapped[row] = sel[row]
+    return torch.from_numpy(idx), torch.from_numpy(w), torch.from_numpy(unmapped)
+
+
+TOP2_CASES = [  # (scoring, groups, topk_groups, E, S, K, fixed, map: None / "identity" / "random", tp)
+    ("sigmoid", 8, 4, 64, 2, 8, True, "identity", 2),
+    ("sqrtsoftplus", 0, 0, 36, 1, 6, False, "random", 1),
+    ("softmax", 4, 2, 64, 0, 6, True, "random", 2),
+    ("sqrtsoftplus", 0, 0, 72, 0, 6, True, None, 2),
+]
+
+
+@pytest.mark.parametrize("scoring, groups, topk_groups, e, shared, k, fix, mapped, tp", TOP2_CASES)
+def test_top2_sum_gate_options(scoring, groups, topk_groups, e, shared, k, fix, mapped, tp):
+    """fix_routing_mask with unmapped_topk_idx in/out, the physical map with logical counts and duplicates
+    (TileKernels' identity map with 32 extra duplicates, or a random one with 1 to 3 per expert), shared
+    experts as routed through it: bit for bit against the documented rule (weights too, but for softmax,
+    whose exponentials numpy's sum would not order as the kernel; allclose there), through
+    tkgen.compat.tilekernels_v1 and tkgen.ops."""
+    gen = torch.Generator().manual_seed(e * 10 + k)
+    t, rsf, ep, tp_rank = 23, 1.5, 4, tp - 1
+    logits = torch.randn(t, e, generator=gen)
+    bias = torch.randn(e, generator=gen) * 0.1
+    mask = torch.rand(t, generator=gen) > 0.2
+    fixed = torch.rand(t, generator=gen) > 0.5 if fix else None
+    given = torch.randint(0, e, (t, k), generator=gen)
+    if mapped == "identity":
+        dups = 33
+        pmap = torch.arange(e + shared, dtype=torch.int32)[:, None].expand(e + shared, dups).contiguous()
+        count = torch.ones(e + shared, dtype=torch.int32)
+    elif mapped == "random":
+        dups = 3
+        pmap = torch.randint(0, e + dups - 1, (e + shared, dups), generator=gen, dtype=torch.int32)
+        count = torch.randint(1, dups + 1, (e + shared,), generator=gen, dtype=torch.int32)
+    else:
+        dups, pmap, count = 1, None, None
+    ep_rank = 5 if mapped else 0
+    unmapped = given.clone()
+    idx, w = tk1.moe.top2_sum_gate(logits, bias, k, topk_groups, groups, shared > 0, shared, rsf, ep_rank, ep, tp_rank,
+                                   tp, scoring, mask=mask, fix_routing_mask=fixed, to_physical_map=pmap,
+                                   logical_count=count, unmapped_topk_idx=unmapped)
+    want_idx, want_w, want_unmapped = top2_oracle(logits, bias, k, groups, topk_groups, shared, rsf, ep_rank, ep,
+                                                  tp_rank, tp, scoring, mask, fixed, given, pmap, count)
+    same_bits(idx, want_idx)
+    same_bits(unmapped, want_unmapped)
+    if scoring == "softmax":
+        torch.testing.assert_close(w, want_w, rtol=1e-5, atol=1e-8)
+    else:
+        same_bits(w, want_w)
+    i32 = (lambda m: None if m is None else m.to(torch.int32))
+    got = ops.top2_sum_gate(logits, bias, k, groups or 1, topk_groups or 1, k + shared, ep, tp_rank, tp,
+                            mask=i32(mask), fix_routing_mask=i32(fixed), unmapped_topk_idx=given if fix else None,
+                            to_physical_map=pmap, logical_count=count, scoring=scoring, routed_scaling_factor=rsf,
+                            ep_rank=ep_rank, num_dups=dups)
+    for a, b in zip(got, (idx, w, unmapped)):
+        same_bits(a, b)
+
+
+@pytest.mark.parametrize("seqs", [1, 2, 3])
+def test_moe_topk_gate_backward_grad_scores_sum(seqs):
+    """2.1.0's sequence-level auxiliary term (operators-v2.md 2.2) against float64: on the tokens the mask
+    marks, dL/du_e += (h_e - sum(h * u) / U) / U with U = sum(u) and h the row t // (T / N_seq) of
+    grad_scores_sum; masked rows exactly 0; through tkgen.compat.tilekernels and tkgen.ops."""
+    t, e, k, rsf = 12, 36, 6, 1.5
+    logits = torch.randn(t, e, generator=g)
+    mask = torch.ones(t, dtype=torch.bool)
+    mask[[3, 10]] = False
+    u, unmapped = torch.empty(t, e), torch.empty(t, k, dtype=torch.int64)
+    _, w = tk.moe.moe_topk_gate_forward(logits, k, False, 0, rsf, 0, mask=mask, scores=u, unmapped_topk_idx=unmapped)
+    unmapped[1, 1] = unmapped[1, 0]                                  # a repeated expert (fixed routing) adds up
+    grad_w = torch.randn(t, k, generator=g)
+    gss = torch.randn(seqs, e, generator=g)
+    got = tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf, mask=mask, grad_scores_sum=gss)
+    ud, valid = u.double(), unmapped >= 0
+    ids = unmapped.clamp(min=0)
+    den = (ud.gather(1, ids) * valid).sum(-1, keepdim=True) + 1e-20
+    rho = (grad_w.double() * w.double() * valid).sum(-1, keepdim=True)
+    du = torch.zeros(t, e, dtype=torch.float64).scatter_add_(1, ids, (rsf * grad_w.double() - rho) / den * valid)
+    inv = torch.where(mask[:, None], 1 / ud.sum(-1, keepdim=True), 0.0)
+    h = gss.double()[torch.arange(t) // (t // seqs)]
+    du = du + (h - (h * ud).sum(-1, keepdim=True) * inv) * inv
+    want = torch.where(ud > 0, (1 - torch.exp(-ud * ud)) / (2 * ud), 0.0) * du
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    assert torch.equal(got[[3, 10]], torch.zeros(2, e))
+    same_bits(got, ops.moe_topk_gate_backward(u, unmapped, w, grad_w, gss, mask.to(torch.int32),
+                                              routed_scaling_factor=rsf, num_seqs=seqs, seq_len=t // seqs))
+    without = tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf)
+    same_bits(without, tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf, mask=mask))   # mask alone: no term
+    with pytest.raises(ValueError, match="moe_topk_gate_backward: `mask` must be given with grad_scores_sum"):
+        tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf, grad_scores_sum=gss)
+    with pytest.raises(ValueError, match="moe_topk_gate_backward: `grad_scores_sum` must have shape"):
+        tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf, mask=mask, grad_scores_sum=torch.zeros(5, e))

@@ -65,7 +65,7 @@ def _gate_backward(ctx, grad_weights, grad_idx, grad_scores):
     grad_logits = None
     if grad_weights is not None:
         grad_logits = torch.ops.tkgen.moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_weights.contiguous(),
-                                                             ctx.routed_scaling_factor)
+                                                             None, None, ctx.routed_scaling_factor, 1, 1)
     return grad_logits, None, None, None, None
 
 

@@ -20,7 +20,7 @@ def _sqrtsoftplus(name, scoring_func):
             f"must be 'sqrtsoftplus' (TileKernels 2.1.0 scores with it only), got {scoring_func!r}")
 
 
-def _flag(name, arg, t, rows):
+def flag(name, arg, t, rows):
     """A bool (or integer 0/1) mask [T] as the int32 flags of tkgen's ops."""
     tensor_arg(name, arg, t, (torch.bool, torch.int32, torch.int64, torch.uint8), 1, "[T]")
     require(t.shape[0] == rows, name, arg, f"must have one entry per token ({rows}), got shape {tuple(t.shape)}")
@@ -72,9 +72,9 @@ def moe_topk_gate_forward(logits, num_topk: int, use_shared_as_routed: bool, num
                 "unmapped_topk_idx", f"must have shape ({rows}, {num_topk}) with a last stride of 1, got shape "
                 f"{tuple(unmapped_topk_idx.shape)} and strides {tuple(unmapped_topk_idx.stride())}")
     pmap, count, dups = physical_map(name, to_physical_map, logical_count, experts + shared)
-    fixed = None if fix_routing_mask is None else _flag(name, "fix_routing_mask", fix_routing_mask, rows)
-    image = None if image_token_mask is None else _flag(name, "image_token_mask", image_token_mask, rows)
-    routed = None if mask is None else _flag(name, "mask", mask, rows)
+    fixed = None if fix_routing_mask is None else flag(name, "fix_routing_mask", fix_routing_mask, rows)
+    image = None if image_token_mask is None else flag(name, "image_token_mask", image_token_mask, rows)
+    routed = None if mask is None else flag(name, "mask", mask, rows)
     idx, weights, u, unmapped = ops().moe_topk_gate_forward(
         logits.contiguous(), num_topk, num_topk + shared, mask=routed, bias=bias, image_bias=image_bias,
         image_token_mask=image, fix_routing_mask=fixed,
@@ -97,13 +97,27 @@ moe_topk_gate = moe_topk_gate_forward
 
 def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor: float,
                            scoring_func: str = "sqrtsoftplus", mask=None, grad_scores_sum=None, out=None):
-    """grad_logits float32 [T, E] from the forward's scores and logical indices (-1: not routed)."""
+    """grad_logits float32 [T, E] from the forward's scores and logical indices (-1: not routed); with
+    grad_scores_sum [N_seq, E] (given with mask; T a multiple of N_seq), the gradient of each sequence's
+    sum of the normalized scores u / sum(u) over the tokens mask marks is added. `mask` is read only with
+    grad_scores_sum."""
     name = "moe.moe_topk_gate_backward"
     _sqrtsoftplus(name, scoring_func)
-    need(grad_scores_sum is None, name, "with grad_scores_sum (the sequence-level auxiliary term)")
     tensor_arg(name, "scores", scores, (torch.float32,), 2, "[T, E]")
     routing_ids(name, "topk_idx", topk_idx, scores.shape[1])
-    grad = ops().moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor)
+    rows, experts = scores.shape
+    aux = {}
+    if grad_scores_sum is not None:
+        require(mask is not None, name, "mask", "must be given with grad_scores_sum (the tokens whose scores count)")
+        tensor_arg(name, "grad_scores_sum", grad_scores_sum, (torch.float32,), 2, "[N_seq, E]")
+        seqs = grad_scores_sum.shape[0]
+        require(grad_scores_sum.shape[1] == experts and 1 <= seqs and rows % seqs == 0, name, "grad_scores_sum",
+                f"must have shape [N_seq, {experts}] with N_seq >= 1 dividing the tokens ({rows}), got shape "
+                f"{tuple(grad_scores_sum.shape)}")
+        aux = dict(grad_scores_sum=grad_scores_sum.contiguous(), mask=flag(name, "mask", mask, rows),
+                   num_seqs=seqs, seq_len=max(rows // seqs, 1))
+    grad = ops().moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights,
+                                        routed_scaling_factor=routed_scaling_factor, **aux)
     if out is not None:
         out.copy_(grad)
         return out
