@@ -488,3 +488,20 @@ def test_moe_topk_gate_backward_grad_scores_sum(seqs):
         tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf, grad_scores_sum=gss)
     with pytest.raises(ValueError, match="moe_topk_gate_backward: `grad_scores_sum` must have shape"):
         tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf, mask=mask, grad_scores_sum=torch.zeros(5, e))
+
+
+def test_physical_map_duplicate_wraps_in_int32_past_token_92036():
+    """(ep_rank + t * 23333) is int32 arithmetic with C's truncated remainder, as in TileKernels' kernel:
+    past t = 92036 the product wraps negative (TileKernels' torch reference, in int64, differs there) and a
+    negative remainder reads the map flat, before the expert's row (the previous expert's last columns)."""
+    t, e, k, ep_rank = 92040, 4, 1, 7
+    logits = torch.zeros(t, e)
+    logits[:, 2] = 1.0                                               # every token picks expert 2
+    count = torch.tensor([1, 3, 3, 1], dtype=torch.int32)
+    pmap = torch.tensor([[1, -1, -1], [20, 21, 22], [30, 31, 32], [3, -1, -1]], dtype=torch.int32)
+    idx, _ = tk.moe.moe_topk_gate_forward(logits, k, False, 0, 1.0, ep_rank, to_physical_map=pmap, logical_count=count)
+    tok = ((ep_rank + np.arange(t, dtype=np.int64) * 23333 + 2**31) % 2**32 - 2**31).astype(np.int32)   # int32 wrap
+    assert (tok[92037:] < 0).all() and (tok[:92037] >= 0).all()       # 2^31 / 23333 = 92036.3
+    want = pmap.numpy().reshape(-1)[2 * 3 + np.fmod(tok, 3)]           # C's remainder, the map read flat
+    assert torch.equal(idx[:, 0], torch.from_numpy(want.astype(np.int64)))
+    assert set(want[92037:].tolist()) & {21, 22}                      # rows that read expert 1's columns
