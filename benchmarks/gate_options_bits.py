@@ -107,6 +107,29 @@ def forward(tkm, dev):
             print(line, flush=True)
 
 
+def wrapped(tkm, dev):
+    """Past token 92036 the duplicate's int32 product wraps: tkgen reads the map as TileKernels' kernel does."""
+    t, e = 92040, 4
+    logits = torch.zeros(t, e, device=dev)
+    logits[:, 2] = 1.0
+    count = torch.tensor([1, 3, 3, 1], dtype=torch.int32, device=dev)
+    pmap = torch.tensor([[1, -1, -1], [20, 21, 22], [30, 31, 32], [3, -1, -1]], dtype=torch.int32, device=dev)
+    line = "forward T=92040 with a map (int32 wrap):"
+    res = {}
+    for name, mod in (("tkgen", tk.moe), ("tile_kernels", tkm)):
+        if mod is not None:
+            res[name] = mod.moe_topk_gate_forward(logits, 1, False, 0, 1.0, 7, to_physical_map=pmap,
+                                                  logical_count=count)[0]
+    if "tile_kernels" in res:
+        line += " vs tile_kernels differing idx %d (of them past 92036: %d)" % (
+            diff(res["tkgen"], res["tile_kernels"]), diff(res["tkgen"][92037:], res["tile_kernels"][92037:]))
+    tensors = dict(logits=logits, to_physical_map=pmap, logical_count=count)
+    params = dict(num_topk=1, num_slots=1, ep_rank=7, num_dups=3)
+    outs = ops.moe_topk_gate_forward(**tensors, **params)
+    line += f"; tkgen vs its reference on the device: {against_reference('moe_topk_gate_forward', tensors, params, outs)}"
+    print(line, flush=True)
+
+
 def backward(tkm, dev):
     g = torch.Generator().manual_seed(2)
     for seqs in (1, 2):
@@ -167,7 +190,7 @@ def main():
     except Exception as e:                      # noqa: BLE001
         print("no tile_kernels:", e)
         tkm = None
-    for part in (forward, backward):
+    for part in (forward, wrapped, backward):
         try:
             part(tkm, dev)
         except Exception as e:                  # noqa: BLE001
