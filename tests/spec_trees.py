@@ -28,3 +28,18 @@ def generated_tree(root, specs_by_name: dict):
     r = run("-m", "tkgen.tools.cli", "--specs", str(specs), "generate", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     return specs, out
+
+
+def validate_text(tmp_path, text):
+    """The SpecErrors of one spec file holding `text`, checked against the shipped specs directory."""
+    from tkgen.driver import validate_files
+    p = tmp_path / "op.yaml"
+    p.write_text(text)
+    return validate_files([p], registry.specs_dir())
+
+
+def only_error(tmp_path, text):
+    """The one SpecError of a spec text (see validate_text)."""
+    errors = validate_text(tmp_path, text)
+    assert len(errors) == 1, errors
+    return errors[0]

@@ -136,18 +136,26 @@ def test_progress_of_long_commands():
     assert tty.getvalue().endswith("\r")                               # cleared: the summary follows
 
 
-def test_validate_and_generate_call_the_progress(capsys, monkeypatch):
-    """The commands pass a step per spec (per file validated, per op rendered)."""
+def test_validate_and_generate_call_the_progress(capsys, monkeypatch, tmp_path):
+    """The commands pass a step per spec (per file validated, per op rendered); generate runs over a tree of
+    two ops (test_generated checks the shipped tree)."""
+    import shutil
     import tkgen.tools.cli as cli
+    from tkgen import registry
     seen = []
     monkeypatch.setattr(cli, "progress_printer", lambda verb, total, **k: lambda i, name: seen.append((verb, i, total)))
-    from tkgen import registry
     path = str(registry.specs_dir() / "moe" / "topk_gate.yaml")
     assert cli.main(["validate", path]) == 0
     assert seen == [("validated", 1, 1)]
     seen.clear()
-    assert cli.main(["generate", "--check"]) == 0
-    assert seen and seen[-1][0] == "rendered" and seen[-1][1] == seen[-1][2] and len(seen) == seen[-1][2]
+    specs = tmp_path / "specs"
+    for part in ("formats", "archs"):
+        shutil.copytree(registry.specs_dir() / part, specs / part)
+    for op in ("moe/topk_gate", "quant/cast_back"):
+        (specs / op).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(registry.specs_dir() / f"{op}.yaml", specs / f"{op}.yaml")
+    assert cli.main(["--specs", str(specs), "generate", "--out", str(tmp_path / "generated")]) == 0
+    assert seen == [("rendered", 1, 2), ("rendered", 2, 2)]
     capsys.readouterr()
 
 
@@ -170,3 +178,17 @@ def test_lower_unknown_op_and_arch(capsys):
     rc, _, err = _main(capsys, "lower", "topk_gate", "--arch", "sm91")
     assert rc == 2
     _one_line(err, "unknown CUDA arch 'sm91'", "did you mean sm90")
+
+
+def test_show_passes_prints_the_ir_after_each_pass():
+    r = run("show", "swiglu_forward", "--passes", "--arch", "cpu", "--variant", "fp32")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "swiglu_forward, variant fp32, profile cpu" in out
+    heads = [line for line in out.splitlines() if line.startswith("== ")]
+    assert heads[0] == "== naive" and heads[1] == "== plan_tiles"
+    # no streamed axis here: the pass runs with its parameters and rewrites nothing the text form shows
+    assert "== stream kind='serial' (unchanged)" in heads
+    assert "== fuse" in heads and "parallel (t, h):" in out and "store out[" in out
+    r = run("show", "swiglu_forward", "--passes", "--arch", "nope")
+    assert r.returncode != 0 and "unknown arch 'nope'" in r.stderr

@@ -1,5 +1,8 @@
 """Generated code: in sync with specs (the drift check), deterministic, headed by its spec and hash,
 and tkgen's hand-written code never names an operator."""
+import hashlib
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -22,23 +25,25 @@ def test_generated_is_in_sync_with_specs():
     assert r.returncode == 0, r.stderr
 
 
-def test_generating_does_not_import_torch():
-    """Generation is text from specs: without torch it takes a second, not four (CI runs it often)."""
-    code = ("import sys; from tkgen.codegen.generate import render_all; from tkgen import registry; "
-            "from tkgen.driver import load_catalog; render_all(load_catalog(registry.specs_dir())); "
-            "print('torch' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert r.stdout.strip() == "False", r.stdout + r.stderr
-
-
 @pytest.fixture(scope="module")
 def rendered(catalog):
     """Every generated file rendered once from the session's catalog (rendering all takes tens of seconds)."""
     return render_all(catalog)
 
 
-def test_rendering_is_deterministic(rendered):
-    assert rendered == render_all(load_catalog(registry.specs_dir()))
+def test_rendering_is_deterministic_and_does_not_import_torch(rendered):
+    """Another process, with its own string hashes, renders the same files; and generation is text from
+    specs: without torch it takes a second, not four (CI runs it often)."""
+    code = ("import hashlib, json, sys; from tkgen.codegen.generate import render_all; from tkgen import registry; "
+            "from tkgen.driver import load_catalog; files = render_all(load_catalog(registry.specs_dir())); "
+            "print(json.dumps({str(k): hashlib.sha256(v.encode()).hexdigest() for k, v in files.items()})); "
+            "print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert r.returncode == 0, r.stderr
+    digests, imported = r.stdout.strip().splitlines()[-2:]
+    assert imported == "False", r.stdout + r.stderr
+    assert json.loads(digests) == {str(k): hashlib.sha256(v.encode()).hexdigest() for k, v in rendered.items()}
 
 
 def test_every_file_names_its_spec_and_hash(rendered):

@@ -73,13 +73,18 @@ def test_a_5_mb_spec_is_refused_by_its_size_quickly(tmp_path):
     path = tmp_path / "huge.yaml"
     path.write_text(base[0] + "params:\n" + names + base[1])
     assert path.stat().st_size > 5_000_000
-    # validation has a fixed cost (the catalog the spec is checked against): the huge file may add little
-    t = time.perf_counter()
-    _only_error(CORPUS / "name_bad_key.yaml")
-    fixed = time.perf_counter() - t
-    t = time.perf_counter()
-    e = _only_error(path)
-    assert time.perf_counter() - t < fixed + 0.3
+    # validation has a fixed cost (the catalog the spec is checked against): the huge file may add little.
+    # The fastest of three runs of each, interleaved: one run of each is at the mercy of the test on the
+    # other core (in a full suite run, one came out 0.35 s over the fixed cost)
+    fixed, huge = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        _only_error(CORPUS / "name_bad_key.yaml")
+        fixed.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        e = _only_error(path)
+        huge.append(time.perf_counter() - t)
+    assert min(huge) < min(fixed) + 0.3, (fixed, huge)
     assert (e.line, e.col) == (1, 1) and "larger than 256 KiB" in e.message and len(str(e)) < 300
 
 

@@ -4,7 +4,8 @@ reduction) run where tests run, each op is also generated for the CPU profile wi
 checked against its reference, outputs inside poisoned canary margins (`tkgen.testing.check.poisoned`).
 A store of a padding element that lands on a real element of its own tensor is a race on a GPU but an
 overwrite in order on the CPU, so the scheduled IR is also checked: every store over a padded axis (or
-the packets of one) is guarded on it."""
+the packets of one) is guarded on it, by the verifier's `guarded` invariant after every pass of every
+profile (tkgen/ir/verify.py, tests/test_passes.py)."""
 import dataclasses
 import importlib
 import sys
@@ -66,30 +67,3 @@ def test_padded_reduced_axes_store_nothing_outside(name, tmp_path_factory):
     def prop(case):
         C.run_case(name, case, "cpu", arch=ARCH)
     prop()
-
-
-def _guarded_axes(e):
-    from tkgen.ir import prim as ir
-    return {n.axis for n in ir.walk(e) if isinstance(n, ir.Index)} if e is not None else set()
-
-
-@pytest.mark.parametrize("name", _padded_ops())
-def test_stores_over_padded_axes_are_guarded(name):
-    """Packets of a padded axis are padded too (a packet past the last real one holds only padding), and
-    each store over a padded tile axis has a guard that names it."""
-    from tkgen.ir import kernel as kir
-    from tkgen.schedule import pipeline as S
-    catalog = shipped_catalog()
-    spec = catalog.op(name)
-    for arch_name in C.cuda_archs():
-        arch = catalog.archs[arch_name]
-        for variant, program, module in generate.naive_modules(catalog, spec):
-            scheduled = S.apply(module, spec.resolved(variant), program, catalog, arch, S.resolve(spec, arch))
-            tiles = dict(scheduled.kernels[0].tiles)
-            for axis, ax in scheduled.axes.items():
-                if ax.packets and tiles[ax.packets[0]].padded:
-                    assert tiles[axis].padded, (arch_name, variant, axis)
-            for st in kir.statements(scheduled.kernels[0].body):
-                if isinstance(st, kir.Store):
-                    missing = {a for a in st.axes if tiles.get(a) and tiles[a].padded} - _guarded_axes(st.guard)
-                    assert not missing, (arch_name, variant, st.tensor, missing)

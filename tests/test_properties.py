@@ -30,16 +30,23 @@ def test_kernel_matches_reference_on_cpu(name):
     """`tests.examples` caps the example count and `tests.cuda_lowerings` the specializations lowered to
     CUDA. Each new specialization compiles a C kernel and lowers to CUDA, seconds each: the first for
     every CUDA profile, each later one for one profile in turn (the profiles' kernels differ only in their
-    knobs and target)."""
+    knobs and target). The first few cases also run with no rows and with one, on the kernel they
+    compiled (the row count is a runtime size)."""
     tests = _tests(name)
     profiles = C.cuda_archs()
+    op = registry.op_package(name).OP
     lowered = set()
+    row_cases = max(1, min(3, tests.get("examples", 9) // 3))
+    ran = []
 
     @settings(max_examples=min(settings.default.max_examples, tests.get("examples", settings.default.max_examples)))
     @given(_strategy(name))
     def prop(case):
         C.run_case(name, case, "cpu")
-        spec = C.specialization(registry.op_package(name).OP, case)
+        if len(ran) < row_cases:
+            ran.append(case)
+            _empty_and_single_row(name, op, case)
+        spec = C.specialization(op, case)
         if spec not in lowered and len(lowered) < tests.get("cuda_lowerings", float("inf")):
             archs = profiles if not lowered else (profiles[len(lowered) % len(profiles)],)
             lowered.add(spec)
@@ -66,20 +73,11 @@ def test_pinned_cases_lower_for_cuda(name):
             assert "__global__" in src, (arch, pinned)
 
 
-@pytest.mark.parametrize("name", op_names())
-def test_empty_and_single_row(name):
-    op = registry.op_package(name).OP
-
-    # a few examples (the first ones reuse the main property test's kernels when its budget is small)
-    @settings(max_examples=max(1, min(3, _tests(name).get("examples", 9) // 3)))
-    @given(_strategy(name))
-    def prop(case):
-        op = registry.op_package(name).OP
-        for rows in (0, 1):
-            c = C.with_rows(op, case, rows)
-            outs, _ = C.run_case(name, c, "cpu")      # shapes and values checked against the reference
-            # no rows: outputs over the rows are empty, sums over them are zero-filled at their full shape
-            dims = {**c["dims"], **c["params"]}
-            variant = C.variant_of(op, c["params"], c["inputs"])
-            assert [tuple(o.shape) for o in outs] == [tuple(i.shape_fn(dims, variant)) for i in op.outputs]
-    prop()
+def _empty_and_single_row(name, op, case):
+    for rows in (0, 1):
+        c = C.with_rows(op, case, rows)
+        outs, _ = C.run_case(name, c, "cpu")      # shapes and values checked against the reference
+        # no rows: outputs over the rows are empty, sums over them are zero-filled at their full shape
+        dims = {**c["dims"], **c["params"]}
+        variant = C.variant_of(op, c["params"], c["inputs"])
+        assert [tuple(o.shape) for o in outs] == [tuple(i.shape_fn(dims, variant)) for i in op.outputs]

@@ -2,9 +2,8 @@
 tiles past it crashed the process (exit 139). The cpu profile's `max_tile_bytes` bounds them: validate
 rejects a schedule whose tiles pass it at the sizes the spec names, and the kernel factory raises a
 ValueError, before anything is compiled or launched, at larger sizes the spec admits."""
-from spec_trees import generated_tree, run
+from spec_trees import generated_tree, run, validate_text as _errors
 from tkgen import registry
-from tkgen.driver import validate_files
 
 SPEC = """\
 op: big_tile
@@ -29,10 +28,6 @@ tests:
 """
 
 
-def _errors(tmp_path, text):
-    p = tmp_path / "op.yaml"
-    p.write_text(text)
-    return validate_files([p], registry.specs_dir())
 
 
 def test_the_profile_bounds_the_tiles():

@@ -2,9 +2,9 @@
 tests take to read specs.
 
 `load_catalog` reads a specs directory (tkgen/spec) and checks that every operator's stages mean something
-and that each of its variants lowers (tkgen/lower); `validate_files` checks single files against a
-catalog as `generate` reads them, rendering and auditing their modules in memory (tkgen/codegen). So a file
-that validates generates, and its modules import.
+(tkgen/lower/stages); `validate_files` checks single files against a catalog as `generate` reads them:
+each variant lowered once (tkgen/lower), scheduled, and its modules rendered and audited in memory
+(tkgen/codegen). So a file that validates generates, and its modules import.
 """
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from .lower.lowering import lower_program
 from .lower.stages import typecheck
 from .lower.stages.base import STAGES
 from .spec import expr as E
@@ -24,18 +23,18 @@ from .spec.loader import Document, SpecError, read
 from .spec.safety import short
 
 
-def check_lowers(spec, elements, scales, layouts):
-    """The stage library checks what the compute stages mean, and that every variant lowers: what validate
-    accepts, generate lowers."""
-    formats = M.Catalog(spec.path.parent, {}, elements, scales, {}, {}, layouts)
-    typecheck(spec, elements, scales, lambda variant, program: lower_program(formats, spec, variant, program))
+def check_stages(spec, elements, scales, layouts):
+    """The stage library checks what the compute stages mean. Each variant is lowered later, once, by
+    `generate` or `validate` (tkgen/lower/lowering.py: lower_variants), which report a stage the lowering
+    refuses at its line."""
+    typecheck(spec, elements, scales)
     check_unused_values(spec.doc_ref, spec)
 
 
 def check_unused_values(doc, spec):
     """A statement none of whose values is stored or read later (a top-k result never used) is an error:
     nothing of it would be generated, so it is most likely a mistake. Checked after the stage library's
-    type rules (check_lowers), whose errors say more about a statement that also goes unused."""
+    type rules (check_stages), whose errors say more about a statement that also goes unused."""
     used = set(spec.outputs)
     for st in reversed(spec.stages):
         acts = isinstance(st.value, E.Call) and getattr(STAGES.get(st.value.fn), "acts", False)
@@ -47,14 +46,14 @@ def check_unused_values(doc, spec):
 
 
 def load_catalog(root, lenient=False) -> M.Catalog:
-    """Every spec file under `root`, read, checked and lowered once per variant as a check (`lenient`:
+    """Every spec file under `root`, read and checked (`lenient`:
     operator files that fail are left out; tkgen/spec/model.py: load_catalog)."""
-    return M.load_catalog(root, check_op=check_lowers, lenient=lenient)
+    return M.load_catalog(root, check_op=check_stages, lenient=lenient)
 
 
 def build_op(doc: Document, elements, scales, arch_names, layouts=None):
     """One operator of a read document, built and checked as `load_catalog` does."""
-    return M.build_op(doc, elements, scales, arch_names, layouts, check_lowers)
+    return M.build_op(doc, elements, scales, arch_names, layouts, check_stages)
 
 
 def validate_files(paths, root=None, progress=None):
@@ -89,6 +88,7 @@ def validate_document(doc: Document, base: Optional[M.Catalog]):
         return
     if doc.kind == "arch":
         arch = M.build_arch(doc)
+        _check_passes(doc, arch)
         if base is not None:
             catalog = dataclasses.replace(base, archs={**base.archs, arch.name: arch},
                                           documents={**base.documents, arch.path: doc})
@@ -106,6 +106,15 @@ def validate_document(doc: Document, base: Optional[M.Catalog]):
     _render_checked(doc, catalog, ops=(spec.name,))
 
 
+def _check_passes(doc, arch):
+    """A profile's `passes:` names registered passes with parameters they take."""
+    from .schedule.passes import pipeline_for
+    try:
+        pipeline_for(arch)
+    except ValueError as e:
+        raise doc.error(("passes",), str(e)) from None
+
+
 def _with_format(base, fmt, doc):
     kind = "elements" if isinstance(fmt, F.ElementFormat) else "layouts" if isinstance(fmt, F.Layout) else "scales"
     documents = {**base.documents, doc.path: doc}
@@ -119,9 +128,11 @@ def _render_checked(doc, catalog, ops):
     """Render the shared modules and those of `ops` in memory and audit them, as `generate` would. A failure
     that no check above caught is reported against the file rather than as a traceback."""
     from .codegen.generate import render_modules
+    from .schedule.pipeline import verifying
     from .spec.safety import AuditError, audit_all
     try:
-        audit_all(render_modules(catalog, ops))
+        with verifying():       # the kernel IR checked after every schedule pass (tkgen/ir/verify.py)
+            audit_all(render_modules(catalog, ops))
     except SpecError:
         raise
     except AuditError as e:

@@ -25,7 +25,7 @@ from ..spec import expr as E
 from ..spec import formats as F
 from ..schedule import pipeline as S
 from ..spec.autograd import plan as autograd_plan
-from ..lower.lowering import lower_program
+from ..lower.lowering import lower_variants
 from .merge_variants import Printed, merge
 from ..spec.checks import binding
 from .format_source import WIDTH, format_source
@@ -69,12 +69,8 @@ def schedule_for(spec, arch) -> dict:
 
 
 def naive_modules(catalog, spec):
-    """(variant, program, naive kernel-IR module) of every variant of an op."""
-    out = []
-    for variant in spec.variants():
-        program = build_program(spec, catalog.elements, catalog.scales, variant)
-        out.append((variant, program, lower_program(catalog, spec, variant, program)))
-    return out
+    """(variant, program, naive kernel-IR module) of every variant of an op (tkgen/lower/lowering.py)."""
+    return lower_variants(catalog, spec)
 
 
 class KernelSource(NamedTuple):

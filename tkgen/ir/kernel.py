@@ -13,7 +13,7 @@ tensors). A kernel is a list of statements over axes:
 
 Expressions read buffers (`ir.Read`), tensors (`ir.Fetch`) and axis indices (`ir.Index`). A statement
 over axes means: for every index of those axes. The *naive* module holds every axis whole, with one block;
-the PyTorch reference prints it on whole tensors. A schedule (tkgen/schedule/pipeline.py) rewrites it for a target:
+the PyTorch reference prints it on whole tensors. A schedule (tkgen/schedule/: a pipeline of passes) rewrites it for a target:
 it splits axes across blocks (`Kernel.tiles`), pads axes, goes persistent, streams axes, places buffers
 and fuses loops; the TileLang printer prints the result.
 """
@@ -163,7 +163,7 @@ class Gemm:
 @dataclass(frozen=True)
 class Nest:
     """One parallel loop over `axes` (outermost first) running elementwise statements in order: Computes
-    and Stores that a schedule fused (tkgen/schedule/pipeline.py: fuse)."""
+    and Stores that a schedule fused (tkgen/schedule/loops.py: fuse)."""
 
     axes: Tuple[str, ...]
     body: Tuple[Union[Compute, Store], ...]
@@ -228,6 +228,12 @@ class Module:
 
     def replace(self, **kw) -> "Module":
         return dataclasses.replace(self, **kw)
+
+    def rewrite_main(self, fn) -> "Module":
+        """The module with its first kernel's body replaced by `fn(kernel)`: the passes that rewrite the
+        main kernel leave the kernels appended after it (a block sum, a zeroing of padding rows) alone."""
+        kernel = self.kernels[0]
+        return self.replace(kernels=(dataclasses.replace(kernel, body=tuple(fn(kernel))),) + self.kernels[1:])
 
 
 def statements(body):

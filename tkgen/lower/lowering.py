@@ -19,7 +19,7 @@ from ..ir import prim as ir, kernel as kir
 from ..spec import pyexpr as P
 from ..ir.prim import F32, I32, I64, RAW, U32, op
 from ..spec.signature import INT_ELEMS, TensorSig, signature
-from .stages import StageError
+from .stages import StageError, typecheck
 from .stages import neutral, topk_key
 
 # names the printers generate (loop, block and size variables, kernel symbols): a value named like one
@@ -385,3 +385,10 @@ def _divisors(e):
 
 def lower_program(catalog, spec, variant, program) -> kir.Module:
     return Lowering(catalog, spec, variant, program).build()
+
+
+def lower_variants(catalog, spec):
+    """(variant, program, naive kernel-IR module) of every variant of an op, each lowered once: what
+    `generate` and `validate` schedule and print. A stage the lowering refuses is an error at its line."""
+    return typecheck(spec, catalog.elements, catalog.scales,
+                     lambda variant, program: lower_program(catalog, spec, variant, program))

@@ -1,6 +1,7 @@
-"""The schedule: rewrites of a naive kernel module for one target, and the pipeline that runs them.
+"""The schedule: passes that rewrite a naive kernel module for one target, and the pipelines that run them.
 
-`pipeline` resolves an op's schedule (spec, arch block, tuned table) and applies the rewrites in order;
-each other module is one rewrite: `stream` (a streamed axis), `gemm` (matmul tiles), `fold_sources`
-(small state read from shared copies), `persistent` (a grid of resident blocks), `padding_rows`.
+`passes` is the registry (each rewrite a named pass with typed parameters) and the default pipeline of each
+backend; `pipeline` resolves an op's schedule (spec, arch block, tuned table) and runs the profile's
+pipeline (`apply`). Each other module holds one family of passes: `tiles`, `guards`, `stores`,
+`fold_sources`, `stream`, `gemm`, `persistent`, `padding_rows`, `loops`, `tile_bytes`.
 """

@@ -17,6 +17,7 @@ import dataclasses
 from typing import Dict, Optional
 
 from ..ir import prim as ir, kernel as kir
+from .passes import register
 
 
 def _defs(body) -> Dict[str, kir.Compute]:
@@ -182,3 +183,17 @@ def drop_unread(body, candidates: set):
         if len(kept) == len(body):
             return kept
         body = kept
+
+
+@register("read_fold_sources")
+def read_fold_sources_pass(module: kir.Module, ctx) -> kir.Module:
+    """An ordered fold of a value that is a function of loads computes each element where it is added,
+    instead of reading a staged copy of the whole tile."""
+    return module.rewrite_main(lambda kernel: read_fold_sources(kernel.body, kernel))
+
+
+@register("unroll_fetching_loops")
+def unroll_pass(module: kir.Module, ctx) -> kir.Module:
+    """A fold that reads tensors at its step is unrolled (CUDA: the loads of several steps in flight)."""
+    return module.replace(kernels=tuple(dataclasses.replace(k, body=tuple(unroll_fetching_loops(k.body)))
+                                        for k in module.kernels))

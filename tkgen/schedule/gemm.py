@@ -18,6 +18,7 @@ from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
 from ..spec import pyexpr as P
 from ..ir.prim import F32, I32, op
+from .passes import register
 
 WARP_ROWS = 16            # what a warp's part of a T.gemm tile is a multiple of, in M and in N
 
@@ -107,3 +108,20 @@ def expand_gemm(body):
         add = op("add", ir.Read(st.c.name, F32), op("mul", at(st.a), at(st.b)))
         out.append(kir.Loop(step.name, ir.Size(f"B_{st.k}"), (kir.Compute(st.c, add),)))
     return out
+
+
+def _first(module, fn):
+    kernel = module.kernels[0]
+    return module.replace(kernels=(dataclasses.replace(kernel, body=tuple(fn(kernel.body))),) + module.kernels[1:])
+
+
+@register("place_gemm")
+def place_gemm_pass(module: kir.Module, ctx) -> kir.Module:
+    """Tile matmuls as T.gemm, their operands and result placed where the tensor cores read them."""
+    return _first(module, place_gemm)
+
+
+@register("expand_gemm")
+def expand_gemm_pass(module: kir.Module, ctx) -> kir.Module:
+    """Tile matmuls as an ordered loop of multiply-adds (targets without fragments)."""
+    return _first(module, expand_gemm)

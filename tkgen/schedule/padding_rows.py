@@ -17,6 +17,7 @@ from ..ir import prim as ir, kernel as kir
 from ..spec import pyexpr as P
 from ..ir.prim import BOOL, I32, I64, op
 from .persistent import numel_of, unflatten
+from .passes import register
 
 ROW_BLOCK = 2048           # elements of a padding row per block
 
@@ -49,3 +50,9 @@ def zero_padding_rows(module: kir.Module) -> kir.Module:
     if not first:
         return module
     return dataclasses.replace(module, axes=axes, kernels=tuple(first) + tuple(module.kernels))
+
+
+@register("zero_padding_rows")
+def padding_rows_pass(module: kir.Module, ctx) -> kir.Module:
+    """One kernel per output with `padding:`, first, zeroing its padding rows."""
+    return zero_padding_rows(module)

@@ -12,12 +12,13 @@ What does not depend on the row tile (a weight vector's load) is computed once, 
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
 from ..spec import pyexpr as P
 from ..ir.prim import I32, op
+from .passes import register
 
 BLOCKS = "blocks"
 SUM_THREADS = 128          # threads (one element each) of a block of the kernel adding the partials
@@ -135,3 +136,15 @@ def _block_sum_kernel(t: kir.TensorArg, scratch: kir.TensorArg, axis: str, dtype
     block = P.call("min", E.Num(SUM_THREADS), E.Name("threads"))
     return kir.Kernel(f"blocksum_{t.name}", body, tiles=((axis, kir.Tile(block, True)),),
                       threads=ir.Size(f"B_{axis}"))
+
+
+@register("go_persistent")
+def persistent_pass(module: kir.Module, ctx, blocks: Optional[int] = None) -> kir.Module:
+    """Where the schedule says `persistent: true`: a fixed number of blocks (`blocks`; default the
+    schedule's `blocks`, else the profile's `persistent_blocks`) loop over the row tiles, and sums over the
+    rows are added per block, then in block order."""
+    if not ctx.sched.get("persistent"):
+        return module
+    module = go_persistent(module, module.kernels[0], ctx.dyn)
+    n = blocks if blocks is not None else ctx.sched.get("blocks", ctx.arch.persistent_blocks)
+    return module.replace(knobs=module.knobs + ((BLOCKS, n),))

@@ -19,6 +19,7 @@ from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
 from ..spec import pyexpr as P
 from ..lower.lowering import neutral
+from .passes import register
 
 KNOB_CHUNK = "chunk_{}"
 
@@ -127,3 +128,14 @@ def stream_body(body, axis, kind="serial", stages=0) -> List[kir.Stmt]:
     chunks = ir.op("floordiv", ir.Size(f"N_{axis}"), ir.Size(f"B_{axis}"))
     loop = kir.Loop(f"b_{axis}", chunks, tuple(inside), kind=kind, stages=stages)
     return before + fills + [loop] + after
+
+
+@register("stream")
+def stream_pass(module: kir.Module, ctx, kind: str = "serial", stages: int = 0) -> kir.Module:
+    """For each axis of the schedule's `stream:`, the statements over it run in a loop over its chunks
+    (`kind`: serial or pipelined, with `stages`), reductions and matmuls over it carried."""
+    kernel = module.kernels[0]
+    body = kernel.body
+    for axis in ctx.sched.get("stream", {}):
+        body = stream_body(body, axis, kind, stages)
+    return module.replace(kernels=(dataclasses.replace(kernel, body=tuple(body)),) + module.kernels[1:])

@@ -17,6 +17,7 @@ The sum of the buffers is an upper bound on the stack a C kernel takes (the comp
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 
 from ..ir import kernel as kir
 from ..ir import prim as ir
@@ -25,18 +26,15 @@ from ..spec import expr as E
 from ..spec.checks import _samples
 from ..spec.formats import ITEMSIZE
 from ..spec.signature import storage
+from .passes import register
 
 _BYTES = {ir.F32: 4, ir.I32: 4, ir.U32: 4, ir.F64: 8, ir.I64: 8, ir.BOOL: 1}
 
+# the schedule arithmetic the factory runs (tkgen/runtime/schedule.py), beside the constant functions
 _FUNCS = {
-    "min": min, "max": max,
-    "ceildiv": lambda a, b: -(-a // b),
-    "align": lambda a, b: -(-a // b) * b,
     "pick_block": functools.lru_cache(maxsize=4096)(R.pick_block),
     "pad_pow2": R.pad_pow2, "fit_rows": R.fit_rows, "fit_threads": R.fit_threads,
 }
-_BINARY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a // b,
-           "//": lambda a, b: a // b, "%": lambda a, b: a % b}
 
 
 def buffer_bytes(catalog, arch, b: kir.Buffer) -> int:
@@ -61,23 +59,31 @@ def tiles_bytes(module: kir.Module, kernel: kir.Kernel, catalog, arch) -> E.Node
     return total if total is not None else E.Num(0)
 
 
+class _Sizes(Mapping):
+    """The factory's names over some sizes: a name bound to a size expression (`B_h` to its `pick_block`
+    call) is evaluated where it is read."""
+
+    def __init__(self, names):
+        self.names = names
+
+    def __contains__(self, name):
+        return name in self.names
+
+    def __getitem__(self, name):
+        v = self.names[name]
+        return evaluate(v, self) if isinstance(v, E.Node) else v
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self):
+        return len(self.names)
+
+
 def evaluate(node, env):
     """A size expression's value, with the schedule's functions (tkgen/runtime/schedule.py) as the factory
     runs them."""
-    if isinstance(node, E.Num):
-        return node.value
-    if isinstance(node, E.Name):
-        if node.id not in env:
-            raise KeyError(node.id)
-        v = env[node.id]
-        return evaluate(v, env) if isinstance(v, E.Node) else v
-    if isinstance(node, E.Unary) and node.op == "-":
-        return -evaluate(node.arg, env)
-    if isinstance(node, E.Binary) and node.op in _BINARY:
-        return _BINARY[node.op](evaluate(node.lhs, env), evaluate(node.rhs, env))
-    if isinstance(node, E.Call) and node.fn in _FUNCS:
-        return _FUNCS[node.fn](*(evaluate(a, env) for a in node.args))
-    raise KeyError(f"{node!r}")
+    return E.evaluate(node, env if isinstance(env, _Sizes) else _Sizes(env), _FUNCS)
 
 
 def _env(module, kernel, sizes):
@@ -148,3 +154,10 @@ def _cached_samples(spec, at_max=True):
     if key not in _SAMPLES:
         _SAMPLES[key] = list(_samples(spec, at_max))
     return _SAMPLES[key]
+
+
+@register("check_tile_bytes")
+def tile_bytes_pass(module: kir.Module, ctx) -> kir.Module:
+    """Where the profile bounds a block's tile bytes (`max_tile_bytes`): an error where the sizes the spec
+    names pass it, a factory check where larger sizes it admits may."""
+    return check_tile_bytes(module, ctx.spec, ctx.catalog, ctx.arch)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable, Mapping, Union
+from typing import Callable, Mapping, Optional, Union
 
 from . import safety
 
@@ -310,8 +310,9 @@ _CONST_BINARY: Mapping[str, Callable] = {
 }
 
 
-def evaluate(node: Node, env: Mapping[str, object]):
-    """Evaluate a constant expression (shapes, constraints, schedule numbers) against known values.
+def evaluate(node: Node, env: Mapping[str, object], funcs: Optional[Mapping[str, Callable]] = None):
+    """Evaluate a constant expression (shapes, constraints, schedule numbers) against known values;
+    `funcs`: functions beside the constant ones (the schedule arithmetic of tile sizes).
 
     `/` is exact integer division on integers: a shape like `H / group` that does not divide is an error.
     """
@@ -322,19 +323,19 @@ def evaluate(node: Node, env: Mapping[str, object]):
             raise ExprError(f"unknown name {node.id!r}")
         return env[node.id]
     if isinstance(node, Unary):
-        v = evaluate(node.arg, env)
+        v = evaluate(node.arg, env, funcs)
         return -v if node.op == "-" else (not v)
     if isinstance(node, Binary):
         if node.op == "and":
-            return evaluate(node.lhs, env) and evaluate(node.rhs, env)
+            return evaluate(node.lhs, env, funcs) and evaluate(node.rhs, env, funcs)
         if node.op == "or":
-            return evaluate(node.lhs, env) or evaluate(node.rhs, env)
-        return _CONST_BINARY[node.op](evaluate(node.lhs, env), evaluate(node.rhs, env))
+            return evaluate(node.lhs, env, funcs) or evaluate(node.rhs, env, funcs)
+        return _CONST_BINARY[node.op](evaluate(node.lhs, env, funcs), evaluate(node.rhs, env, funcs))
     if isinstance(node, Call):
-        fn = _CONST_FUNCS.get(node.fn)
+        fn = (funcs or {}).get(node.fn) or _CONST_FUNCS.get(node.fn)
         if fn is None:
             raise ExprError(f"unknown function {node.fn!r} in a constant expression")
-        return fn(*(evaluate(a, env) for a in node.args))
+        return fn(*(evaluate(a, env, funcs) for a in node.args))
     raise TypeError(node)
 
 

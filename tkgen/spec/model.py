@@ -145,6 +145,7 @@ class Arch:
     native_casts_saturate: bool = False    # whether native casts to saturating formats saturate (satfinite)
     persistent_blocks: int = 1             # blocks of a persistent grid (a few per multiprocessor)
     max_tile_bytes: Optional[int] = None   # the most bytes the tiles of a block may take (None: no bound)
+    passes: Optional[tuple] = None         # the schedule's pipeline of passes (None: the backend's default)
 
 
 @dataclass
@@ -467,7 +468,8 @@ def build_arch(doc: Document) -> Arch:
                 d.get("vector_bytes", 16), d.get("tile_elems", 4096), tuple(d["native_formats"]),
                 dict(d.get("pass_configs", {})), tuple(d.get("compile_flags", [])), dict(d.get("tuned", {})),
                 doc.path, d.get("pad_reduced", False), d.get("max_skips_nan", True),
-                d.get("native_casts_saturate", False), d.get("persistent_blocks", 1), d.get("max_tile_bytes"))
+                d.get("native_casts_saturate", False), d.get("persistent_blocks", 1), d.get("max_tile_bytes"),
+                tuple(d["passes"]) if "passes" in d else None)
 
 
 def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op=None) -> OpSpec:

@@ -38,6 +38,8 @@ def cmd_show(args):
     if args.op not in cat.ops:
         raise UsageError(f"unknown op {args.op!r}{did_you_mean(args.op, cat.ops)}")
     spec = cat.op(args.op)
+    if args.passes:
+        return _show_passes(cat, spec, args)
     print(f"{spec.name} ({spec.family}) — {spec.path}")
     print("  " + " ".join(spec.doc.split()))
     print("params:")
@@ -65,6 +67,35 @@ def cmd_show(args):
     print(f"generated ({gen}):")
     for f in sorted(gen.glob("*.py")):
         print(f"  {f.name}")
+    return 0
+
+
+def _show_passes(cat, spec, args):
+    """The kernel IR of one variant on one profile: naive, then after each pass of the profile's pipeline."""
+    from ..codegen.generate import naive_modules
+    from ..ir import show
+    from ..schedule import passes as PS
+    from ..schedule import pipeline as S
+    arch_name = args.arch or ("sm90" if "sm90" in cat.archs else sorted(cat.archs)[0])
+    if arch_name not in cat.archs:
+        raise UsageError(f"unknown arch {arch_name!r}{did_you_mean(arch_name, cat.archs)}")
+    arch = cat.archs[arch_name]
+    naive = naive_modules(cat, spec)
+    names = [spec.variant_name(v) for v, _, _ in naive]
+    want = args.variant or names[0]
+    if want not in names:
+        raise UsageError(f"unknown variant {want!r} of {spec.name} (variants: {', '.join(names)})")
+    variant, program, module = naive[names.index(want)]
+    trace = PS.Trace()
+    S.apply(module, spec.resolved(variant), program, cat, arch, S.resolve(spec, arch), verify=True, trace=trace)
+    print(f"# {spec.name}, variant {want}, profile {arch.name}: {len(trace.steps)} passes")
+    last = show.module(module)
+    print("\n== naive\n" + last)
+    for name, params, m in trace.steps:
+        args_ = "".join(f" {k}={v!r}" for k, v in params.items())
+        text = show.module(m)           # a pass that rewrote nothing the text form shows is left out
+        print(f"\n== {name}{args_}" + (" (unchanged)" if text == last else "\n" + text))
+        last = text
     return 0
 
 
@@ -282,6 +313,10 @@ def main(argv=None):
     sub.add_parser("list", help="operators, formats and architectures").set_defaults(fn=cmd_list)
     p = sub.add_parser("show", help="an operator's spec in brief and its generated files")
     p.add_argument("op")
+    p.add_argument("--passes", action="store_true",
+                   help="the kernel IR after each schedule pass instead (tkgen/schedule/passes.py)")
+    p.add_argument("--arch", default=None, help="with --passes: the profile (default: sm90)")
+    p.add_argument("--variant", default=None, help="with --passes: the variant (default: the first)")
     p.set_defaults(fn=cmd_show)
     p = sub.add_parser("validate", help="check spec files (schema, names, expressions, stages)")
     p.add_argument("paths", nargs="+")

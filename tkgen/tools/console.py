@@ -8,16 +8,11 @@ import time
 from pathlib import Path
 
 from .. import registry
+from ..spec.safety import did_you_mean  # noqa: F401 (the commands' and the specs' one rule)
 
 
 class UsageError(Exception):
     """A name the command does not know (an op, a file, an arch): one line on stderr, exit code 2."""
-
-
-def did_you_mean(name: str, candidates) -> str:
-    """"; did you mean X?" naming the closest of `candidates`, or "" when none is close."""
-    close = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=3, cutoff=0.6)
-    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def known_op(name: str):

@@ -33,14 +33,16 @@ __all__ = ["FUNCTIONS", "RAW", "STAGES", "Program", "StageError", "Step", "Value
 
 def typecheck(spec, elements, scales, lower=None):
     """Check every variant's compute block, and with `lower(variant, program)` its lowering too; errors
-    point at the stage's line (and column) in the spec."""
+    point at the stage's line (and column) in the spec. Returns (variant, program, what `lower` returned)
+    per variant."""
+    out = []
     for variant in spec.variants():
         try:
             program = build_program(spec, elements, scales, variant)
-            if lower is not None:
-                lower(variant, program)
+            out.append((variant, program, lower(variant, program) if lower is not None else None))
         except StageError as e:
             message = in_user_terms(spec, e.message)
             if e.field_path is not None:
                 raise spec.doc_ref.error(e.field_path, message) from None
             raise spec.doc_ref.error(("compute", e.stage_index), message, col_offset=e.col) from None
+    return out
