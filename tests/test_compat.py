@@ -301,11 +301,11 @@ def test_moe_gates_and_helpers():
     assert tk.moe.moe_topk_gate(logits, 6, True, 2, 1.5, 0, mask=mask, out=out, scores=scores,
                                 unmapped_topk_idx=unmapped) is out
     same(out, (idx, wt))
-    same((idx, wt, scores, unmapped), ops.moe_topk_gate_forward(logits, 6, 8, mask=mask.to(torch.int32),
-                                                                routed_scaling_factor=1.5))
+    same((idx, wt, scores), ops.moe_topk_gate_forward(logits, 6, 8, mask=mask.to(torch.int32),
+                                                      routed_scaling_factor=1.5))
     same(unmapped, idx[:, :6].contiguous())
     grad = tk.moe.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, 1.5)
-    same(grad, ops.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, routed_scaling_factor=1.5))
+    same(grad, ops.moe_topk_gate_backward(scores, unmapped, wt[:, :6].contiguous(), w, 1.5))
     same(tk.moe.normalize_weight(w), ops.normalize_weight(w))
     same(tk1.moe.normalize_weight(w), ops.normalize_weight_sequential(w))
     ids = torch.randint(-1, 72, (T, 6), generator=g)

@@ -312,6 +312,7 @@ def test_moe_topk_gate_forward_options(e, shared, k, with_mask, with_bias, image
                                     unmapped_topk_idx=given if fix else None, to_physical_map=pmap,
                                     logical_count=count, routed_scaling_factor=rsf, ep_rank=ep_rank,
                                     num_dups=3 if mapped else 1)
+    assert len(got) == (4 if mapped else 3)           # the selection (`unmapped`) comes with the physical map
     for a, b in zip(got, (want_idx, want_w, want_u, want_unmapped)):
         same_bits(a, b)
 
@@ -446,7 +447,7 @@ def test_top2_sum_gate_options(scoring, groups, topk_groups, e, shared, k, fix, 
     else:
         same_bits(w, want_w)
     i32 = (lambda m: None if m is None else m.to(torch.int32))
-    got = ops.top2_sum_gate(logits, bias, k, groups or 1, topk_groups or 1, k + shared, ep, tp_rank, tp,
+    got = ops.top2_sum_gate(logits, bias, k, groups or 1, topk_groups or 1, ep, tp_rank, tp, num_shared=shared,
                             mask=i32(mask), fix_routing_mask=i32(fixed), unmapped_topk_idx=given if fix else None,
                             to_physical_map=pmap, logical_count=count, scoring=scoring, routed_scaling_factor=rsf,
                             ep_rank=ep_rank, num_dups=dups)
@@ -480,8 +481,8 @@ def test_moe_topk_gate_backward_grad_scores_sum(seqs):
     want = torch.where(ud > 0, (1 - torch.exp(-ud * ud)) / (2 * ud), 0.0) * du
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
     assert torch.equal(got[[3, 10]], torch.zeros(2, e))
-    same_bits(got, ops.moe_topk_gate_backward(u, unmapped, w, grad_w, gss, mask.to(torch.int32),
-                                              routed_scaling_factor=rsf, num_seqs=seqs, seq_len=t // seqs))
+    same_bits(got, ops.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf, gss, mask.to(torch.int32),
+                                              num_seqs=seqs, seq_len=t // seqs))
     without = tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf)
     same_bits(without, tk.moe.moe_topk_gate_backward(u, unmapped, w, grad_w, rsf, mask=mask))   # mask alone: no term
     with pytest.raises(ValueError, match="moe_topk_gate_backward: `mask` must be given with grad_scores_sum"):
@@ -505,3 +506,36 @@ def test_physical_map_duplicate_wraps_in_int32_past_token_92036():
     want = pmap.numpy().reshape(-1)[2 * 3 + np.fmod(tok, 3)]           # C's remainder, the map read flat
     assert torch.equal(idx[:, 0], torch.from_numpy(want.astype(np.int64)))
     assert set(want[92037:].tolist()) & {21, 22}                      # rows that read expert 1's columns
+
+
+def test_the_calls_written_before_the_gate_options_keep_working():
+    """Issue 27 item 5: every call of main's (before issue 28's options) signatures, positional, of
+    tkgen.ops and of the torch.library custom ops, gives what it gave: the options come after the existing
+    arguments with defaults, and the forward's `unmapped` comes back only with the physical map."""
+    t, e, k, rsf = 6, 16, 4, 1.5
+    logits = torch.randn(t, e, generator=g)
+    bias = torch.randn(e, generator=g)
+    mask = torch.tensor([1, 0, 1, 1, 1, 0], dtype=torch.int32)
+    # moe_topk_gate_forward(logits, num_topk, num_slots, mask=None, bias=None, routed_scaling_factor=1.0)
+    want_idx, want_w, want_u, _ = gate_oracle_v2(logits, k, 1, rsf, 0, mask.bool(), bias)
+    for got in (ops.moe_topk_gate_forward(logits, k, k + 1, mask, bias, rsf),
+                torch.ops.tkgen.moe_topk_gate_forward(logits, mask, bias, k, k + 1, rsf)[:3]):
+        assert len(got) == 3
+        for a, b in zip(got, (want_idx, want_w, want_u)):
+            same_bits(a, b)
+    idx, w, u = ops.moe_topk_gate_forward(logits, k, k, mask, None, rsf)
+    # moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor=1.0)
+    grad_w = torch.randn(t, k, generator=g)
+    grad = ops.moe_topk_gate_backward(u, idx, w, grad_w, rsf)
+    assert isinstance(grad, torch.Tensor) and grad.shape == (t, e)
+    same_bits(grad, ops.moe_topk_gate_backward(u, idx, w, grad_w, routed_scaling_factor=rsf))
+    same_bits(grad, torch.ops.tkgen.moe_topk_gate_backward(u, idx, w, grad_w, rsf))
+    assert not torch.equal(grad, ops.moe_topk_gate_backward(u, idx, w, grad_w))      # rsf is read, not dropped
+    # top2_sum_gate(logits, bias, num_topk, num_groups, num_topk_groups, num_ep_ranks, tp_rank, num_tp_ranks,
+    #               mask=None, scoring='sigmoid', routed_scaling_factor=1.0)
+    want = top2_oracle(logits, bias, k, 4, 2, 0, rsf, 0, 2, 1, 2, "sqrtsoftplus", mask.bool(), None, None, None, None)
+    for got in (ops.top2_sum_gate(logits, bias, k, 4, 2, 2, 1, 2, mask, "sqrtsoftplus", rsf),
+                torch.ops.tkgen.top2_sum_gate(logits, bias, mask, "sqrtsoftplus", k, 4, 2, rsf, 2, 1, 2)):
+        assert len(got) == 3 and got[0].shape == (t, k)
+        for a, b in zip(got, want):
+            same_bits(a, b)

@@ -38,9 +38,8 @@ def _format(t: torch.Tensor, what: str) -> str:
 def _gate_forward(logits, mask, bias, num_topk, routed_scaling_factor):
     """(topk_weights, topk_idx, scores): the differentiable output first (torch.library.opcheck sums the
     outputs starting from the first). Also the fake: the generated op's fake gives the shapes."""
-    idx, weights, scores, _ = torch.ops.tkgen.moe_topk_gate_forward(logits, mask, bias, None, None, None, None,
-                                                                    None, None, num_topk, num_topk,
-                                                                    routed_scaling_factor, 0, 1)
+    idx, weights, scores, _ = torch.ops.tkgen.moe_topk_gate_forward(logits, mask, bias, num_topk, num_topk,
+                                                                    routed_scaling_factor)
     return weights, idx, scores
 
 
@@ -65,7 +64,7 @@ def _gate_backward(ctx, grad_weights, grad_idx, grad_scores):
     grad_logits = None
     if grad_weights is not None:
         grad_logits = torch.ops.tkgen.moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_weights.contiguous(),
-                                                             None, None, ctx.routed_scaling_factor, 1, 1)
+                                                             ctx.routed_scaling_factor)
     return grad_logits, None, None, None, None
 
 

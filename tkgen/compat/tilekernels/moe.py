@@ -75,16 +75,18 @@ def moe_topk_gate_forward(logits, num_topk: int, use_shared_as_routed: bool, num
     fixed = None if fix_routing_mask is None else flag(name, "fix_routing_mask", fix_routing_mask, rows)
     image = None if image_token_mask is None else flag(name, "image_token_mask", image_token_mask, rows)
     routed = None if mask is None else flag(name, "mask", mask, rows)
-    idx, weights, u, unmapped = ops().moe_topk_gate_forward(
+    outs = ops().moe_topk_gate_forward(
         logits.contiguous(), num_topk, num_topk + shared, mask=routed, bias=bias, image_bias=image_bias,
         image_token_mask=image, fix_routing_mask=fixed,
         unmapped_topk_idx=None if fixed is None else unmapped_topk_idx.contiguous(), to_physical_map=pmap,
         logical_count=count, routed_scaling_factor=routed_scaling_factor,
         ep_rank=ep_rank if pmap is not None else 0, num_dups=dups)
+    # the selection (`unmapped`) comes back with the physical map; without it, the routed slots are the selection
+    idx, weights, u = outs[:3]
     if scores is not None:
         scores.copy_(u)
     if unmapped_topk_idx is not None:
-        unmapped_topk_idx.copy_(unmapped)
+        unmapped_topk_idx.copy_(outs[3] if pmap is not None else idx[:, :num_topk])
     if out is not None:
         out[0].copy_(idx)
         out[1].copy_(weights)

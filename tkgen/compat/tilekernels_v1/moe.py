@@ -100,8 +100,8 @@ def top2_sum_gate(logits, bias, num_topk: int, num_topk_groups: int, num_groups:
     fixed = None if fix_routing_mask is None else flag(name, "fix_routing_mask", fix_routing_mask, rows)
     routed = None if mask is None else flag(name, "mask", mask, rows)
     idx, weights, unmapped = ops().top2_sum_gate(
-        logits.contiguous(), bias, num_topk, num_groups or 1, num_topk_groups or 1, num_topk + shared, num_ep_ranks,
-        tp_rank, num_tp_ranks, mask=routed, fix_routing_mask=fixed,
+        logits.contiguous(), bias, num_topk, num_groups or 1, num_topk_groups or 1, num_ep_ranks, tp_rank,
+        num_tp_ranks, mask=routed, num_shared=shared, fix_routing_mask=fixed,
         unmapped_topk_idx=None if fixed is None else unmapped_topk_idx.contiguous(), to_physical_map=pmap,
         logical_count=count, scoring=scoring_func, routed_scaling_factor=routed_scaling_factor,
         ep_rank=ep_rank if pmap is not None else 0, num_dups=dups)
