@@ -168,7 +168,7 @@ def top2(dev):
         count = torch.ones(e + shared, dtype=torch.int32, device=dev)
         tensors = dict(logits=logits, bias=bias, mask=mask, fix_routing_mask=fixed, unmapped_topk_idx=given,
                        to_physical_map=pmap, logical_count=count)
-        params = dict(num_topk=k, num_groups=groups or 1, num_topk_groups=topk_groups or 1, num_slots=k + shared,
+        params = dict(num_topk=k, num_groups=groups or 1, num_topk_groups=topk_groups or 1, num_shared=shared,
                       num_ep_ranks=4, tp_rank=1, num_tp_ranks=2, scoring=scoring, routed_scaling_factor=1.5,
                       ep_rank=0, num_dups=33)
         outs = ops.top2_sum_gate(**tensors, **params)

@@ -73,7 +73,7 @@ def build_base(E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block
                         & (ids[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(ids[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t0_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -193,7 +193,7 @@ def build_with_grad_scores_sum_with_mask(E, K, routed_scaling_factor, num_seqs, 
                         & (ids[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(ids[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t0_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):

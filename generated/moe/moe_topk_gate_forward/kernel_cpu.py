@@ -89,7 +89,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -220,7 +220,7 @@ def build_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -385,7 +385,7 @@ def build_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, r
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -532,7 +532,7 @@ def build_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -696,7 +696,7 @@ def build_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_s
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -842,7 +842,7 @@ def build_with_image_bias_with_image_token_mask_with_to_physical_map_with_logica
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1022,7 +1022,7 @@ def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmap
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1184,7 +1184,7 @@ def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmap
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1339,7 +1339,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1477,7 +1477,7 @@ def build_with_bias_with_to_physical_map_with_logical_count(E, num_topk, num_slo
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1649,7 +1649,7 @@ def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, nu
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1803,7 +1803,7 @@ def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physica
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1971,7 +1971,7 @@ def build_with_bias_with_image_bias_with_image_token_mask(E, num_topk, num_slots
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2121,7 +2121,7 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_w
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2305,7 +2305,7 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2471,7 +2471,7 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2627,7 +2627,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2769,7 +2769,7 @@ def build_with_mask_with_to_physical_map_with_logical_count(E, num_topk, num_slo
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2945,7 +2945,7 @@ def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, nu
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3103,7 +3103,7 @@ def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physica
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3278,7 +3278,7 @@ def build_with_mask_with_image_bias_with_image_token_mask(E, num_topk, num_slots
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3435,7 +3435,7 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_to_physical_map_w
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3626,7 +3626,7 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3799,7 +3799,7 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3966,7 +3966,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4115,7 +4115,7 @@ def build_with_mask_with_bias_with_to_physical_map_with_logical_count(E, num_top
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4298,7 +4298,7 @@ def build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, nu
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4463,7 +4463,7 @@ def build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4642,7 +4642,7 @@ def build_with_mask_with_bias_with_image_bias_with_image_token_mask(E, num_topk,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4803,7 +4803,7 @@ def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_to_phys
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4998,7 +4998,7 @@ def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_rou
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -5175,7 +5175,7 @@ def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_rou
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):

@@ -90,7 +90,7 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -223,7 +223,7 @@ def build_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -390,7 +390,7 @@ def build_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, r
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -539,7 +539,7 @@ def build_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -705,7 +705,7 @@ def build_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_s
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -853,7 +853,7 @@ def build_with_image_bias_with_image_token_mask_with_to_physical_map_with_logica
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1035,7 +1035,7 @@ def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmap
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1199,7 +1199,7 @@ def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmap
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1356,7 +1356,7 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1496,7 +1496,7 @@ def build_with_bias_with_to_physical_map_with_logical_count(E, num_topk, num_slo
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1670,7 +1670,7 @@ def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, nu
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1826,7 +1826,7 @@ def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physica
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -1996,7 +1996,7 @@ def build_with_bias_with_image_bias_with_image_token_mask(E, num_topk, num_slots
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2148,7 +2148,7 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_w
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2334,7 +2334,7 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2502,7 +2502,7 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2660,7 +2660,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2804,7 +2804,7 @@ def build_with_mask_with_to_physical_map_with_logical_count(E, num_topk, num_slo
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -2982,7 +2982,7 @@ def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, nu
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3142,7 +3142,7 @@ def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physica
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3319,7 +3319,7 @@ def build_with_mask_with_image_bias_with_image_token_mask(E, num_topk, num_slots
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3478,7 +3478,7 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_to_physical_map_w
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3671,7 +3671,7 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -3846,7 +3846,7 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4015,7 +4015,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4166,7 +4166,7 @@ def build_with_mask_with_bias_with_to_physical_map_with_logical_count(E, num_top
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4351,7 +4351,7 @@ def build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, nu
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4518,7 +4518,7 @@ def build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4699,7 +4699,7 @@ def build_with_mask_with_bias_with_image_bias_with_image_token_mask(E, num_topk,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -4862,7 +4862,7 @@ def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_to_phys
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -5059,7 +5059,7 @@ def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_rou
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
@@ -5238,7 +5238,7 @@ def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_rou
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.serial(T.int32(31)):
+            for l_j in T.unroll(T.int32(31), explicit=True):
                 for p_j in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
                             T.int32(0))):
