@@ -202,6 +202,10 @@ def op_module(catalog, spec, header):
     # the custom op's order: inputs, then params, then the appended ones, with their defaults
     plain_args = spec.call_order()
     custom_args = [custom_arg(n) for n in plain_args]
+    # the fake is called with the arguments as given: the appended ones keep their defaults there too
+    fake_args = [n + ("=None" if n in spec.inputs and spec.inputs[n].appended else
+                      f"={spec.params[n].default!r}" if n in spec.params and spec.params[n].appended else "")
+                 for n in plain_args]
     required = [n for n, t in spec.inputs.items() if not t.optional]
     optional = [f"{n}=None" for n, t in spec.inputs.items() if t.optional and not t.appended]
     with_default = [f"{p.name}={p.default!r}" for p in spec.params.values()
@@ -252,7 +256,7 @@ def op_module(catalog, spec, header):
                   symbolic=symbolic,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
-                  plain_args=plain_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated, public_ret=public_ret,
+                  plain_args=plain_args, fake_args=fake_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated, public_ret=public_ret,
                   docstring=doc,
                   tensor_args=_tuple_source(spec.inputs), param_args=_tuple_source(spec.params),
                   has_optional=bool(spec.optional_inputs or spec.optional_params))

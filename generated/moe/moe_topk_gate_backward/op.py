@@ -44,8 +44,8 @@ def _moe_topk_gate_backward(scores: torch.Tensor, topk_idx: torch.Tensor, topk_w
 
 
 @_moe_topk_gate_backward.register_fake
-def _(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor, grad_scores_sum, mask, num_seqs,
-        seq_len):
+def _(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor, grad_scores_sum=None, mask=None,
+        num_seqs=1, seq_len=1):
     outs = allocate(OP,
         { "scores": scores, "topk_idx": topk_idx, "topk_weights": topk_weights, "grad_topk_weights": grad_topk_weights,
             "grad_scores_sum": grad_scores_sum, "mask": mask, },

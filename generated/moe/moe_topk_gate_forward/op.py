@@ -289,8 +289,8 @@ def _moe_topk_gate_forward(logits: torch.Tensor, mask: Optional[torch.Tensor], b
 
 
 @_moe_topk_gate_forward.register_fake
-def _(logits, mask, bias, num_topk, num_slots, routed_scaling_factor, image_bias, image_token_mask, fix_routing_mask,
-        unmapped_topk_idx, to_physical_map, logical_count, ep_rank, num_dups):
+def _(logits, mask, bias, num_topk, num_slots, routed_scaling_factor, image_bias=None, image_token_mask=None,
+        fix_routing_mask=None, unmapped_topk_idx=None, to_physical_map=None, logical_count=None, ep_rank=0, num_dups=1):
     outs = allocate(OP,
         { "logits": logits, "mask": mask, "bias": bias, "image_bias": image_bias, "image_token_mask": image_token_mask,
             "fix_routing_mask": fix_routing_mask, "unmapped_topk_idx": unmapped_topk_idx, "to_physical_map":

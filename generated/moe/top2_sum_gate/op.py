@@ -179,8 +179,8 @@ def _top2_sum_gate(logits: torch.Tensor, bias: torch.Tensor, mask: Optional[torc
 
 @_top2_sum_gate.register_fake
 def _(logits, bias, mask, scoring, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_ep_ranks, tp_rank,
-        num_tp_ranks, fix_routing_mask, unmapped_topk_idx, to_physical_map, logical_count, num_shared, ep_rank,
-        num_dups):
+        num_tp_ranks, fix_routing_mask=None, unmapped_topk_idx=None, to_physical_map=None, logical_count=None,
+        num_shared=0, ep_rank=0, num_dups=1):
     outs = allocate(OP,
         { "logits": logits, "bias": bias, "mask": mask, "fix_routing_mask": fix_routing_mask, "unmapped_topk_idx":
             unmapped_topk_idx, "to_physical_map": to_physical_map, "logical_count": logical_count, },
