@@ -186,6 +186,7 @@ def op_module(catalog, spec, header):
         outputs.append(dict(name=name, shapes=variant_table({v: f"lambda d: {fn}" for v, fn in shapes.items()}),
                             dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
                             accumulate=accumulate, at=t.at, rows=t.row_view is not None, into=t.into, padding=t.padding, fill=t.fill,
+                            returned_with=t.returned_with,
                             row_dim=rows[0] if rows and not t.at else None,
                             col_pad=f"lambda v: {variant_table({v: repr(p) for v, p in pads.items()})}[v]"
                             if any(pads.values()) else None))

@@ -98,6 +98,7 @@ class OutputInfo:
     at: Optional[str] = None           # added into at the flat positions this input holds (passed to kernels flat)
     rows: bool = False                 # with `at`: its rows are stored at the positions, into zeros
     into: Optional[str] = None         # written into this input's storage (the op mutates it; not returned)
+    returned_with: Optional[str] = None  # tkgen.ops returns it only when this optional input is given
     padding: Optional[str] = None      # with `rows`: the input marking its padding rows (< 0), which the kernel zeroes
     fill: Optional[int] = None         # with `at` (flat): allocated holding this value; kernels store at positions
 

@@ -271,8 +271,9 @@ OP = OpInfo(name="moe_topk_gate_forward", package=__package__, params=
                         'with_mask_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count',
                         'with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx',
                         'with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count'):
-                    'int64'})[v], 'bit', None, False),), dims=(("T", True, 0, None), ("E", False, 1, 512),), requires=
-    (), factory_args=('E', 'num_topk', 'num_slots', 'routed_scaling_factor', 'ep_rank', 'num_dups'),)
+                    'int64'})[v], 'bit', None, False, returned_with="to_physical_map"),), dims=
+    (("T", True, 0, None), ("E", False, 1, 512),), requires=(), factory_args=
+    ('E', 'num_topk', 'num_slots', 'routed_scaling_factor', 'ep_rank', 'num_dups'),)
 
 
 @torch.library.custom_op("tkgen::moe_topk_gate_forward", mutates_args=())
