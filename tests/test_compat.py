@@ -313,8 +313,6 @@ def test_moe_gates_and_helpers():
     same(tk1.moe.mask_indices_by_tp(ids, 72, 4, 1, 2), ops.mask_indices_by_tp(ids, 72, 4, 1, 2))
     same(tk1.moe.topk_sum_and_topk_group_idx(logits.view(T, 8, 9), 2, 4),
          ops.topk_sum_and_topk_group_idx(logits.view(T, 8, 9), 2, 4))
-    with pytest.raises(NotImplementedError, match="moe_topk_gate_forward with to_physical_map"):
-        tk.moe.moe_topk_gate_forward(logits, 6, False, 0, 1.5, 0, to_physical_map=ids, logical_count=ids[0])
 
 
 def test_topk_gate_and_transpose():

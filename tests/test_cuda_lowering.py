@@ -106,12 +106,26 @@ def test_gate_top_k_runs_once_per_row_tile():
     H200). Unpadded, 33 slots left TileLang the mask on 33 of 64 threads, and the scores of the rest zero."""
     for arch in ("sm90",):
         kernels = _kernels("moe_topk_gate_forward", arch)
-        for args in ((256, 32, 33, 1.0),):
+        for args in ((256, 32, 33, 1.0, 0, 1),):
             # the spec's default schedule, where the bug showed (the H200's tuned one has 32 threads)
             src = lower_source(kernels, "with_mask", args, dict(threads=64, block_t=2))
             assert "blockIdx.x) / " not in src and "blockIdx.x) % " not in src, (arch, args)   # one grid axis
             guards = [g for g in _enclosing(src, src.index("mask[")) if re.search(r"threadIdx\.x\) < \d", g)]
             assert not guards, (arch, args, guards)                   # the mask is loaded on every thread
+
+
+def test_tree_sum_levels_are_constants_and_need_no_barrier_in_a_branch(capfd):
+    """tree_sum's levels (moe_topk_gate_forward's weight sum) are unrolled when the kernel is built: each
+    offset a constant, the levels past the extent gone. Run as a loop, the offset was a shift of the level
+    index whose bounds TileLang's ThreadSync could not prove: it took a row's thread reading its own row
+    for a conflict with another row's, and hoisted the barrier it wanted out of the rows' `tx < 2` branch
+    with a race warning."""
+    capfd.readouterr()
+    src = lower_source(_kernels("moe_topk_gate_forward", "sm90"), "base", (64, 4, 5, 1.5, 0, 1),
+                       dict(threads=32, block_t=2))
+    err = capfd.readouterr().err
+    assert "ThreadSync" not in err, err
+    assert "(30 - l_j)" not in src and "l_j" not in src          # two constant levels for 4 slots: 2, then 1
 
 
 def test_folds_read_small_state_from_a_copy_not_a_staged_product():

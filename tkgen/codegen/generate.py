@@ -155,7 +155,7 @@ def op_module(catalog, spec, header):
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
                    binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t),
-                   at=t.at, rows=t.row_view is not None, strided=t.strided)
+                   at=t.at, rows=t.row_view is not None, strided=t.strided, together=t.together)
               for t in spec.inputs.values()]
     outputs = []
     kept_rows = any(build_program(spec, catalog.elements, catalog.scales, v).keep for v in spec.variants())
@@ -186,22 +186,36 @@ def op_module(catalog, spec, header):
         outputs.append(dict(name=name, shapes=variant_table({v: f"lambda d: {fn}" for v, fn in shapes.items()}),
                             dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
                             accumulate=accumulate, at=t.at, rows=t.row_view is not None, into=t.into, padding=t.padding, fill=t.fill,
+                            returned_with=t.returned_with,
                             row_dim=rows[0] if rows and not t.at else None,
                             col_pad=f"lambda v: {variant_table({v: repr(p) for v, p in pads.items()})}[v]"
                             if any(pads.values()) else None))
     dims = [dict(name=d.name, dynamic=d.name == spec.dynamic_dim, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
     factory_args = tuple([d.name for d in spec.dims.values() if not d.dynamic] + [p.name for p in spec.static_params])
-    custom_args = [f"{n}: {'Optional[torch.Tensor]' if t.optional else 'torch.Tensor'}" for n, t in spec.inputs.items()] + \
-                  [f"{p.name}: " + (f"Optional[{p.kind}]" if p.optional else 'bool' if p.boolean else 'str' if p.structural
-                                    else p.kind) for p in spec.params.values()]
-    plain_args = list(spec.inputs) + list(spec.params)
+    def custom_arg(n):
+        if n in spec.inputs:
+            t = spec.inputs[n]
+            return f"{n}: {'Optional[torch.Tensor]' if t.optional else 'torch.Tensor'}" + (" = None" if t.appended else "")
+        p = spec.params[n]
+        kind = f"Optional[{p.kind}]" if p.optional else 'bool' if p.boolean else 'str' if p.structural else p.kind
+        return f"{n}: {kind}" + (f" = {p.default!r}" if p.appended else "")
+    # the custom op's order: inputs, then params, then the appended ones, with their defaults
+    plain_args = spec.call_order()
+    custom_args = [custom_arg(n) for n in plain_args]
+    # the fake is called with the arguments as given: the appended ones keep their defaults there too
+    fake_args = [n + ("=None" if n in spec.inputs and spec.inputs[n].appended else
+                      f"={spec.params[n].default!r}" if n in spec.params and spec.params[n].appended else "")
+                 for n in plain_args]
     required = [n for n, t in spec.inputs.items() if not t.optional]
-    optional = [f"{n}=None" for n, t in spec.inputs.items() if t.optional]
-    with_default = [f"{p.name}={p.default!r}" for p in spec.params.values() if p.default is not None or p.optional]
-    # arguments without defaults come first: required inputs and params, in declaration order
+    optional = [f"{n}=None" for n, t in spec.inputs.items() if t.optional and not t.appended]
+    with_default = [f"{p.name}={p.default!r}" for p in spec.params.values()
+                    if (p.default is not None or p.optional) and not p.appended]
+    # arguments without defaults come first: required inputs and params, in declaration order; then the
+    # optional ones; then those appended to a released op (the calls written before them keep working)
     public_args = required + [p.name for p in spec.params.values() if p.default is None and not p.optional] + \
-        optional + with_default
+        optional + with_default + [f"{n}=None" for n, t in spec.inputs.items() if t.appended] + \
+        [f"{p.name}={p.default!r}" for p in spec.params.values() if p.appended]
     # outputs written into an input are not returned: the op mutates that input (torch.library's mutates_args)
     kept = [i for i, t in enumerate(spec.outputs.values()) if not t.into]
     mutated = tuple(t.into for t in spec.outputs.values() if t.into)
@@ -212,7 +226,19 @@ def op_module(catalog, spec, header):
     else:
         picked = [f"outs[{i}]" for i in kept]
         ret = "None" if not kept else picked[0] if n_out == 1 else "(" + ", ".join(picked) + ")"
+    # outputs added to a released op (`returned_with`): the last ones, returned by tkgen.ops only when their
+    # input is given, so a call written before them gets the outputs it got
+    late = [(i, t.returned_with) for i, t in enumerate(spec.outputs.values()) if t.returned_with]
+    public_ret = None
+    if late:
+        first = n_out - len(late)
+        if mutated or [i for i, _ in late] != list(range(first, n_out)) or len({w for _, w in late}) != 1 or first < 1:
+            raise ValueError(f"{spec.name}: outputs `returned_with` an input are the last ones, all with the same "
+                             "input, after at least one other, and the op writes no input in place")
+        public_ret = f"outs if {late[0][1]} is not None else {'outs[0]' if first == 1 else f'outs[:{first}]'}"
     ag = autograd_plan(catalog, spec)
+    if ag is not None and late:
+        raise ValueError(f"{spec.name}: an op with autograd has no outputs `returned_with` an input")
     if ag is not None:
         ag.public_args = public_args
         ag.call_args = [f"{a.split('=')[0]}={a.split('=')[0]}" for a in public_args]
@@ -231,7 +257,7 @@ def op_module(catalog, spec, header):
                   symbolic=symbolic,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
-                  plain_args=plain_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated,
+                  plain_args=plain_args, fake_args=fake_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated, public_ret=public_ret,
                   docstring=doc,
                   tensor_args=_tuple_source(spec.inputs), param_args=_tuple_source(spec.params),
                   has_optional=bool(spec.optional_inputs or spec.optional_params))
@@ -307,6 +333,9 @@ def docstring(catalog, spec) -> str:
         opt = " Optional (None: as if every element were {!r}).".format(t.absent) if t.optional else ""
         if t.optional and t.at and spec.inputs[t.at].optional:
             opt = f" Optional, given with `{t.at}` (None: as if every element were {t.absent!r})."
+        partner = t.together or next((o.name for o in spec.inputs.values() if o.together == t.name), None)
+        if t.optional and partner:
+            opt = f" Optional, given with `{partner}` (None: as if every element were {t.absent!r})."
         read_at = [o.name for o in spec.tensors.values() if o.at == t.name and o.name in spec.inputs]
         if t.optional and read_at:
             opt = f" Optional, given with `{read_at[0]}`: flat positions in it."
@@ -336,7 +365,8 @@ def docstring(catalog, spec) -> str:
             f" Added into (from zeros) at the flat positions in `{t.at}`."
         doc = _sentence(t.doc)
         into = f" Written into `{t.into}` (in place), not returned." if t.into else ""
-        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}{into}")
+        late = f" Returned only when `{t.returned_with}` is given." if t.returned_with else ""
+        lines.append(f"    {t.name}: [{', '.join(t.shape_text)}], {kind}, exact: {t.exact}.{doc}{at}{when}{into}{late}")
     lines.append("")
     lines.append(f"Generated from {_rel(catalog, spec.path)}.")
     lines = [w for i, line in enumerate(lines) for w in _wrap(line, first=i == 0)]
@@ -392,7 +422,7 @@ def strategies_module(catalog, spec, header):
             requires.append((text, repr(tuple(sorted(names_of(node)))), _d(node)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes or ("fp32",)), specials=repr(tuple(t.values.get("specials", ()))),
                    optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t), at=t.at,
-                   at_optional=bool(t.at) and spec.inputs[t.at].optional, distinct=t.values.get("distinct", False),
+                   at_optional=bool(t.at) and spec.inputs[t.at].optional, together=t.together, distinct=t.values.get("distinct", False),
                    range="[" + ", ".join(_d(E.parse(str(r))) for r in t.values["range"]) + "]" if "range" in t.values else None,
                    finite=t.values.get("finite", True) if "finite" in t.values else
                    not ({"inf", "nan"} & set(t.values.get("specials", ()))),

@@ -241,6 +241,8 @@ class KernelPrinter:
                 head = f"(T.unroll if {ext} <= {st.limit} else T.serial)({ext})"
             elif st.kind == "pipelined":
                 head = f"T.Pipelined({ext}, num_stages={st.stages})"
+            elif st.kind == "static":
+                head = f"T.unroll({ext}, explicit=True)"
             else:
                 head = f"T.{st.kind}({ext})"
             lines = [f"{ind}for {st.var} in {head}:"]

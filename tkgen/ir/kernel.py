@@ -27,7 +27,7 @@ from . import prim as ir
 
 SCOPES = ("tile", "shared", "var")
 REDUCE_KINDS = ("absmax", "max", "min", "sum")
-LOOP_KINDS = ("serial", "unroll", "pipelined")
+LOOP_KINDS = ("serial", "unroll", "pipelined", "static")
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,8 @@ class Fill:
 @dataclass(frozen=True)
 class Loop:
     """for var in range(extent): body. `kind`: serial, unroll (only while the extent is at most `limit`,
-    when one is given), or pipelined (with `stages`). `binds`: (name, value) bound at the top of each
+    when one is given), pipelined (with `stages`), or static (unrolled when the kernel is built: each
+    iteration's index a constant, so what it decides folds, and empty iterations vanish). `binds`: (name, value) bound at the top of each
     iteration (a persistent block's tile index)."""
 
     var: str

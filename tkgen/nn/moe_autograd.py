@@ -38,8 +38,8 @@ def _format(t: torch.Tensor, what: str) -> str:
 def _gate_forward(logits, mask, bias, num_topk, routed_scaling_factor):
     """(topk_weights, topk_idx, scores): the differentiable output first (torch.library.opcheck sums the
     outputs starting from the first). Also the fake: the generated op's fake gives the shapes."""
-    idx, weights, scores = torch.ops.tkgen.moe_topk_gate_forward(logits, mask, bias, num_topk, num_topk,
-                                                                 routed_scaling_factor)
+    idx, weights, scores, _ = torch.ops.tkgen.moe_topk_gate_forward(logits, mask, bias, num_topk, num_topk,
+                                                                    routed_scaling_factor)
     return weights, idx, scores
 
 

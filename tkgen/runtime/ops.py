@@ -50,6 +50,7 @@ class InputInfo:
     at: Optional[str] = None           # read at the flat positions this input holds (passed to kernels flat)
     rows: bool = False                 # with `at`: its rows are read at the positions (passed as it is)
     strided: bool = False              # the kernel takes its strides: any view whose last dim is contiguous
+    together: Optional[str] = None     # optional, given together with this optional input (both or neither)
 
     @property
     def flat(self) -> bool:
@@ -97,6 +98,7 @@ class OutputInfo:
     at: Optional[str] = None           # added into at the flat positions this input holds (passed to kernels flat)
     rows: bool = False                 # with `at`: its rows are stored at the positions, into zeros
     into: Optional[str] = None         # written into this input's storage (the op mutates it; not returned)
+    returned_with: Optional[str] = None  # tkgen.ops returns it only when this optional input is given
     padding: Optional[str] = None      # with `rows`: the input marking its padding rows (< 0), which the kernel zeroes
     fill: Optional[int] = None         # with `at` (flat): allocated holding this value; kernels store at positions
 
@@ -162,6 +164,8 @@ def check(op: OpInfo, tensors: Dict[str, object], params: Dict[str, object]) -> 
         paired = info.at and next(i for i in op.inputs if i.name == info.at).optional   # given together
         if paired and (tensors[info.name] is None) != (tensors[info.at] is None):
             raise ValueError(f"{op.name}: `{info.name}` is read at the positions in `{info.at}`: give both or neither")
+        if info.together and (tensors[info.name] is None) != (tensors[info.together] is None):
+            raise ValueError(f"{op.name}: `{info.name}` goes with `{info.together}`: give both or neither")
     for info in op.inputs:
         t = tensors[info.name]
         if t is None and info.optional:

@@ -72,23 +72,22 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
         if any(t.into for t in op.outputs.values()):
             raise err(("op",), f"{op.name} writes an output in place (`into:`), which autograd does not take")
     saved: List[str] = []
-    args = []
+    args = {}                  # by name; the call is in the backward op's order (OpSpec.call_order)
     for name, t in back.inputs.items():
         if name not in bw["inputs"]:
             if not t.optional:
                 raise err(("inputs",), f"{back.name}'s input {name!r} needs a source")
-            args.append("None")
+            args[name] = "None"
             continue
         src = _source(spec, bw["inputs"][name], saved, ("inputs", name), err)
-        args.append(src)
+        args[name] = src
     for name in bw["inputs"]:
         if name not in back.inputs:
             raise key_err(("inputs", name), f"{back.name} has no input {name!r}; it has {listing(back.inputs)}")
     # inputs typed like another input take that input's dtype (a bf16 gradient of an fp32 output, ...)
-    names = list(back.inputs)
-    for i, (name, t) in enumerate(back.inputs.items()):
+    for name, t in back.inputs.items():
         if t.like:
-            args[i] = f"_like({args[i]}, {args[names.index(t.like)]})"
+            args[name] = f"_like({args[name]}, {args[t.like]})"
     pmap = dict(bw.get("params", {}))
     for name in pmap:
         if name not in back.params:
@@ -97,10 +96,11 @@ def plan(catalog, spec) -> Optional[AutogradPlan]:
         src = pmap.get(name, name if name in spec.params else None)
         if src is not None and src not in spec.params:
             raise err(("params", name), f"{src!r} is not a param of {spec.name}")
-        args.append(src if src is not None else repr(p.default))
+        args[name] = src if src is not None else repr(p.default)
+    args = [args[n] for n in back.call_order()]
     grads, dtype_refs = [], []
     outs = list(back.outputs)
-    for name in list(spec.inputs) + list(spec.params):
+    for name in spec.call_order():
         g = bw["grads"].get(name)
         if g is None:
             grads.append("None")

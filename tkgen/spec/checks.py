@@ -157,12 +157,20 @@ def _unprintable_call(node):
     return None
 
 
+def _sized(node):
+    """The names of a size that must be positive: a sum is positive where its first term is, and a later
+    addend may be 0 (`num_topk + num_shared`)."""
+    if isinstance(node, E.Binary) and node.op == "+":
+        return _sized(node.lhs)
+    return E.names(node)
+
+
 def _size_names(spec):
     """Names that size something or divide: they must be positive."""
     used = set()
     for _, node, what in _constant_expressions(spec):
         if what == "size":
-            used |= E.names(node)
+            used |= _sized(node)
         stack = [node]
         while stack:
             n = stack.pop()

@@ -10,7 +10,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from . import checks
 from . import expr as E
@@ -34,6 +34,7 @@ class Param:
     test_values: Tuple = ()           # float params: the values the strategies draw
     optional: bool = False            # float params: may be None; each presence compiles its own kernel
     absent: Optional[float] = None    # optional float params: their value in compute when None
+    appended: bool = False            # added to a released op: after every other argument (api-conventions.md)
 
     @property
     def structural(self) -> bool:
@@ -95,6 +96,10 @@ class Tensor:
     fill: Optional[int] = None               # flat at-outputs: the value elsewhere; elements stored, not added
     strided: bool = False                    # inputs: the kernel takes its strides (last dim contiguous); an
                                              # output `into` it inherits them
+    together: Optional[str] = None           # optional inputs: given together with this optional input (`with:`)
+    appended: bool = False                   # optional inputs added to a released op: after every other argument
+    returned_with: Optional[str] = None      # outputs added to a released op: `tkgen.ops` returns it only when
+                                             # this optional input is given (the custom op returns every output)
 
     def segment_axes(self, segment: str) -> Tuple[str, ...]:
         """The axes of a load of one segment: the view with the segmented dim indexed by its own axes."""
@@ -196,20 +201,27 @@ class OpSpec:
     def optional_params(self):
         return [p.name for p in self.params.values() if p.optional]
 
+    def call_order(self) -> List[str]:
+        """The custom op's (and `invoke`'s) argument order: inputs, then params, in declaration order, then
+        the appended ones (inputs, then params): arguments added to a released op come after the existing
+        ones, so the calls written before them keep working (docs/api-conventions.md)."""
+        first = [n for n, t in self.inputs.items() if not t.appended] + [n for n, p in self.params.items() if not p.appended]
+        return first + [n for n, t in self.inputs.items() if t.appended] + [n for n, p in self.params.items() if p.appended]
+
     def variants(self):
         """Every combination of structural params and the presence of optional inputs and optional params:
         one kernel factory each.
 
         Presence is keyed `?<input>` (or `?<param>`) in the variant dict, inputs first. An input read `at:`
-        the positions of another is given together with it: the combinations where one is missing are left
-        out."""
+        the positions of another, or declared `with:` another, is given together with it: the combinations
+        where one is missing are left out."""
         sp = self.structural_params
         opt = self.optional_inputs + self.optional_params
         for combo in itertools.product(*(p.choices for p in sp), *([(False, True)] * len(opt))):
             v = dict(zip((p.name for p in sp), combo[:len(sp)]))
             v.update({f"?{n}": b for n, b in zip(opt, combo[len(sp):])})
-            if any(t.at and t.optional and f"?{t.at}" in v and v[f"?{t.name}"] != v[f"?{t.at}"]
-                   for t in self.inputs.values()):
+            if any(t.optional and (t.at or t.together) and f"?{t.at or t.together}" in v
+                   and v[f"?{t.name}"] != v[f"?{t.at or t.together}"] for t in self.inputs.values()):
                 continue
             yield v
 
@@ -517,6 +529,12 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
             params[name] = Param(name, p["doc"], None, None, float(default), "float", tv)
             continue
         params[name] = Param(name, p["doc"], choices, rng, default)
+    for name, p in d.get("params", {}).items():
+        if p.get("appended"):
+            if params[name].default is None and not params[name].optional:
+                raise doc.error(("params", name, "appended"), "an appended param needs a default (an argument added "
+                                                              "to a released op comes after the others, with a default)")
+            params[name] = dataclasses.replace(params[name], appended=True)
     dims = {}
     for name, dd in d["dims"].items():
         claim(name, "dim", ("dims", name))
@@ -604,6 +622,18 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
                 continue                  # an input's layout chosen by a boolean param
             if key in t:
                 raise doc.error(base + (key,), f"`{key}` is for {'inputs' if role == 'output' else 'outputs'} only")
+        if "with" in t and (role != "input" or not t.get("optional") or "at" in t or t["with"] == name
+                            or t["with"] not in list(d["inputs"])[:list(d["inputs"]).index(name)]
+                            or not d["inputs"][t["with"]].get("optional")):
+            raise doc.error(base + ("with",), "`with` names an optional input declared before this one, given "
+                                              "together with it (this input optional too, not `at:` positions)")
+        if t.get("appended") and (role != "input" or not t.get("optional")):
+            raise doc.error(base + ("appended",), "`appended` is for optional inputs (an argument added to a released "
+                                                  "op comes after the others, with a default)")
+        if "returned_with" in t and (role != "output" or t["returned_with"] not in d["inputs"]
+                                     or not d["inputs"][t["returned_with"]].get("optional") or "into" in t):
+            raise doc.error(base + ("returned_with",), "`returned_with` names an optional input: the output, added to "
+                                                       "a released op, is returned only when that input is given")
         if t.get("optional") and "absent" not in t:
             raise doc.error(base + ("optional",), "an optional input needs `absent:`, the value `load` gives without it")
         if t.get("values", {}).get("distinct") and "range" not in t["values"]:
@@ -639,7 +669,8 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
                       tuple(str(s) for s in t["shape"]), view, exact, dict(t.get("values", {})), tuple(when),
                       bool(t.get("optional", False)), t.get("absent"), like, optional_when, t.get("at"), segments,
                       into=t.get("into"), padding=t.get("padding"), fill=t.get("fill"),
-                      strided=bool(t.get("strided", False)))
+                      strided=bool(t.get("strided", False)), together=t.get("with"),
+                      appended=bool(t.get("appended", False)), returned_with=t.get("returned_with"))
 
     def layout(base, t):
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))

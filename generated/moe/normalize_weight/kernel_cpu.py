@@ -41,7 +41,7 @@ def build_base(K, *, threads, block_t):
                     T.float32(0.0))
             for i_t, i_k in T.grid(B_t, B_k):
                 _t0_tree[i_t, i_k] = w[i_t, i_k]
-            for l_k in T.serial(T.int32(31)):
+            for l_k in T.unroll(T.int32(31), explicit=True):
                 for p_k in T.serial(
                         T.max(T.min((T.int32(1) << (T.int32(30) - l_k)), (N_k - (T.int32(1) << (T.int32(30) - l_k)))),
                             T.int32(0))):

@@ -4,9 +4,10 @@ from __future__ import annotations
 import torch
 
 from ...nn import moe_mapping as mapping
-from .._common import checks_values, int_arg, value_bounds, within, need, ops, require, routing_ids, tensor_arg
+from .._common import checks_values, int_arg, value_bounds, within, ops, require, tensor_arg
 from ...nn.moe_layout import expand_to_fused, expand_to_fused_with_sf, reduce_fused
 from ..tilekernels.moe import topk_gate  # noqa: F401  (the same signature)
+from ..tilekernels.moe import flag, physical_map
 
 _MAX_K = 64        # mask_indices_by_tp's indices per row in one kernel (more are taken one per row)
 
@@ -65,23 +66,45 @@ def top2_sum_gate(logits, bias, num_topk: int, num_topk_groups: int, num_groups:
                   num_shared_experts: int, routed_scaling_factor: float, ep_rank: int, num_ep_ranks: int, tp_rank: int,
                   num_tp_ranks: int, scoring_func: str, mask=None, fix_routing_mask=None, to_physical_map=None,
                   logical_count=None, unmapped_topk_idx=None):
-    """(topk_idx int64 [T, num_topk], topk_weights float32 [T, num_topk]): grouped routing by the sum of each
-    group's two largest biased scores, then the EP/TP remap of the selection (written, before the remap, to
-    `unmapped_topk_idx` when given). Shared experts as routed slots need a physical map (TileKernels
-    requires num_shared_experts <= its extra duplicates), which tkgen does not have; ep_rank is used only
-    by that map."""
+    """(topk_idx int64 [T, num_topk + S], topk_weights float32 [T, num_topk + S]): grouped routing by the sum
+    of each group's two largest biased scores (or, on the tokens fix_routing_mask marks, the row of
+    unmapped_topk_idx as given), S shared experts as routed slots (index E + s, weight 1.0) with
+    use_shared_as_routed; with to_physical_map, each slot's logical id l becomes
+    to_physical_map[l, (ep_rank + t * 23333) mod logical_count[l]] (int32 arithmetic); then the EP/TP remap
+    over E + D - 1 physical experts (D the map's columns). The selection before the map and the remap is
+    written to `unmapped_topk_idx` when given (in/out)."""
     name = "moe.top2_sum_gate"
     require(scoring_func in ("sigmoid", "sqrtsoftplus", "softmax"), name, "scoring_func",
             f"must be 'sigmoid', 'sqrtsoftplus' or 'softmax', got {scoring_func!r}")
-    need(to_physical_map is None and logical_count is None, name, "with to_physical_map")
-    need(not use_shared_as_routed, name, "with use_shared_as_routed (it needs to_physical_map)")
-    need(fix_routing_mask is None, name, "with fix_routing_mask")
     require((num_groups == 0) == (num_topk_groups == 0), name, "num_topk_groups",
             f"and `num_groups` must be both 0 or both > 0, got {num_topk_groups!r} and {num_groups!r}")
-    routed = None if mask is None else mask.to(torch.int32)
+    tensor_arg(name, "logits", logits, (torch.float32,), 2, "[T, E]")
+    rows, experts = logits.shape
+    shared = num_shared_experts if use_shared_as_routed else 0
+    pmap, count, dups = physical_map(name, to_physical_map, logical_count, experts + shared)
+    if shared:
+        require(shared in (1, 2), name, "num_shared_experts",
+                f"must be 1 or 2 with use_shared_as_routed, got {num_shared_experts!r}")
+        require(shared <= dups - 1, name, "to_physical_map",
+                f"must have at least num_shared_experts ({shared}) extra duplicates (columns beyond the first) "
+                f"with use_shared_as_routed, got {'none' if pmap is None else dups - 1}")
+        require(num_topk % shared == 0 and experts % (num_topk // shared) == 0, name, "num_shared_experts",
+                f"must divide num_topk ({num_topk}), and num_topk / num_shared_experts the experts ({experts})")
+    require(fix_routing_mask is None or unmapped_topk_idx is not None, name, "unmapped_topk_idx",
+            "must be given with fix_routing_mask (it holds the fixed selections)")
+    if unmapped_topk_idx is not None:
+        tensor_arg(name, "unmapped_topk_idx", unmapped_topk_idx, (torch.int64,), 2, "[T, K]")
+        require(tuple(unmapped_topk_idx.shape) == (rows, num_topk) and unmapped_topk_idx.stride(-1) == 1, name,
+                "unmapped_topk_idx", f"must have shape ({rows}, {num_topk}) with a last stride of 1, got shape "
+                f"{tuple(unmapped_topk_idx.shape)} and strides {tuple(unmapped_topk_idx.stride())}")
+    fixed = None if fix_routing_mask is None else flag(name, "fix_routing_mask", fix_routing_mask, rows)
+    routed = None if mask is None else flag(name, "mask", mask, rows)
     idx, weights, unmapped = ops().top2_sum_gate(
         logits.contiguous(), bias, num_topk, num_groups or 1, num_topk_groups or 1, num_ep_ranks, tp_rank,
-        num_tp_ranks, mask=routed, scoring=scoring_func, routed_scaling_factor=routed_scaling_factor)
+        num_tp_ranks, mask=routed, num_shared=shared, fix_routing_mask=fixed,
+        unmapped_topk_idx=None if fixed is None else unmapped_topk_idx.contiguous(), to_physical_map=pmap,
+        logical_count=count, scoring=scoring_func, routed_scaling_factor=routed_scaling_factor,
+        ep_rank=ep_rank if pmap is not None else 0, num_dups=dups)
     if unmapped_topk_idx is not None:
         unmapped_topk_idx.copy_(unmapped)
     return idx, weights

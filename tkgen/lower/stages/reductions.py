@@ -255,7 +255,11 @@ class TreeSum(_OverSource, Step):
     def lower(self, lw):
         """In a copy that every thread can read and write (shared memory on CUDA), level by level: for an
         offset o at least N there is nothing to add, so a fixed 31 levels serve every extent, each adding
-        min(o, N - o) pairs."""
+        min(o, N - o) pairs. The levels are unrolled when the kernel is built (a `static` loop): each
+        offset is then a constant and the levels past N vanish. A level loop run at run time left the
+        offset a shift of the loop index, whose bounds TileLang's ThreadSync could not prove: it took one
+        row's thread reading its own row at i + o for a conflict with another row's, wanted a barrier
+        inside the rows' `tx < B_t` branch and hoisted it out of the branch, with a race warning."""
         src = lw.bufs[self.src.name]
         tree = kir.Buffer(f"{self.out.name}_tree", src.axes, src.dtype, "shared")
         lw.emit(kir.Compute(tree, ir.Read(src.name, src.dtype)))
@@ -268,7 +272,7 @@ class TreeSum(_OverSource, Step):
             return tuple(pos if a == self.axis else ir.Index(a, local=True) for a in src.axes)
         step = kir.Compute(tree, op("add", ir.Read(tree.name, src.dtype, at(i)),
                                     ir.Read(tree.name, src.dtype, at(op("add", i, offset)))), at=((self.axis, i),))
-        lw.emit(kir.Loop(lvl.name, ir.i32(_LEVELS), (kir.Loop(i.name, pairs, (step,)),)))
+        lw.emit(kir.Loop(lvl.name, ir.i32(_LEVELS), (kir.Loop(i.name, pairs, (step,)),), kind="static"))
         lw.emit(kir.Compute(lw.buffer(self.out), ir.Read(tree.name, src.dtype, at(ir.i32(0)))))
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ...ir import prim as ir, kernel as kir
 from ...ir.prim import F32, I32, op
+from ...spec import expr as E
 from .base import INTS, Call, Stage, Step, Value, stage
 
 INT_MIN = -2 ** 31
@@ -143,12 +144,16 @@ def _gather(b, call, src, index, axis, name):
     b.add(idx, GatherAlong(out, src, index, axis))
 
 
-@stage("gather", args=("value", "value", "axis"))
+@stage("gather", args=("node", "node", "axis"))
 class Gather(Stage):
-    """gather(v, i, axis): v at the integer indices i along axis, over i's axes and v's others."""
+    """gather(v, i, axis): v at the integer indices i along axis, over i's axes and v's others. A `v` that
+    is a constant (the load of an absent optional input) gathers to itself."""
 
     def build(self, b, call, src, index, axis):
-        _gather(b, call, src, index, axis, call.targets[0])
+        if isinstance(src, E.Name) and src.id in b.consts and src.id not in b.values:
+            b.constant(call.index, call.targets[0], b.consts[src.id])
+            return
+        _gather(b, call, b.value_arg(call.index, src), b.value_arg(call.index, index), axis, call.targets[0])
 
 
 @stage("topk_values", args=("value", "axis", "axis"))
