@@ -443,6 +443,16 @@ def test_every_engram_function_is_built():
                 assert "not built in tkgen yet" not in (getattr(_module(root, path), name).__doc__ or ""), name
 
 
+def test_batched_transpose_weight_sf_is_built():
+    """2.1.0's quant.batched_transpose_weight_sf is the generated transpose_weight_sf, no longer a stand-in
+    (its numerics: tests/test_transpose_weight_sf.py)."""
+    fn = tk.quant.batched_transpose_weight_sf
+    assert "not built in tkgen yet" not in (fn.__doc__ or "")
+    sf = torch.full((2, 1), 0.5)
+    ((sf0, sf1),) = fn([sf], 128, [True], [None])
+    assert sf0.shape == (256, 1) and sf0.stride() == (1, 256) and sf1.shape == (1, 128) and sf1.stride() == (128, 1)
+    assert bool((sf0 == 126).all()) and bool((sf1 == 126 | 126 << 8).all())
+
 def test_mhc_pre_norm_fn_is_built_with_tilekernels_signature():
     """The first release's pre-norm GEMM (no longer a `missing` stand-in): residual (..., m, D), fn, an
     optional norm weight, eps, and fuse_grad_acc and n_splits accepted; mixes (..., m * (m + 2))."""

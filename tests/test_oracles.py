@@ -449,3 +449,24 @@ def test_per_channel_cast_from_fp8_reference_vs_torch_float8():
         want = _ue8m0_words(osf.T).T if p["scale"] == "ue8m0" else osf          # [ceil(groups / 4), H] words
         assert same_bits(out_sf.T, want)
     _for_drawn_cases("per_channel_cast_from_fp8", check)
+
+
+def test_transpose_weight_sf_reference_vs_exponent_bytes():
+    """sf0 [NB * block, KB] and sf1 [KB * block, NB]: the exponent field of each scale's float32 bits
+    (sign ignored), replicated over the block's weight rows (columns), four per int32 along the last dim
+    (little-endian, bytes past the end 0), stored column-major (strides (1, rows))."""
+    def pack(e):                                    # int64 bytes [R, C] -> int32 words [R, ceil(C / 4)]
+        R, C = e.shape
+        p = torch.zeros(R, -(-C // 4) * 4, dtype=torch.int64)
+        p[:, :C] = e
+        q = p.view(R, -(-C // 4), 4)
+        w = q[..., 0] | q[..., 1] << 8 | q[..., 2] << 16 | q[..., 3] << 24
+        return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
+
+    def check(case, t, p, outs):
+        B = p["block"]
+        e = (t["sf"].view(torch.int32).to(torch.int64) >> 23) & 0xFF
+        for got, want in zip(outs, (pack(e).repeat_interleave(B, 0), pack(e.T).repeat_interleave(B, 0))):
+            assert same_bits(got, want)
+            assert got.stride() == (1, got.shape[0]) or got.numel() <= 1
+    _for_drawn_cases("transpose_weight_sf", check)

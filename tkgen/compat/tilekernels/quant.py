@@ -7,7 +7,7 @@ import torch
 
 from ...runtime.conventions import as_format
 from ...runtime.ops import TORCH_DTYPES as _TORCH
-from .._common import (element_format, input_scale, into, laid_out, missing, need, ops, out_format, quant_tensor,
+from .._common import (element_format, input_scale, into, laid_out, need, ops, out_format, quant_tensor,
                        require, row_major, scale_format, tensor_arg, written_into)
 
 
@@ -298,7 +298,74 @@ def cast(x, dtype, stochastic_rounding=False):
     return y.view(x.shape)
 
 
-batched_transpose_weight_sf = missing("quant.batched_transpose_weight_sf", "2.1.0")
+def _weight_sf_layouts(groups, n: int, k: int, nb: int, kb: int, transpose_sf1: bool):
+    """(shape, strides) of sf0_out and sf1_out: MN-major packed UE8M0 words, a group dim first if grouped."""
+    w0, w1 = -(-kb // 4), -(-nb // 4)
+    lead0, lead1 = ((groups, w0 * n), (groups, w1 * k)) if groups is not None else (None, None)
+    sf0 = ((n, w0), (1, n))
+    sf1 = ((w1, k), (k, 1)) if transpose_sf1 else ((k, w1), (1, k))
+    return tuple(((lead[0], *shape), (lead[1], *strides)) if lead else (shape, strides)
+                 for lead, (shape, strides) in ((lead0, sf0), (lead1, sf1)))
+
+
+def batched_transpose_weight_sf(sf_list, block_size: int, transpose_sf1s, outs):
+    """TileKernels 2.1.0's DeepGEMM weight scales: per weight, from float32 power-of-two block scales `sf`
+    [n / B, k / B] or [G, n / B, k / B] (B = block_size, 32 or 128; n and k multiples of 128), the pair
+    (sf0_out, sf1_out) of packed UE8M0 int32 tensors: sf0_out [(G,) n, ceil(k_b / 4)] with strides
+    ((n * ceil(k_b / 4),) 1, n), word g of row r holding the exponent byte of sf[r // B, 4g + j] in byte j;
+    sf1_out the same for the transpose, [(G,) k, ceil(n_b / 4)] with strides ((k * ceil(n_b / 4),) 1, k),
+    or [(G,) ceil(n_b / 4), k] with strides ((k * ceil(n_b / 4),) k, 1) with `transpose_sf1s[i]`; bytes past
+    the last block are 0. `outs[i]` None allocates the pair, else the given pair (of those shapes and
+    strides) is rewritten in place and returned. A scale that is not a positive power of two raises
+    ValueError (TileKernels device-asserts zero sign and mantissa bits; tkgen also refuses 0 and inf,
+    whose bytes 0 and 255 are no UE8M0 scale of a block).
+
+    Built from the generated op `transpose_weight_sf` (specs/quant/transpose_weight_sf.yaml), one launch
+    per weight, and per group of a grouped weight, where TileKernels runs every weight in one launch."""
+    name = "quant.batched_transpose_weight_sf"
+    require(isinstance(sf_list, (list, tuple)), name, "sf_list", "must be a list of tensors", TypeError)
+    require(isinstance(transpose_sf1s, (list, tuple)), name, "transpose_sf1s", "must be a list of bools", TypeError)
+    require(isinstance(outs, (list, tuple)), name, "outs", "must be a list of None or (sf0_out, sf1_out)", TypeError)
+    require(len(transpose_sf1s) == len(sf_list), name, "transpose_sf1s",
+            f"must have one flag per weight ({len(sf_list)}), got {len(transpose_sf1s)}")
+    require(len(outs) == len(sf_list), name, "outs",
+            f"must have one entry per weight ({len(sf_list)}), got {len(outs)}")
+    require(block_size in (32, 128), name, "block_size", f"must be 32 or 128, got {block_size!r}")
+    pairs = []
+    for i, (sf, transpose_sf1, out) in enumerate(zip(sf_list, transpose_sf1s, outs)):
+        arg = f"sf_list[{i}]"
+        tensor_arg(name, arg, sf, (torch.float32,), None, "[n / B, k / B] or [G, n / B, k / B]")
+        require(sf.dim() in (2, 3), name, arg, f"must have rank 2 or 3, got shape {tuple(sf.shape)}")
+        require(sf.is_contiguous(), name, arg, "must be contiguous")
+        groups = sf.shape[0] if sf.dim() == 3 else None
+        nb, kb = sf.shape[-2:]
+        n, k = nb * block_size, kb * block_size
+        require(groups is None or groups > 0, name, arg, "must have at least one group")
+        require(nb > 0 and kb > 0 and n % 128 == 0 and k % 128 == 0, name, arg,
+                f"must describe a weight whose n and k are positive multiples of 128, got n = {n}, k = {k}")
+        bits, biased = sf.view(torch.int32), (sf.view(torch.int32) >> 23) & 0xFF
+        require(not bool((((bits & 0x807FFFFF) != 0) | (biased == 0) | (biased == 0xFF)).any()), name, arg,
+                "must hold positive powers of two (sign and mantissa bits 0, a normal exponent)")
+        require(isinstance(transpose_sf1, bool), name, f"transpose_sf1s[{i}]", "must be a bool", TypeError)
+        layouts = _weight_sf_layouts(groups, n, k, nb, kb, transpose_sf1)
+        if out is None:
+            out = tuple(torch.empty_strided(shape, strides, dtype=torch.int32, device=sf.device)
+                        for shape, strides in layouts)
+        else:
+            require(isinstance(out, (tuple, list)) and len(out) == 2, name, f"outs[{i}]",
+                    "must be None or a (sf0_out, sf1_out) pair", TypeError)
+            for t, what, (shape, strides) in zip(out, ("sf0_out", "sf1_out"), layouts):
+                tensor_arg(name, f"outs[{i}] ({what})", t, (torch.int32,))
+                require(t.device == sf.device, name, f"outs[{i}] ({what})", f"must be on {sf.device}")
+                require(tuple(t.shape) == shape and t.stride() == strides, name, f"outs[{i}] ({what})",
+                        f"must have shape {shape} and strides {strides}, got {tuple(t.shape)} and {t.stride()}")
+            out = tuple(out)
+        for g in range(groups or 1):
+            sf0, sf1 = (o[g] for o in out) if groups is not None else out
+            written_into("transpose_weight_sf", (sf0, sf1.t() if transpose_sf1 else sf1),
+                         {"sf": sf[g] if groups is not None else sf}, {"block": block_size})
+        pairs.append(out)
+    return pairs
 
 __all__ = ["per_channel_cast", "unpack_from_e2m1fn_x2", "per_token_cast", "per_token_cast_with_precomputed_sf",
            "per_token_cast_with_sf_only", "per_block_cast", "per_block_cast_with_precomputed_sf",
