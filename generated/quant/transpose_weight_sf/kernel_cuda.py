@@ -50,8 +50,8 @@ def build_base(KB, block, *, threads, block_i, tile_elems):
             sf1_tile = T.alloc_fragment((B_i, B_j, B_c), 'float32')
             sf1_codes = T.alloc_shared((B_i, B_j, B_c), 'uint32')
             for i_i, i_j in T.Parallel(B_i, B_j):
-                _t0[i_i, i_j] = T.if_then_else(((b_i * B_i + i_i) < N_i), sf[(b_i * B_i + i_i), (b_j * B_j + i_j)],
-                    T.float32(0.0))
+                _t0[i_i, i_j] = T.if_then_else((((b_i * B_i) + i_i) < N_i),
+                    sf[((b_i * B_i) + i_i), ((b_j * B_j) + i_j)], T.float32(0.0))
             for i_i, i_j in T.Parallel(B_i, B_j):
                 e[i_i, i_j] = T.reinterpret(((T.reinterpret(_t0[i_i, i_j], "uint32") >> T.uint32(23)) & T.uint32(255)),
                     "int32")
@@ -71,20 +71,20 @@ def build_base(KB, block, *, threads, block_i, tile_elems):
                 sf0_codes[i_i, i_r, i_j] = ((T.reinterpret(sf0_tile[i_i, i_r, i_j], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_i, i_r, i_j_p in T.Parallel(B_i, B_r, B_j_p):
-                if ((b_i * B_i + i_i) < N_i):
-                    sf0[(b_j * B_j_p + i_j_p), (((b_i * B_i + i_i) * N_r) + i_r)] = T.reinterpret((((
-                                    T.if_then_else((((b_j * B_j_p + i_j_p) * T.int32(4)) < N_j),
+                if (((b_i * B_i) + i_i) < N_i):
+                    sf0[((b_j * B_j_p) + i_j_p), ((((b_i * B_i) + i_i) * N_r) + i_r)] = T.reinterpret((((
+                                    T.if_then_else(((((b_j * B_j_p) + i_j_p) * T.int32(4)) < N_j),
                                         sf0_codes[i_i, i_r, (i_j_p * T.int32(4))], T.uint32(0))
                                     | (
-                                        T.if_then_else(((((b_j * B_j_p + i_j_p) * T.int32(4)) + T.int32(1)) < N_j),
+                                        T.if_then_else((((((b_j * B_j_p) + i_j_p) * T.int32(4)) + T.int32(1)) < N_j),
                                             sf0_codes[i_i, i_r, ((i_j_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else(((((b_j * B_j_p + i_j_p) * T.int32(4)) + T.int32(2)) < N_j),
+                                    T.if_then_else((((((b_j * B_j_p) + i_j_p) * T.int32(4)) + T.int32(2)) < N_j),
                                         sf0_codes[i_i, i_r, ((i_j_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else(((((b_j * B_j_p + i_j_p) * T.int32(4)) + T.int32(3)) < N_j),
+                                T.if_then_else((((((b_j * B_j_p) + i_j_p) * T.int32(4)) + T.int32(3)) < N_j),
                                     sf0_codes[i_i, i_r, ((i_j_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                 << T.uint32(24))), "int32")
             for i_i, i_j, i_c in T.Parallel(B_i, B_j, B_c):
@@ -103,19 +103,19 @@ def build_base(KB, block, *, threads, block_i, tile_elems):
                 sf1_codes[i_i, i_j, i_c] = ((T.reinterpret(sf1_tile[i_i, i_j, i_c], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_i_p, i_j, i_c in T.Parallel(B_i_p, B_j, B_c):
-                sf1[(b_i * B_i_p + i_i_p), (((b_j * B_j + i_j) * N_c) + i_c)] = T.reinterpret((((
-                                T.if_then_else((((b_i * B_i_p + i_i_p) * T.int32(4)) < N_i),
+                sf1[((b_i * B_i_p) + i_i_p), ((((b_j * B_j) + i_j) * N_c) + i_c)] = T.reinterpret((((
+                                T.if_then_else(((((b_i * B_i_p) + i_i_p) * T.int32(4)) < N_i),
                                     sf1_codes[(i_i_p * T.int32(4)), i_j, i_c], T.uint32(0))
                                 | (
-                                    T.if_then_else(((((b_i * B_i_p + i_i_p) * T.int32(4)) + T.int32(1)) < N_i),
+                                    T.if_then_else((((((b_i * B_i_p) + i_i_p) * T.int32(4)) + T.int32(1)) < N_i),
                                         sf1_codes[((i_i_p * T.int32(4)) + T.int32(1)), i_j, i_c], T.uint32(0))
                                     << T.uint32(8)))
                             | (
-                                T.if_then_else(((((b_i * B_i_p + i_i_p) * T.int32(4)) + T.int32(2)) < N_i),
+                                T.if_then_else((((((b_i * B_i_p) + i_i_p) * T.int32(4)) + T.int32(2)) < N_i),
                                     sf1_codes[((i_i_p * T.int32(4)) + T.int32(2)), i_j, i_c], T.uint32(0))
                                 << T.uint32(16)))
                         | (
-                            T.if_then_else(((((b_i * B_i_p + i_i_p) * T.int32(4)) + T.int32(3)) < N_i),
+                            T.if_then_else((((((b_i * B_i_p) + i_i_p) * T.int32(4)) + T.int32(3)) < N_i),
                                 sf1_codes[((i_i_p * T.int32(4)) + T.int32(3)), i_j, i_c], T.uint32(0))
                             << T.uint32(24))), "int32")
 
