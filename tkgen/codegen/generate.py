@@ -101,7 +101,7 @@ def kernel_module(catalog, spec, arch, naive) -> KernelSource:
         helpers |= used
     bits = "f32_bits" in helpers            # from the runtime, not a generated helper
     helpers.discard("f32_bits")
-    # variants that differ only in a few statements share one factory (tkgen/codegen/merge_variants.py)
+    # variants that differ in a few statements share one factory (tkgen/codegen/merge_variants.py)
     factories, aliases = merge(printed, spec.variant_name)
     text = render("kernel.py.j2", header="", op=spec.name, factories=factories, aliases=aliases,
                   helpers=sorted(helpers), f32_bits=bits)
@@ -131,7 +131,7 @@ def reference_module(catalog, spec, header, naive):
             written.append(Printed(variant, f"written_rows_{name}", lines))
             helpers |= used
             rows.append((name, f"written_rows_{name}"))
-    # as the kernels: variants that differ only in a few statements share one function
+    # as the kernels: variants that differ in a few statements share one function
     functions, aliases = merge(references, spec.variant_name, "make_reference_")
     more, more_aliases = merge(written, spec.variant_name, "make_written_rows_")
     functions, aliases = functions + more, aliases + more_aliases

@@ -4,7 +4,7 @@
 
 The oracle its kernels are tested against, one function per variant (`reference_<variant>`: its own, or
 a shared `make_reference_...` with the params that tell variants apart bound first, where they differ
-only in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
+in a few statements). It runs the statements of the kernels on whole tensors, in float32, with the
 same operations in the same order, and encodes outputs through the same generated software codecs.
 """
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
