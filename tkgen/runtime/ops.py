@@ -296,7 +296,8 @@ def variant_of(op: OpInfo, params, tensors) -> str:
     params = {p.name: params.get(p.name, p.default) for p in op.params}
     values = [str(params[p.name]).lower() if isinstance(params[p.name], bool) else str(params[p.name])
               for p in op.params if p.structural]
-    values += [f"with_{i.name}" for i in op.inputs if i.optional and tensors.get(i.name) is not None]
+    # an input given together with another (`with:`) goes by that one's name
+    values += [f"with_{i.name}" for i in op.inputs if i.optional and not i.together and tensors.get(i.name) is not None]
     values += [f"with_{p.name}" for p in op.params if p.optional and params[p.name] is not None]
     return "_".join(values) or "base"
 

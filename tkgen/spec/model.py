@@ -225,10 +225,13 @@ class OpSpec:
                 continue
             yield v
 
-    @staticmethod
-    def variant_name(variant: dict) -> str:
+    def variant_name(self, variant: dict) -> str:
+        """The variant's name: its structural params' values, then `with_<name>` for each optional input or
+        param given. An input declared `with:` another is given exactly when that one is, and goes by its
+        name (the runtime names variants the same way: tkgen/runtime/ops.py, variant_of)."""
         parts = [str(v).lower() if isinstance(v, bool) else str(v) for k, v in variant.items() if not k.startswith("?")]
-        parts += [f"with_{k[1:]}" for k, v in variant.items() if k.startswith("?") and v]
+        parts += [f"with_{k[1:]}" for k, v in variant.items() if k.startswith("?") and v
+                  and not (k[1:] in self.inputs and self.inputs[k[1:]].together)]
         return "_".join(parts) or "base"
 
     @staticmethod

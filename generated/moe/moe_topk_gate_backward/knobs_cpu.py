@@ -12,5 +12,5 @@ PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
 KNOBS = {
     "build_base": {'threads': 1, 'block_t': 1},
-    "build_with_grad_scores_sum_with_mask": {'threads': 1, 'block_t': 1},
+    "build_with_grad_scores_sum": {'threads': 1, 'block_t': 1},
 }

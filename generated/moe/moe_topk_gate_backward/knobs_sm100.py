@@ -12,5 +12,5 @@ PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized':
 COMPILE_FLAGS = ['-fmad=false']
 KNOBS = {
     "build_base": {'threads': 128, 'block_t': 1},
-    "build_with_grad_scores_sum_with_mask": {'threads': 128, 'block_t': 1},
+    "build_with_grad_scores_sum": {'threads': 128, 'block_t': 1},
 }

@@ -12,5 +12,5 @@ PASS_CONFIGS = {'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
 KNOBS = {
     "build_base": {'threads': 32, 'block_t': 1},
-    "build_with_grad_scores_sum_with_mask": {'threads': 32, 'block_t': 1},
+    "build_with_grad_scores_sum": {'threads': 32, 'block_t': 1},
 }

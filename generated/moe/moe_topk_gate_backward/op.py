@@ -28,9 +28,9 @@ OP = OpInfo(name="moe_topk_gate_backward", package=__package__, params=
         InputInfo("mask", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None, together=
             "grad_scores_sum"),), outputs=
     (
-        OutputInfo("grad_logits", by_variant({('base', 'with_grad_scores_sum_with_mask'): lambda d: (d["T"], d["E"],)}),
-            lambda v, dt: by_variant({('base', 'with_grad_scores_sum_with_mask'): 'float32'})[v], 'bit', None, False),),
-    dims=(("T", True, 0, None), ("E", False, 1, 512), ("K", False, 1, 32),), requires=(), factory_args=
+        OutputInfo("grad_logits", by_variant({('base', 'with_grad_scores_sum'): lambda d: (d["T"], d["E"],)}), lambda v,
+            dt: by_variant({('base', 'with_grad_scores_sum'): 'float32'})[v], 'bit', None, False),), dims=
+    (("T", True, 0, None), ("E", False, 1, 512), ("K", False, 1, 32),), requires=(), factory_args=
     ('E', 'K', 'routed_scaling_factor', 'num_seqs', 'seq_len'),)
 
 

@@ -100,10 +100,10 @@ def make_reference_variants(with_grad_scores_sum, with_mask, scores, topk_idx, t
 
 # the variants of the shared functions
 reference_base = specialize(make_reference_variants, False, False)
-reference_with_grad_scores_sum_with_mask = specialize(make_reference_variants, True, True)
+reference_with_grad_scores_sum = specialize(make_reference_variants, True, True)
 
 
 VARIANTS = {
     "base": reference_base,
-    "with_grad_scores_sum_with_mask": reference_with_grad_scores_sum_with_mask,
+    "with_grad_scores_sum": reference_with_grad_scores_sum,
 }

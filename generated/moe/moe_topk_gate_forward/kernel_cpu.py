@@ -5,11 +5,12 @@
 They serve each profile whose knob table (`knobs_<arch>.py`) names this module.
 
 `build_<variant>` is each variant's factory: its own function, or where variants differ in a few
-statements (an expression, an index, steps one has and another has not), a shared `make_...` function with
-the params that tell them apart bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
-is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
-(threads, block sizes, the tile budget of `auto` blocks, the vector width); each profile's values, from
-the spec and the profile, are in its knob table (tkgen/runtime/kernels.py loads both).
+statements (an expression, an index, steps one has and another has not), a shared `make_...` function
+with the params that tell them apart bound first. A factory takes the op's static sizes and params and
+returns a T.prim_func; the dynamic dim is a runtime symbol, so one compiled kernel serves every row count.
+Keyword arguments are the schedule (threads, block sizes, the tile budget of `auto` blocks, the vector
+width); each profile's values, from the spec and the profile, are in its knob table
+(tkgen/runtime/kernels.py loads both).
 """
 import tilelang.language as T
 
@@ -131,8 +132,8 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
     return kernel
 
 
-def build_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
-        threads, block_t, tile_elems):
+def build_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t,
+        tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -301,7 +302,135 @@ def build_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed
     return kernel
 
 
-def build_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
+def build_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t,
+        tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = N_e
+    B_j = N_j
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        fix_routing_mask: T.Tensor((T_,), 'int32'),
+        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_local((B_t, B_e), 'float32')
+            _t2 = T.alloc_local((B_t,), 'int32')
+            fixed = T.alloc_local((B_t,), 'bool')
+            u = T.alloc_local((B_t, B_e), 'float32')
+            _t5_key = T.alloc_local((B_t, B_e), 'int32')
+            _t5_best = T.alloc_local((B_t,), 'int32')
+            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_local((B_t,), 'int32')
+            _t5 = T.alloc_local((B_t, B_j), 'int32')
+            chosen = T.alloc_local((B_t, B_j), 'int64')
+            _t6 = T.alloc_local((B_t, B_j), 'int64')
+            sel = T.alloc_local((B_t, B_j), 'int64')
+            u_by_e = T.alloc_local((B_t, B_e), 'float32')
+            picked = T.alloc_local((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
+            _t7 = T.alloc_local((B_t,), 'float32')
+            den = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t, B_j), 'float32')
+            slot = T.alloc_local((B_s,), 'int32')
+            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
+            _t8 = T.alloc_local((B_t, B_s), 'int64')
+            logical = T.alloc_local((B_t, B_s), 'int64')
+            w_by_j = T.alloc_local((B_t, B_j), 'float32')
+            _t10 = T.alloc_local((B_t, B_s), 'float32')
+            weight = T.alloc_local((B_t, B_s), 'float32')
+            for i_t, i_e in T.grid(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                fixed[i_t] = (_t2[i_t] != T.int32(0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(u[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.grid(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_j in T.grid(B_t, B_j):
+                _t6[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
+            for i_t, i_e in T.grid(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
+                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.grid(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.grid(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
+                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            for i_s in T.grid(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.grid(B_t, B_j):
+                sel_by_j[i_t, i_j] = sel[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    sel_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(logical[i_t, i_s], "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
+            for i_t, i_e in T.grid(B_t, B_e):
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                if (((b_t * B_t) + i_t) < N_t):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(sel[i_t, i_j], "int64")
+
+    return kernel
+
+
+def build_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
         *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
@@ -312,134 +441,6 @@ def build_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, r
     N_d = num_dups
     B_e = N_e
     B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t2 = T.alloc_local((B_t,), 'int32')
-            fixed = T.alloc_local((B_t,), 'bool')
-            u = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            chosen = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_j), 'int64')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            u_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
-            _t7 = T.alloc_local((B_t,), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_s,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t8 = T.alloc_local((B_t, B_s), 'int64')
-            logical = T.alloc_local((B_t, B_s), 'int64')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t10 = T.alloc_local((B_t, B_s), 'float32')
-            weight = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                fixed[i_t] = (_t2[i_t] != T.int32(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(u[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                _t6[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
-            for i_t, i_e in T.grid(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.grid(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.grid(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_s in T.grid(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    sel_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(logical[i_t, i_s], "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if (((b_t * B_t) + i_t) < N_t):
-                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(sel[i_t, i_j], "int64")
-
-    return kernel
-
-
-def build_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(E, num_topk, num_slots,
-        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = N_e
-    B_j = N_j
     B_x = N_x
     B_d = N_d
     B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
@@ -615,7 +616,319 @@ def build_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with
     return kernel
 
 
-def build_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+def build_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t,
+        tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = N_e
+    B_j = N_j
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        image_bias: T.Tensor((E,), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_local((B_t, B_e), 'float32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            image = T.alloc_local((B_t,), 'bool')
+            u = T.alloc_local((B_t, B_e), 'float32')
+            _t3 = T.alloc_local((B_e,), 'float32')
+            r = T.alloc_local((B_t, B_e), 'float32')
+            _t5_key = T.alloc_local((B_t, B_e), 'int32')
+            _t5_best = T.alloc_local((B_t,), 'int32')
+            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_local((B_t,), 'int32')
+            _t5 = T.alloc_local((B_t, B_j), 'int32')
+            chosen = T.alloc_local((B_t, B_j), 'int64')
+            u_by_e = T.alloc_local((B_t, B_e), 'float32')
+            picked = T.alloc_local((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
+            _t7 = T.alloc_local((B_t,), 'float32')
+            den = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t, B_j), 'float32')
+            slot = T.alloc_local((B_s,), 'int32')
+            chosen_by_j = T.alloc_local((B_t, B_j), 'int64')
+            _t8 = T.alloc_local((B_t, B_s), 'int64')
+            logical = T.alloc_local((B_t, B_s), 'int64')
+            w_by_j = T.alloc_local((B_t, B_j), 'float32')
+            _t10 = T.alloc_local((B_t, B_s), 'float32')
+            weight = T.alloc_local((B_t, B_s), 'float32')
+            for i_t, i_e in T.grid(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                image[i_t] = (_t1[i_t] != T.int32(0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.grid(B_e):
+                _t3[i_e] = image_bias[i_e]
+            for i_t, i_e in T.grid(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], T.float32(-0.0)))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.grid(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_e in T.grid(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
+                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.grid(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.grid(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
+                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            for i_s in T.grid(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(logical[i_t, i_s], "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
+            for i_t, i_e in T.grid(B_t, B_e):
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                if (((b_t * B_t) + i_t) < N_t):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(chosen[i_t, i_j], "int64")
+
+    return kernel
+
+
+def build_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = N_e
+    B_j = N_j
+    B_x = N_x
+    B_d = N_d
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        image_bias: T.Tensor((E,), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32'),
+        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
+        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_local((B_t, B_e), 'float32')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            image = T.alloc_local((B_t,), 'bool')
+            u = T.alloc_local((B_t, B_e), 'float32')
+            _t3 = T.alloc_local((B_e,), 'float32')
+            r = T.alloc_local((B_t, B_e), 'float32')
+            _t5_key = T.alloc_local((B_t, B_e), 'int32')
+            _t5_best = T.alloc_local((B_t,), 'int32')
+            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_local((B_t,), 'int32')
+            _t5 = T.alloc_local((B_t, B_j), 'int32')
+            chosen = T.alloc_local((B_t, B_j), 'int64')
+            u_by_e = T.alloc_local((B_t, B_e), 'float32')
+            picked = T.alloc_local((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
+            _t7 = T.alloc_local((B_t,), 'float32')
+            den = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t, B_j), 'float32')
+            slot = T.alloc_local((B_s,), 'int32')
+            chosen_by_j = T.alloc_local((B_t, B_j), 'int64')
+            _t8 = T.alloc_local((B_t, B_s), 'int64')
+            logical = T.alloc_local((B_t, B_s), 'int64')
+            lc = T.alloc_local((B_x,), 'int32')
+            lc_by_x = T.alloc_local((B_x,), 'int32')
+            count = T.alloc_local((B_t, B_s), 'int32')
+            tok = T.alloc_local((B_t,), 'int32')
+            cnt = T.alloc_local((B_t, B_s), 'int32')
+            rem = T.alloc_local((B_t, B_s), 'int32')
+            crem = T.alloc_local((B_t, B_s), 'int32')
+            back = T.alloc_local((B_t, B_s), 'bool')
+            pmap = T.alloc_local((B_x, B_d), 'int32')
+            row = T.alloc_local((B_t, B_s), 'int64')
+            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
+            prow = T.alloc_local((B_t, B_s, B_d), 'int32')
+            col = T.alloc_local((B_t, B_s), 'int32')
+            prow_by_d = T.alloc_local((B_t, B_s, B_d), 'int32')
+            _t9 = T.alloc_local((B_t, B_s), 'int32')
+            physical = T.alloc_local((B_t, B_s), 'int64')
+            w_by_j = T.alloc_local((B_t, B_j), 'float32')
+            _t10 = T.alloc_local((B_t, B_s), 'float32')
+            weight = T.alloc_local((B_t, B_s), 'float32')
+            for i_t, i_e in T.grid(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                image[i_t] = (_t1[i_t] != T.int32(0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.grid(B_e):
+                _t3[i_e] = image_bias[i_e]
+            for i_t, i_e in T.grid(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], T.float32(-0.0)))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.grid(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_e in T.grid(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
+                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.grid(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.grid(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
+                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            for i_s in T.grid(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_x in T.grid(B_x):
+                lc[i_x] = T.cast(logical_count[i_x], "int32")
+            for i_x in T.grid(B_x):
+                lc_by_x[i_x] = lc[i_x]
+            for i_t, i_s in T.grid(B_t, B_s):
+                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
+                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
+                    T.int32(0))
+            for i_t in T.grid(B_t):
+                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
+            for i_t, i_s in T.grid(B_t, B_s):
+                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
+                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
+                    T.floormod(tok[i_t],
+                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
+                            cnt[i_t, i_s])))
+                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
+                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
+                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
+            for i_x, i_d in T.grid(B_x, B_d):
+                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
+            for i_t, i_s in T.grid(B_t, B_s):
+                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
+            for i_x, i_d in T.grid(B_x, B_d):
+                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
+            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
+                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
+                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
+                    T.int32(0))
+            for i_t, i_s in T.grid(B_t, B_s):
+                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
+            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
+                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
+                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
+                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
+                    logical[i_t, i_s])
+            for i_t, i_j in T.grid(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(physical[i_t, i_s], "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
+            for i_t, i_e in T.grid(B_t, B_e):
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                if (((b_t * B_t) + i_t) < N_t):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(chosen[i_t, i_j], "int64")
+
+    return kernel
+
+
+def build_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
         threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
@@ -634,318 +947,6 @@ def build_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_s
         logits: T.Tensor((T_, E), 'float32'),
         image_bias: T.Tensor((E,), 'float32'),
         image_token_mask: T.Tensor((T_,), 'int32'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            image = T.alloc_local((B_t,), 'bool')
-            u = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            chosen = T.alloc_local((B_t, B_j), 'int64')
-            u_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
-            _t7 = T.alloc_local((B_t,), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_s,), 'int32')
-            chosen_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t8 = T.alloc_local((B_t, B_s), 'int64')
-            logical = T.alloc_local((B_t, B_s), 'int64')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t10 = T.alloc_local((B_t, B_s), 'float32')
-            weight = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                image[i_t] = (_t1[i_t] != T.int32(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.grid(B_e):
-                _t3[i_e] = image_bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], T.float32(-0.0)))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.grid(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
-                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.grid(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.grid(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_s in T.grid(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(logical[i_t, i_s], "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if (((b_t * B_t) + i_t) < N_t):
-                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(chosen[i_t, i_j], "int64")
-
-    return kernel
-
-
-def build_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count(E, num_topk, num_slots,
-        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = N_e
-    B_j = N_j
-    B_x = N_x
-    B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        image_bias: T.Tensor((E,), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
-        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            image = T.alloc_local((B_t,), 'bool')
-            u = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            chosen = T.alloc_local((B_t, B_j), 'int64')
-            u_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
-            _t7 = T.alloc_local((B_t,), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_s,), 'int32')
-            chosen_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t8 = T.alloc_local((B_t, B_s), 'int64')
-            logical = T.alloc_local((B_t, B_s), 'int64')
-            lc = T.alloc_local((B_x,), 'int32')
-            lc_by_x = T.alloc_local((B_x,), 'int32')
-            count = T.alloc_local((B_t, B_s), 'int32')
-            tok = T.alloc_local((B_t,), 'int32')
-            cnt = T.alloc_local((B_t, B_s), 'int32')
-            rem = T.alloc_local((B_t, B_s), 'int32')
-            crem = T.alloc_local((B_t, B_s), 'int32')
-            back = T.alloc_local((B_t, B_s), 'bool')
-            pmap = T.alloc_local((B_x, B_d), 'int32')
-            row = T.alloc_local((B_t, B_s), 'int64')
-            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
-            prow = T.alloc_local((B_t, B_s, B_d), 'int32')
-            col = T.alloc_local((B_t, B_s), 'int32')
-            prow_by_d = T.alloc_local((B_t, B_s, B_d), 'int32')
-            _t9 = T.alloc_local((B_t, B_s), 'int32')
-            physical = T.alloc_local((B_t, B_s), 'int64')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t10 = T.alloc_local((B_t, B_s), 'float32')
-            weight = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                image[i_t] = (_t1[i_t] != T.int32(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.grid(B_e):
-                _t3[i_e] = image_bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], T.float32(-0.0)))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.grid(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
-                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.grid(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.grid(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_s in T.grid(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_x in T.grid(B_x):
-                lc[i_x] = T.cast(logical_count[i_x], "int32")
-            for i_x in T.grid(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_s in T.grid(B_t, B_s):
-                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
-                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_s in T.grid(B_t, B_s):
-                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
-                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_s])))
-                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
-                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
-            for i_t, i_s in T.grid(B_t, B_s):
-                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
-                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_s in T.grid(B_t, B_s):
-                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
-                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
-                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
-                    logical[i_t, i_s])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(physical[i_t, i_s], "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = weight[i_t, i_s]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if (((b_t * B_t) + i_t) < N_t):
-                    scores[((b_t * B_t) + i_t), i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(chosen[i_t, i_j], "int64")
-
-    return kernel
-
-
-def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots,
-        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = N_e
-    B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        image_bias: T.Tensor((E,), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
         fix_routing_mask: T.Tensor((T_,), 'int32'),
         unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
         topk_idx: T.Tensor((T_, num_slots), 'int64'),
@@ -1070,8 +1071,8 @@ def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmap
     return kernel
 
 
-def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(
-        E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor,
+        ep_rank, num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1389,8 +1390,8 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
     return kernel
 
 
-def build_with_bias_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1566,8 +1567,8 @@ def build_with_bias_with_to_physical_map_with_logical_count(E, num_topk, num_slo
     return kernel
 
 
-def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1701,8 +1702,8 @@ def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, nu
     return kernel
 
 
-def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1894,8 +1895,8 @@ def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physica
     return kernel
 
 
-def build_with_bias_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2025,8 +2026,8 @@ def build_with_bias_with_image_bias_with_image_token_mask(E, num_topk, num_slots
     return kernel
 
 
-def build_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2214,8 +2215,8 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_w
     return kernel
 
 
-def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2361,8 +2362,8 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_
     return kernel
 
 
-def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(
-        E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots,
+        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2688,8 +2689,8 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
     return kernel
 
 
-def build_with_mask_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2869,8 +2870,8 @@ def build_with_mask_with_to_physical_map_with_logical_count(E, num_topk, num_slo
     return kernel
 
 
-def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3008,8 +3009,8 @@ def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, nu
     return kernel
 
 
-def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3205,8 +3206,8 @@ def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physica
     return kernel
 
 
-def build_with_mask_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3343,8 +3344,8 @@ def build_with_mask_with_image_bias_with_image_token_mask(E, num_topk, num_slots
     return kernel
 
 
-def build_with_mask_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3539,8 +3540,8 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_to_physical_map_w
     return kernel
 
 
-def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3693,8 +3694,8 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_
     return kernel
 
 
-def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(
-        E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots,
+        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -4035,8 +4036,8 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_
     return kernel
 
 
-def build_with_mask_with_bias_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed_scaling_factor,
-        ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -4223,858 +4224,858 @@ def build_with_mask_with_bias_with_to_physical_map_with_logical_count(E, num_top
     return kernel
 
 
-def build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots,
+def build_with_mask_with_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = N_e
+    B_j = N_j
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        fix_routing_mask: T.Tensor((T_,), 'int32'),
+        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_local((B_t, B_e), 'float32')
+            _t0 = T.alloc_local((B_t,), 'int32')
+            routed = T.alloc_local((B_t,), 'bool')
+            _t2 = T.alloc_local((B_t,), 'int32')
+            fixed = T.alloc_local((B_t,), 'bool')
+            u = T.alloc_local((B_t, B_e), 'float32')
+            _t4 = T.alloc_local((B_e,), 'float32')
+            r = T.alloc_local((B_t, B_e), 'float32')
+            _t5_key = T.alloc_local((B_t, B_e), 'int32')
+            _t5_best = T.alloc_local((B_t,), 'int32')
+            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_local((B_t,), 'int32')
+            _t5 = T.alloc_local((B_t, B_j), 'int32')
+            chosen = T.alloc_local((B_t, B_j), 'int64')
+            _t6 = T.alloc_local((B_t, B_j), 'int64')
+            sel = T.alloc_local((B_t, B_j), 'int64')
+            u_by_e = T.alloc_local((B_t, B_e), 'float32')
+            picked = T.alloc_local((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
+            _t7 = T.alloc_local((B_t,), 'float32')
+            den = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t, B_j), 'float32')
+            slot = T.alloc_local((B_s,), 'int32')
+            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
+            _t8 = T.alloc_local((B_t, B_s), 'int64')
+            logical = T.alloc_local((B_t, B_s), 'int64')
+            w_by_j = T.alloc_local((B_t, B_j), 'float32')
+            _t10 = T.alloc_local((B_t, B_s), 'float32')
+            weight = T.alloc_local((B_t, B_s), 'float32')
+            for i_t, i_e in T.grid(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.grid(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.grid(B_t):
+                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                fixed[i_t] = (_t2[i_t] != T.int32(0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.grid(B_e):
+                _t4[i_e] = bias[i_e]
+            for i_t, i_e in T.grid(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + _t4[i_e])
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.grid(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_j in T.grid(B_t, B_j):
+                _t6[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
+            for i_t, i_e in T.grid(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
+                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.grid(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.grid(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
+                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            for i_s in T.grid(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.grid(B_t, B_j):
+                sel_by_j[i_t, i_j] = sel[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    sel_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                if (((b_t * B_t) + i_t) < N_t):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor,
+        ep_rank, num_dups, *, threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = N_e
+    B_j = N_j
+    B_x = N_x
+    B_d = N_d
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        fix_routing_mask: T.Tensor((T_,), 'int32'),
+        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
+        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
+        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_local((B_t, B_e), 'float32')
+            _t0 = T.alloc_local((B_t,), 'int32')
+            routed = T.alloc_local((B_t,), 'bool')
+            _t2 = T.alloc_local((B_t,), 'int32')
+            fixed = T.alloc_local((B_t,), 'bool')
+            u = T.alloc_local((B_t, B_e), 'float32')
+            _t4 = T.alloc_local((B_e,), 'float32')
+            r = T.alloc_local((B_t, B_e), 'float32')
+            _t5_key = T.alloc_local((B_t, B_e), 'int32')
+            _t5_best = T.alloc_local((B_t,), 'int32')
+            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_local((B_t,), 'int32')
+            _t5 = T.alloc_local((B_t, B_j), 'int32')
+            chosen = T.alloc_local((B_t, B_j), 'int64')
+            _t6 = T.alloc_local((B_t, B_j), 'int64')
+            sel = T.alloc_local((B_t, B_j), 'int64')
+            u_by_e = T.alloc_local((B_t, B_e), 'float32')
+            picked = T.alloc_local((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
+            _t7 = T.alloc_local((B_t,), 'float32')
+            den = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t, B_j), 'float32')
+            slot = T.alloc_local((B_s,), 'int32')
+            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
+            _t8 = T.alloc_local((B_t, B_s), 'int64')
+            logical = T.alloc_local((B_t, B_s), 'int64')
+            lc = T.alloc_local((B_x,), 'int32')
+            lc_by_x = T.alloc_local((B_x,), 'int32')
+            count = T.alloc_local((B_t, B_s), 'int32')
+            tok = T.alloc_local((B_t,), 'int32')
+            cnt = T.alloc_local((B_t, B_s), 'int32')
+            rem = T.alloc_local((B_t, B_s), 'int32')
+            crem = T.alloc_local((B_t, B_s), 'int32')
+            back = T.alloc_local((B_t, B_s), 'bool')
+            pmap = T.alloc_local((B_x, B_d), 'int32')
+            row = T.alloc_local((B_t, B_s), 'int64')
+            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
+            prow = T.alloc_local((B_t, B_s, B_d), 'int32')
+            col = T.alloc_local((B_t, B_s), 'int32')
+            prow_by_d = T.alloc_local((B_t, B_s, B_d), 'int32')
+            _t9 = T.alloc_local((B_t, B_s), 'int32')
+            physical = T.alloc_local((B_t, B_s), 'int64')
+            w_by_j = T.alloc_local((B_t, B_j), 'float32')
+            _t10 = T.alloc_local((B_t, B_s), 'float32')
+            weight = T.alloc_local((B_t, B_s), 'float32')
+            for i_t, i_e in T.grid(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.grid(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.grid(B_t):
+                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                fixed[i_t] = (_t2[i_t] != T.int32(0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.grid(B_e):
+                _t4[i_e] = bias[i_e]
+            for i_t, i_e in T.grid(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + _t4[i_e])
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.grid(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_j in T.grid(B_t, B_j):
+                _t6[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
+            for i_t, i_e in T.grid(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
+                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.grid(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.grid(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
+                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            for i_s in T.grid(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.grid(B_t, B_j):
+                sel_by_j[i_t, i_j] = sel[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    sel_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_x in T.grid(B_x):
+                lc[i_x] = T.cast(logical_count[i_x], "int32")
+            for i_x in T.grid(B_x):
+                lc_by_x[i_x] = lc[i_x]
+            for i_t, i_s in T.grid(B_t, B_s):
+                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
+                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
+                    T.int32(0))
+            for i_t in T.grid(B_t):
+                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
+            for i_t, i_s in T.grid(B_t, B_s):
+                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
+                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
+                    T.floormod(tok[i_t],
+                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
+                            cnt[i_t, i_s])))
+                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
+                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
+                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
+            for i_x, i_d in T.grid(B_x, B_d):
+                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
+            for i_t, i_s in T.grid(B_t, B_s):
+                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
+            for i_x, i_d in T.grid(B_x, B_d):
+                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
+            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
+                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
+                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
+                    T.int32(0))
+            for i_t, i_s in T.grid(B_t, B_s):
+                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
+            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
+                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
+                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
+                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
+                    logical[i_t, i_s])
+            for i_t, i_j in T.grid(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], physical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                if (((b_t * B_t) + i_t) < N_t):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = N_e
+    B_j = N_j
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        image_bias: T.Tensor((E,), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_local((B_t, B_e), 'float32')
+            _t0 = T.alloc_local((B_t,), 'int32')
+            routed = T.alloc_local((B_t,), 'bool')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            image = T.alloc_local((B_t,), 'bool')
+            u = T.alloc_local((B_t, B_e), 'float32')
+            _t3 = T.alloc_local((B_e,), 'float32')
+            _t4 = T.alloc_local((B_e,), 'float32')
+            r = T.alloc_local((B_t, B_e), 'float32')
+            _t5_key = T.alloc_local((B_t, B_e), 'int32')
+            _t5_best = T.alloc_local((B_t,), 'int32')
+            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_local((B_t,), 'int32')
+            _t5 = T.alloc_local((B_t, B_j), 'int32')
+            chosen = T.alloc_local((B_t, B_j), 'int64')
+            u_by_e = T.alloc_local((B_t, B_e), 'float32')
+            picked = T.alloc_local((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
+            _t7 = T.alloc_local((B_t,), 'float32')
+            den = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t, B_j), 'float32')
+            slot = T.alloc_local((B_s,), 'int32')
+            chosen_by_j = T.alloc_local((B_t, B_j), 'int64')
+            _t8 = T.alloc_local((B_t, B_s), 'int64')
+            logical = T.alloc_local((B_t, B_s), 'int64')
+            w_by_j = T.alloc_local((B_t, B_j), 'float32')
+            _t10 = T.alloc_local((B_t, B_s), 'float32')
+            weight = T.alloc_local((B_t, B_s), 'float32')
+            for i_t, i_e in T.grid(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.grid(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.grid(B_t):
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                image[i_t] = (_t1[i_t] != T.int32(0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.grid(B_e):
+                _t3[i_e] = image_bias[i_e]
+            for i_e in T.grid(B_e):
+                _t4[i_e] = bias[i_e]
+            for i_t, i_e in T.grid(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.grid(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_e in T.grid(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
+                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.grid(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.grid(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
+                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            for i_s in T.grid(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                if (((b_t * B_t) + i_t) < N_t):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], chosen[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor,
+        ep_rank, num_dups, *, threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = N_e
+    B_j = N_j
+    B_x = N_x
+    B_d = N_d
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        image_bias: T.Tensor((E,), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32'),
+        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
+        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_local((B_t, B_e), 'float32')
+            _t0 = T.alloc_local((B_t,), 'int32')
+            routed = T.alloc_local((B_t,), 'bool')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            image = T.alloc_local((B_t,), 'bool')
+            u = T.alloc_local((B_t, B_e), 'float32')
+            _t3 = T.alloc_local((B_e,), 'float32')
+            _t4 = T.alloc_local((B_e,), 'float32')
+            r = T.alloc_local((B_t, B_e), 'float32')
+            _t5_key = T.alloc_local((B_t, B_e), 'int32')
+            _t5_best = T.alloc_local((B_t,), 'int32')
+            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_local((B_t,), 'int32')
+            _t5 = T.alloc_local((B_t, B_j), 'int32')
+            chosen = T.alloc_local((B_t, B_j), 'int64')
+            u_by_e = T.alloc_local((B_t, B_e), 'float32')
+            picked = T.alloc_local((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
+            _t7 = T.alloc_local((B_t,), 'float32')
+            den = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t, B_j), 'float32')
+            slot = T.alloc_local((B_s,), 'int32')
+            chosen_by_j = T.alloc_local((B_t, B_j), 'int64')
+            _t8 = T.alloc_local((B_t, B_s), 'int64')
+            logical = T.alloc_local((B_t, B_s), 'int64')
+            lc = T.alloc_local((B_x,), 'int32')
+            lc_by_x = T.alloc_local((B_x,), 'int32')
+            count = T.alloc_local((B_t, B_s), 'int32')
+            tok = T.alloc_local((B_t,), 'int32')
+            cnt = T.alloc_local((B_t, B_s), 'int32')
+            rem = T.alloc_local((B_t, B_s), 'int32')
+            crem = T.alloc_local((B_t, B_s), 'int32')
+            back = T.alloc_local((B_t, B_s), 'bool')
+            pmap = T.alloc_local((B_x, B_d), 'int32')
+            row = T.alloc_local((B_t, B_s), 'int64')
+            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
+            prow = T.alloc_local((B_t, B_s, B_d), 'int32')
+            col = T.alloc_local((B_t, B_s), 'int32')
+            prow_by_d = T.alloc_local((B_t, B_s, B_d), 'int32')
+            _t9 = T.alloc_local((B_t, B_s), 'int32')
+            physical = T.alloc_local((B_t, B_s), 'int64')
+            w_by_j = T.alloc_local((B_t, B_j), 'float32')
+            _t10 = T.alloc_local((B_t, B_s), 'float32')
+            weight = T.alloc_local((B_t, B_s), 'float32')
+            for i_t, i_e in T.grid(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.grid(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.grid(B_t):
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                image[i_t] = (_t1[i_t] != T.int32(0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.grid(B_e):
+                _t3[i_e] = image_bias[i_e]
+            for i_e in T.grid(B_e):
+                _t4[i_e] = bias[i_e]
+            for i_t, i_e in T.grid(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.grid(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_e in T.grid(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
+                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.grid(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.grid(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
+                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            for i_s in T.grid(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_x in T.grid(B_x):
+                lc[i_x] = T.cast(logical_count[i_x], "int32")
+            for i_x in T.grid(B_x):
+                lc_by_x[i_x] = lc[i_x]
+            for i_t, i_s in T.grid(B_t, B_s):
+                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
+                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
+                    T.int32(0))
+            for i_t in T.grid(B_t):
+                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
+            for i_t, i_s in T.grid(B_t, B_s):
+                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
+                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
+                    T.floormod(tok[i_t],
+                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
+                            cnt[i_t, i_s])))
+                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
+                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
+                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
+            for i_x, i_d in T.grid(B_x, B_d):
+                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
+            for i_t, i_s in T.grid(B_t, B_s):
+                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
+            for i_x, i_d in T.grid(B_x, B_d):
+                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
+            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
+                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
+                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
+                    T.int32(0))
+            for i_t, i_s in T.grid(B_t, B_s):
+                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
+            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
+                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
+                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
+                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
+                    logical[i_t, i_s])
+            for i_t, i_j in T.grid(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], physical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                if (((b_t * B_t) + i_t) < N_t):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], chosen[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor,
+        ep_rank, num_dups, *, threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = N_e
+    B_j = N_j
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        image_bias: T.Tensor((E,), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32'),
+        fix_routing_mask: T.Tensor((T_,), 'int32'),
+        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_local((B_t, B_e), 'float32')
+            _t0 = T.alloc_local((B_t,), 'int32')
+            routed = T.alloc_local((B_t,), 'bool')
+            _t1 = T.alloc_local((B_t,), 'int32')
+            image = T.alloc_local((B_t,), 'bool')
+            _t2 = T.alloc_local((B_t,), 'int32')
+            fixed = T.alloc_local((B_t,), 'bool')
+            u = T.alloc_local((B_t, B_e), 'float32')
+            _t3 = T.alloc_local((B_e,), 'float32')
+            _t4 = T.alloc_local((B_e,), 'float32')
+            r = T.alloc_local((B_t, B_e), 'float32')
+            _t5_key = T.alloc_local((B_t, B_e), 'int32')
+            _t5_best = T.alloc_local((B_t,), 'int32')
+            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_local((B_t,), 'int32')
+            _t5 = T.alloc_local((B_t, B_j), 'int32')
+            chosen = T.alloc_local((B_t, B_j), 'int64')
+            _t6 = T.alloc_local((B_t, B_j), 'int64')
+            sel = T.alloc_local((B_t, B_j), 'int64')
+            u_by_e = T.alloc_local((B_t, B_e), 'float32')
+            picked = T.alloc_local((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
+            _t7 = T.alloc_local((B_t,), 'float32')
+            den = T.alloc_local((B_t,), 'float32')
+            w = T.alloc_local((B_t, B_j), 'float32')
+            slot = T.alloc_local((B_s,), 'int32')
+            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
+            _t8 = T.alloc_local((B_t, B_s), 'int64')
+            logical = T.alloc_local((B_t, B_s), 'int64')
+            w_by_j = T.alloc_local((B_t, B_j), 'float32')
+            _t10 = T.alloc_local((B_t, B_s), 'float32')
+            weight = T.alloc_local((B_t, B_s), 'float32')
+            for i_t, i_e in T.grid(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
+                    T.float32(0.0))
+            for i_t in T.grid(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.grid(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.grid(B_t):
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                image[i_t] = (_t1[i_t] != T.int32(0))
+            for i_t in T.grid(B_t):
+                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.grid(B_t):
+                fixed[i_t] = (_t2[i_t] != T.int32(0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.grid(B_e):
+                _t3[i_e] = image_bias[i_e]
+            for i_e in T.grid(B_e):
+                _t4[i_e] = bias[i_e]
+            for i_t, i_e in T.grid(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.grid(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.grid(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.grid(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_j in T.grid(B_t, B_j):
+                _t6[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
+            for i_t, i_e in T.grid(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.grid(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
+                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.grid(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.grid(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
+                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            for i_s in T.grid(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.grid(B_t, B_j):
+                sel_by_j[i_t, i_j] = sel[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    sel_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_t, i_j in T.grid(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.grid(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.grid(B_t, B_e):
+                if (((b_t * B_t) + i_t) < N_t):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.grid(B_t, B_j):
+                if (((b_t * B_t) + i_t) < N_t):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots,
         routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = N_e
-    B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
-            _t2 = T.alloc_local((B_t,), 'int32')
-            fixed = T.alloc_local((B_t,), 'bool')
-            u = T.alloc_local((B_t, B_e), 'float32')
-            _t4 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            chosen = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_j), 'int64')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            u_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
-            _t7 = T.alloc_local((B_t,), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_s,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t8 = T.alloc_local((B_t, B_s), 'int64')
-            logical = T.alloc_local((B_t, B_s), 'int64')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t10 = T.alloc_local((B_t, B_s), 'float32')
-            weight = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.grid(B_t):
-                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                fixed[i_t] = (_t2[i_t] != T.int32(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.grid(B_e):
-                _t4[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + _t4[i_e])
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                _t6[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
-            for i_t, i_e in T.grid(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.grid(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.grid(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_s in T.grid(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    sel_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if (((b_t * B_t) + i_t) < N_t):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(E,
-        num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = N_e
-    B_j = N_j
-    B_x = N_x
-    B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
-        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
-            _t2 = T.alloc_local((B_t,), 'int32')
-            fixed = T.alloc_local((B_t,), 'bool')
-            u = T.alloc_local((B_t, B_e), 'float32')
-            _t4 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            chosen = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_j), 'int64')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            u_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
-            _t7 = T.alloc_local((B_t,), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_s,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t8 = T.alloc_local((B_t, B_s), 'int64')
-            logical = T.alloc_local((B_t, B_s), 'int64')
-            lc = T.alloc_local((B_x,), 'int32')
-            lc_by_x = T.alloc_local((B_x,), 'int32')
-            count = T.alloc_local((B_t, B_s), 'int32')
-            tok = T.alloc_local((B_t,), 'int32')
-            cnt = T.alloc_local((B_t, B_s), 'int32')
-            rem = T.alloc_local((B_t, B_s), 'int32')
-            crem = T.alloc_local((B_t, B_s), 'int32')
-            back = T.alloc_local((B_t, B_s), 'bool')
-            pmap = T.alloc_local((B_x, B_d), 'int32')
-            row = T.alloc_local((B_t, B_s), 'int64')
-            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
-            prow = T.alloc_local((B_t, B_s, B_d), 'int32')
-            col = T.alloc_local((B_t, B_s), 'int32')
-            prow_by_d = T.alloc_local((B_t, B_s, B_d), 'int32')
-            _t9 = T.alloc_local((B_t, B_s), 'int32')
-            physical = T.alloc_local((B_t, B_s), 'int64')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t10 = T.alloc_local((B_t, B_s), 'float32')
-            weight = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.grid(B_t):
-                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                fixed[i_t] = (_t2[i_t] != T.int32(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.grid(B_e):
-                _t4[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + _t4[i_e])
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                _t6[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
-            for i_t, i_e in T.grid(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.grid(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.grid(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_s in T.grid(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    sel_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_x in T.grid(B_x):
-                lc[i_x] = T.cast(logical_count[i_x], "int32")
-            for i_x in T.grid(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_s in T.grid(B_t, B_s):
-                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
-                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_s in T.grid(B_t, B_s):
-                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
-                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_s])))
-                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
-                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
-            for i_t, i_s in T.grid(B_t, B_s):
-                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
-                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_s in T.grid(B_t, B_s):
-                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
-                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
-                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
-                    logical[i_t, i_s])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], physical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if (((b_t * B_t) + i_t) < N_t):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_scaling_factor,
-        ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = N_e
-    B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        image_bias: T.Tensor((E,), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            image = T.alloc_local((B_t,), 'bool')
-            u = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            _t4 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            chosen = T.alloc_local((B_t, B_j), 'int64')
-            u_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
-            _t7 = T.alloc_local((B_t,), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_s,), 'int32')
-            chosen_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t8 = T.alloc_local((B_t, B_s), 'int64')
-            logical = T.alloc_local((B_t, B_s), 'int64')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t10 = T.alloc_local((B_t, B_s), 'float32')
-            weight = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                image[i_t] = (_t1[i_t] != T.int32(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.grid(B_e):
-                _t3[i_e] = image_bias[i_e]
-            for i_e in T.grid(B_e):
-                _t4[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.grid(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
-                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.grid(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.grid(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_s in T.grid(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if (((b_t * B_t) + i_t) < N_t):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], chosen[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = N_e
-    B_j = N_j
-    B_x = N_x
-    B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        image_bias: T.Tensor((E,), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
-        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            image = T.alloc_local((B_t,), 'bool')
-            u = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            _t4 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            chosen = T.alloc_local((B_t, B_j), 'int64')
-            u_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
-            _t7 = T.alloc_local((B_t,), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_s,), 'int32')
-            chosen_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t8 = T.alloc_local((B_t, B_s), 'int64')
-            logical = T.alloc_local((B_t, B_s), 'int64')
-            lc = T.alloc_local((B_x,), 'int32')
-            lc_by_x = T.alloc_local((B_x,), 'int32')
-            count = T.alloc_local((B_t, B_s), 'int32')
-            tok = T.alloc_local((B_t,), 'int32')
-            cnt = T.alloc_local((B_t, B_s), 'int32')
-            rem = T.alloc_local((B_t, B_s), 'int32')
-            crem = T.alloc_local((B_t, B_s), 'int32')
-            back = T.alloc_local((B_t, B_s), 'bool')
-            pmap = T.alloc_local((B_x, B_d), 'int32')
-            row = T.alloc_local((B_t, B_s), 'int64')
-            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
-            prow = T.alloc_local((B_t, B_s, B_d), 'int32')
-            col = T.alloc_local((B_t, B_s), 'int32')
-            prow_by_d = T.alloc_local((B_t, B_s, B_d), 'int32')
-            _t9 = T.alloc_local((B_t, B_s), 'int32')
-            physical = T.alloc_local((B_t, B_s), 'int64')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t10 = T.alloc_local((B_t, B_s), 'float32')
-            weight = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                image[i_t] = (_t1[i_t] != T.int32(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.grid(B_e):
-                _t3[i_e] = image_bias[i_e]
-            for i_e in T.grid(B_e):
-                _t4[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.grid(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
-                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.grid(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.grid(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_s in T.grid(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_x in T.grid(B_x):
-                lc[i_x] = T.cast(logical_count[i_x], "int32")
-            for i_x in T.grid(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_s in T.grid(B_t, B_s):
-                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
-                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_s in T.grid(B_t, B_s):
-                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
-                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_s])))
-                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
-                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
-            for i_t, i_s in T.grid(B_t, B_s):
-                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
-                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_s in T.grid(B_t, B_s):
-                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
-                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
-                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
-                    logical[i_t, i_s])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], physical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if (((b_t * B_t) + i_t) < N_t):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], chosen[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx(E,
-        num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = N_e
-    B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        image_bias: T.Tensor((E,), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            image = T.alloc_local((B_t,), 'bool')
-            _t2 = T.alloc_local((B_t,), 'int32')
-            fixed = T.alloc_local((B_t,), 'bool')
-            u = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            _t4 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            chosen = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_j), 'int64')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            u_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_local((B_t, B_j), 'float32')
-            _t7 = T.alloc_local((B_t,), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_s,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t8 = T.alloc_local((B_t, B_s), 'int64')
-            logical = T.alloc_local((B_t, B_s), 'int64')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t10 = T.alloc_local((B_t, B_s), 'float32')
-            weight = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                image[i_t] = (_t1[i_t] != T.int32(0))
-            for i_t in T.grid(B_t):
-                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                fixed[i_t] = (_t2[i_t] != T.int32(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.grid(B_e):
-                _t3[i_e] = image_bias[i_e]
-            for i_e in T.grid(B_e):
-                _t4[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                _t6[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
-            for i_t, i_e in T.grid(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.grid(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.grid(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_s in T.grid(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    sel_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if (((b_t * B_t) + i_t) < N_t):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(
-        E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E

@@ -5,11 +5,12 @@
 They serve each profile whose knob table (`knobs_<arch>.py`) names this module.
 
 `build_<variant>` is each variant's factory: its own function, or where variants differ in a few
-statements (an expression, an index, steps one has and another has not), a shared `make_...` function with
-the params that tell them apart bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
-is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
-(threads, block sizes, the tile budget of `auto` blocks, the vector width); each profile's values, from
-the spec and the profile, are in its knob table (tkgen/runtime/kernels.py loads both).
+statements (an expression, an index, steps one has and another has not), a shared `make_...` function
+with the params that tell them apart bound first. A factory takes the op's static sizes and params and
+returns a T.prim_func; the dynamic dim is a runtime symbol, so one compiled kernel serves every row count.
+Keyword arguments are the schedule (threads, block sizes, the tile budget of `auto` blocks, the vector
+width); each profile's values, from the spec and the profile, are in its knob table
+(tkgen/runtime/kernels.py loads both).
 """
 import tilelang.language as T
 
@@ -130,8 +131,8 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
     return kernel
 
 
-def build_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
-        threads, block_t, tile_elems):
+def build_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t,
+        tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -302,8 +303,8 @@ def build_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed
     return kernel
 
 
-def build_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
-        *, threads, block_t, tile_elems):
+def build_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t,
+        tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -430,8 +431,8 @@ def build_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, r
     return kernel
 
 
-def build_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(E, num_topk, num_slots,
-        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
+        *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -618,8 +619,8 @@ def build_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with
     return kernel
 
 
-def build_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
-        threads, block_t, tile_elems):
+def build_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t,
+        tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -745,8 +746,8 @@ def build_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_s
     return kernel
 
 
-def build_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count(E, num_topk, num_slots,
-        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -932,8 +933,8 @@ def build_with_image_bias_with_image_token_mask_with_to_physical_map_with_logica
     return kernel
 
 
-def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots,
-        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1075,8 +1076,8 @@ def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmap
     return kernel
 
 
-def build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(
-        E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor,
+        ep_rank, num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1396,8 +1397,8 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
     return kernel
 
 
-def build_with_bias_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1575,8 +1576,8 @@ def build_with_bias_with_to_physical_map_with_logical_count(E, num_topk, num_slo
     return kernel
 
 
-def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1710,8 +1711,8 @@ def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, nu
     return kernel
 
 
-def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1905,8 +1906,8 @@ def build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physica
     return kernel
 
 
-def build_with_bias_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2036,8 +2037,8 @@ def build_with_bias_with_image_bias_with_image_token_mask(E, num_topk, num_slots
     return kernel
 
 
-def build_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2227,8 +2228,8 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_w
     return kernel
 
 
-def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2374,8 +2375,8 @@ def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_
     return kernel
 
 
-def build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(
-        E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots,
+        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2703,8 +2704,8 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
     return kernel
 
 
-def build_with_mask_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2886,8 +2887,8 @@ def build_with_mask_with_to_physical_map_with_logical_count(E, num_topk, num_slo
     return kernel
 
 
-def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3025,8 +3026,8 @@ def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, nu
     return kernel
 
 
-def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3224,8 +3225,8 @@ def build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physica
     return kernel
 
 
-def build_with_mask_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
-        num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads,
+        block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3362,8 +3363,8 @@ def build_with_mask_with_image_bias_with_image_token_mask(E, num_topk, num_slots
     return kernel
 
 
-def build_with_mask_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3560,8 +3561,8 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_to_physical_map_w
     return kernel
 
 
-def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank,
+        num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -3714,8 +3715,8 @@ def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_
     return kernel
 
 
-def build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(
-        E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots,
+        routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -4058,8 +4059,8 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_
     return kernel
 
 
-def build_with_mask_with_bias_with_to_physical_map_with_logical_count(E, num_topk, num_slots, routed_scaling_factor,
-        ep_rank, num_dups, *, threads, block_t, tile_elems):
+def build_with_mask_with_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -4248,862 +4249,862 @@ def build_with_mask_with_bias_with_to_physical_map_with_logical_count(E, num_top
     return kernel
 
 
-def build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx(E, num_topk, num_slots,
+def build_with_mask_with_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = pad_pow2(N_e)
+    B_j = pad_pow2(N_j)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
+    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        fix_routing_mask: T.Tensor((T_,), 'int32'),
+        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_fragment((B_t, B_e), 'float32')
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            routed = T.alloc_fragment((B_t,), 'bool')
+            _t2 = T.alloc_fragment((B_t,), 'int32')
+            fixed = T.alloc_fragment((B_t,), 'bool')
+            u = T.alloc_fragment((B_t, B_e), 'float32')
+            _t4 = T.alloc_fragment((B_e,), 'float32')
+            r = T.alloc_fragment((B_t, B_e), 'float32')
+            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_best = T.alloc_fragment((B_t,), 'int32')
+            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_fragment((B_t,), 'int32')
+            _t5 = T.alloc_shared((B_t, B_j), 'int32')
+            chosen = T.alloc_fragment((B_t, B_j), 'int64')
+            _t6 = T.alloc_fragment((B_t, B_j), 'int64')
+            sel = T.alloc_fragment((B_t, B_j), 'int64')
+            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
+            picked = T.alloc_fragment((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
+            _t7 = T.alloc_fragment((B_t,), 'float32')
+            den = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t, B_j), 'float32')
+            slot = T.alloc_fragment((B_s,), 'int32')
+            sel_by_j = T.alloc_shared((B_t, B_j), 'int64')
+            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
+            logical = T.alloc_fragment((B_t, B_s), 'int64')
+            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
+            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
+            weight = T.alloc_fragment((B_t, B_s), 'float32')
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+            for i_t in T.Parallel(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.Parallel(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.Parallel(B_t):
+                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.Parallel(B_t):
+                fixed[i_t] = (_t2[i_t] != T.int32(0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.Parallel(B_e):
+                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + _t4[i_e])
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.Parallel(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                _t6[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
+                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
+                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.Parallel(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.Parallel(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+            for i_s in T.Parallel(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                sel_by_j[i_t, i_j] = sel[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    sel_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor,
+        ep_rank, num_dups, *, threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = pad_pow2(N_e)
+    B_j = pad_pow2(N_j)
+    B_x = pad_pow2(N_x)
+    B_d = pad_pow2(N_d)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s, B_t * B_s * B_d, B_x, B_x * B_d),
+        tile_elems)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        fix_routing_mask: T.Tensor((T_,), 'int32'),
+        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
+        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
+        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_fragment((B_t, B_e), 'float32')
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            routed = T.alloc_fragment((B_t,), 'bool')
+            _t2 = T.alloc_fragment((B_t,), 'int32')
+            fixed = T.alloc_fragment((B_t,), 'bool')
+            u = T.alloc_fragment((B_t, B_e), 'float32')
+            _t4 = T.alloc_fragment((B_e,), 'float32')
+            r = T.alloc_fragment((B_t, B_e), 'float32')
+            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_best = T.alloc_fragment((B_t,), 'int32')
+            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_fragment((B_t,), 'int32')
+            _t5 = T.alloc_shared((B_t, B_j), 'int32')
+            chosen = T.alloc_fragment((B_t, B_j), 'int64')
+            _t6 = T.alloc_fragment((B_t, B_j), 'int64')
+            sel = T.alloc_fragment((B_t, B_j), 'int64')
+            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
+            picked = T.alloc_fragment((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
+            _t7 = T.alloc_fragment((B_t,), 'float32')
+            den = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t, B_j), 'float32')
+            slot = T.alloc_fragment((B_s,), 'int32')
+            sel_by_j = T.alloc_shared((B_t, B_j), 'int64')
+            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
+            logical = T.alloc_fragment((B_t, B_s), 'int64')
+            lc = T.alloc_fragment((B_x,), 'int32')
+            lc_by_x = T.alloc_shared((B_x,), 'int32')
+            count = T.alloc_fragment((B_t, B_s), 'int32')
+            tok = T.alloc_fragment((B_t,), 'int32')
+            cnt = T.alloc_fragment((B_t, B_s), 'int32')
+            rem = T.alloc_fragment((B_t, B_s), 'int32')
+            crem = T.alloc_fragment((B_t, B_s), 'int32')
+            back = T.alloc_fragment((B_t, B_s), 'bool')
+            pmap = T.alloc_fragment((B_x, B_d), 'int32')
+            row = T.alloc_fragment((B_t, B_s), 'int64')
+            pmap_by_x = T.alloc_shared((B_x, B_d), 'int32')
+            prow = T.alloc_fragment((B_t, B_s, B_d), 'int32')
+            col = T.alloc_fragment((B_t, B_s), 'int32')
+            prow_by_d = T.alloc_shared((B_t, B_s, B_d), 'int32')
+            _t9 = T.alloc_fragment((B_t, B_s), 'int32')
+            physical = T.alloc_fragment((B_t, B_s), 'int64')
+            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
+            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
+            weight = T.alloc_fragment((B_t, B_s), 'float32')
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+            for i_t in T.Parallel(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.Parallel(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.Parallel(B_t):
+                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.Parallel(B_t):
+                fixed[i_t] = (_t2[i_t] != T.int32(0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.Parallel(B_e):
+                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + _t4[i_e])
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.Parallel(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                _t6[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
+                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
+                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.Parallel(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.Parallel(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+            for i_s in T.Parallel(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                sel_by_j[i_t, i_j] = sel[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    sel_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_x in T.Parallel(B_x):
+                lc[i_x] = T.if_then_else((i_x < N_x), T.cast(logical_count[i_x], "int32"), T.int32(0))
+            for i_x in T.Parallel(B_x):
+                lc_by_x[i_x] = lc[i_x]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
+                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
+                    T.int32(0))
+            for i_t in T.Parallel(B_t):
+                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
+                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
+                    T.floormod(tok[i_t],
+                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
+                            cnt[i_t, i_s])))
+                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
+                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
+                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
+            for i_x, i_d in T.Parallel(B_x, B_d):
+                pmap[i_x, i_d] = T.if_then_else(((i_x < N_x) & (i_d < N_d)), T.cast(to_physical_map[i_x, i_d], "int32"),
+                    T.int32(0))
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
+            for i_x, i_d in T.Parallel(B_x, B_d):
+                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
+            for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
+                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
+                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
+                    T.int32(0))
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
+            for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
+                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
+                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
+                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
+                    logical[i_t, i_s])
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], physical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *,
+        threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = pad_pow2(N_e)
+    B_j = pad_pow2(N_j)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
+    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        image_bias: T.Tensor((E,), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_fragment((B_t, B_e), 'float32')
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            routed = T.alloc_fragment((B_t,), 'bool')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            image = T.alloc_fragment((B_t,), 'bool')
+            u = T.alloc_fragment((B_t, B_e), 'float32')
+            _t3 = T.alloc_fragment((B_e,), 'float32')
+            _t4 = T.alloc_fragment((B_e,), 'float32')
+            r = T.alloc_fragment((B_t, B_e), 'float32')
+            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_best = T.alloc_fragment((B_t,), 'int32')
+            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_fragment((B_t,), 'int32')
+            _t5 = T.alloc_shared((B_t, B_j), 'int32')
+            chosen = T.alloc_fragment((B_t, B_j), 'int64')
+            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
+            picked = T.alloc_fragment((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
+            _t7 = T.alloc_fragment((B_t,), 'float32')
+            den = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t, B_j), 'float32')
+            slot = T.alloc_fragment((B_s,), 'int32')
+            chosen_by_j = T.alloc_shared((B_t, B_j), 'int64')
+            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
+            logical = T.alloc_fragment((B_t, B_s), 'int64')
+            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
+            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
+            weight = T.alloc_fragment((B_t, B_s), 'float32')
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+            for i_t in T.Parallel(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.Parallel(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.Parallel(B_t):
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.Parallel(B_t):
+                image[i_t] = (_t1[i_t] != T.int32(0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.Parallel(B_e):
+                _t3[i_e] = T.if_then_else((i_e < N_e), image_bias[i_e], T.float32(0.0))
+            for i_e in T.Parallel(B_e):
+                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.Parallel(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
+                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.Parallel(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.Parallel(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+            for i_s in T.Parallel(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], chosen[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor,
+        ep_rank, num_dups, *, threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = pad_pow2(N_e)
+    B_j = pad_pow2(N_j)
+    B_x = pad_pow2(N_x)
+    B_d = pad_pow2(N_d)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
+    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
+    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s, B_t * B_s * B_d, B_x, B_x * B_d),
+        tile_elems)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        image_bias: T.Tensor((E,), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32'),
+        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
+        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_fragment((B_t, B_e), 'float32')
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            routed = T.alloc_fragment((B_t,), 'bool')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            image = T.alloc_fragment((B_t,), 'bool')
+            u = T.alloc_fragment((B_t, B_e), 'float32')
+            _t3 = T.alloc_fragment((B_e,), 'float32')
+            _t4 = T.alloc_fragment((B_e,), 'float32')
+            r = T.alloc_fragment((B_t, B_e), 'float32')
+            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_best = T.alloc_fragment((B_t,), 'int32')
+            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_fragment((B_t,), 'int32')
+            _t5 = T.alloc_shared((B_t, B_j), 'int32')
+            chosen = T.alloc_fragment((B_t, B_j), 'int64')
+            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
+            picked = T.alloc_fragment((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
+            _t7 = T.alloc_fragment((B_t,), 'float32')
+            den = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t, B_j), 'float32')
+            slot = T.alloc_fragment((B_s,), 'int32')
+            chosen_by_j = T.alloc_shared((B_t, B_j), 'int64')
+            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
+            logical = T.alloc_fragment((B_t, B_s), 'int64')
+            lc = T.alloc_fragment((B_x,), 'int32')
+            lc_by_x = T.alloc_shared((B_x,), 'int32')
+            count = T.alloc_fragment((B_t, B_s), 'int32')
+            tok = T.alloc_fragment((B_t,), 'int32')
+            cnt = T.alloc_fragment((B_t, B_s), 'int32')
+            rem = T.alloc_fragment((B_t, B_s), 'int32')
+            crem = T.alloc_fragment((B_t, B_s), 'int32')
+            back = T.alloc_fragment((B_t, B_s), 'bool')
+            pmap = T.alloc_fragment((B_x, B_d), 'int32')
+            row = T.alloc_fragment((B_t, B_s), 'int64')
+            pmap_by_x = T.alloc_shared((B_x, B_d), 'int32')
+            prow = T.alloc_fragment((B_t, B_s, B_d), 'int32')
+            col = T.alloc_fragment((B_t, B_s), 'int32')
+            prow_by_d = T.alloc_shared((B_t, B_s, B_d), 'int32')
+            _t9 = T.alloc_fragment((B_t, B_s), 'int32')
+            physical = T.alloc_fragment((B_t, B_s), 'int64')
+            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
+            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
+            weight = T.alloc_fragment((B_t, B_s), 'float32')
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+            for i_t in T.Parallel(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.Parallel(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.Parallel(B_t):
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.Parallel(B_t):
+                image[i_t] = (_t1[i_t] != T.int32(0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.Parallel(B_e):
+                _t3[i_e] = T.if_then_else((i_e < N_e), image_bias[i_e], T.float32(0.0))
+            for i_e in T.Parallel(B_e):
+                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.Parallel(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
+                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.Parallel(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.Parallel(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+            for i_s in T.Parallel(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_x in T.Parallel(B_x):
+                lc[i_x] = T.if_then_else((i_x < N_x), T.cast(logical_count[i_x], "int32"), T.int32(0))
+            for i_x in T.Parallel(B_x):
+                lc_by_x[i_x] = lc[i_x]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
+                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
+                    T.int32(0))
+            for i_t in T.Parallel(B_t):
+                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
+                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
+                    T.floormod(tok[i_t],
+                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
+                            cnt[i_t, i_s])))
+                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
+                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
+                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
+            for i_x, i_d in T.Parallel(B_x, B_d):
+                pmap[i_x, i_d] = T.if_then_else(((i_x < N_x) & (i_d < N_d)), T.cast(to_physical_map[i_x, i_d], "int32"),
+                    T.int32(0))
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
+            for i_x, i_d in T.Parallel(B_x, B_d):
+                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
+            for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
+                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
+                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
+                    T.int32(0))
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
+            for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
+                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
+                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
+                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
+                    logical[i_t, i_s])
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], physical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], chosen[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor,
+        ep_rank, num_dups, *, threads, block_t, tile_elems):
+    T_ = T.dynamic("T")
+    N_t = T_
+    N_e = E
+    N_j = num_topk
+    N_s = num_slots
+    N_x = ((E + num_slots) - num_topk)
+    N_d = num_dups
+    B_e = pad_pow2(N_e)
+    B_j = pad_pow2(N_j)
+    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
+    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
+    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
+
+    @T.prim_func
+    def kernel(
+        logits: T.Tensor((T_, E), 'float32'),
+        mask: T.Tensor((T_,), 'int32'),
+        bias: T.Tensor((E,), 'float32'),
+        image_bias: T.Tensor((E,), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32'),
+        fix_routing_mask: T.Tensor((T_,), 'int32'),
+        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
+        topk_idx: T.Tensor((T_, num_slots), 'int64'),
+        topk_weights: T.Tensor((T_, num_slots), 'float32'),
+        scores: T.Tensor((T_, E), 'float32'),
+        unmapped: T.Tensor((T_, num_topk), 'int64'),
+    ):
+        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
+            b_t = pid // (T.ceildiv(N_s, B_s))
+            b_s = pid % T.ceildiv(N_s, B_s)
+            l = T.alloc_fragment((B_t, B_e), 'float32')
+            _t0 = T.alloc_fragment((B_t,), 'int32')
+            routed = T.alloc_fragment((B_t,), 'bool')
+            _t1 = T.alloc_fragment((B_t,), 'int32')
+            image = T.alloc_fragment((B_t,), 'bool')
+            _t2 = T.alloc_fragment((B_t,), 'int32')
+            fixed = T.alloc_fragment((B_t,), 'bool')
+            u = T.alloc_fragment((B_t, B_e), 'float32')
+            _t3 = T.alloc_fragment((B_e,), 'float32')
+            _t4 = T.alloc_fragment((B_e,), 'float32')
+            r = T.alloc_fragment((B_t, B_e), 'float32')
+            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_best = T.alloc_fragment((B_t,), 'int32')
+            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
+            _t5_pick = T.alloc_fragment((B_t,), 'int32')
+            _t5 = T.alloc_shared((B_t, B_j), 'int32')
+            chosen = T.alloc_fragment((B_t, B_j), 'int64')
+            _t6 = T.alloc_fragment((B_t, B_j), 'int64')
+            sel = T.alloc_fragment((B_t, B_j), 'int64')
+            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
+            picked = T.alloc_fragment((B_t, B_j), 'float32')
+            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
+            _t7 = T.alloc_fragment((B_t,), 'float32')
+            den = T.alloc_fragment((B_t,), 'float32')
+            w = T.alloc_fragment((B_t, B_j), 'float32')
+            slot = T.alloc_fragment((B_s,), 'int32')
+            sel_by_j = T.alloc_shared((B_t, B_j), 'int64')
+            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
+            logical = T.alloc_fragment((B_t, B_s), 'int64')
+            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
+            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
+            weight = T.alloc_fragment((B_t, B_s), 'float32')
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
+                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
+            for i_t in T.Parallel(B_t):
+                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                    T.int32(0))
+            for i_t in T.Parallel(B_t):
+                routed[i_t] = (_t0[i_t] != T.int32(0))
+            for i_t in T.Parallel(B_t):
+                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.Parallel(B_t):
+                image[i_t] = (_t1[i_t] != T.int32(0))
+            for i_t in T.Parallel(B_t):
+                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            for i_t in T.Parallel(B_t):
+                fixed[i_t] = (_t2[i_t] != T.int32(0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u[i_t, i_e] = T.sqrt(
+                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
+            for i_e in T.Parallel(B_e):
+                _t3[i_e] = T.if_then_else((i_e < N_e), image_bias[i_e], T.float32(0.0))
+            for i_e in T.Parallel(B_e):
+                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
+                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
+            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
+                T.reduce_max(_t5_key, _t5_best, dim=1)
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
+                T.reduce_min(_t5_cand, _t5_pick, dim=1)
+                for i_t in T.Parallel(B_t):
+                    _t5[i_t, r_j] = _t5_pick[i_t]
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                _t6[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
+                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                u_by_e[i_t, i_e] = u[i_t, i_e]
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
+                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
+                    T.float32(0.0))
+                _t7_tree[i_t, i_j] = picked[i_t, i_j]
+            for l_j in T.unroll(T.int32(31), explicit=True):
+                for p_j in T.serial(
+                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
+                            T.int32(0))):
+                    for i_t in T.Parallel(B_t):
+                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+            for i_t in T.Parallel(B_t):
+                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
+                den[i_t] = (_t7[i_t] + T.float32(1e-20))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
+            for i_s in T.Parallel(B_s):
+                slot[i_s] = ((b_s * B_s) + i_s)
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                sel_by_j[i_t, i_j] = sel[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
+                    sel_by_j[i_t, slot[i_s]], T.int64(0))
+                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                w_by_j[i_t, i_j] = w[i_t, i_j]
+            for i_t, i_s in T.Parallel(B_t, B_s):
+                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
+                    T.float32(0.0))
+                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
+                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
+                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
+                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
+                        T.float32(0.0))
+            for i_t, i_e in T.Parallel(B_t, B_e):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
+            for i_t, i_j in T.Parallel(B_t, B_j):
+                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
+                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
+                        "int64")
+
+    return kernel
+
+
+def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots,
         routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = pad_pow2(N_e)
-    B_j = pad_pow2(N_j)
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
-    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_fragment((B_t, B_e), 'float32')
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
-            _t2 = T.alloc_fragment((B_t,), 'int32')
-            fixed = T.alloc_fragment((B_t,), 'bool')
-            u = T.alloc_fragment((B_t, B_e), 'float32')
-            _t4 = T.alloc_fragment((B_e,), 'float32')
-            r = T.alloc_fragment((B_t, B_e), 'float32')
-            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_best = T.alloc_fragment((B_t,), 'int32')
-            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_fragment((B_t,), 'int32')
-            _t5 = T.alloc_shared((B_t, B_j), 'int32')
-            chosen = T.alloc_fragment((B_t, B_j), 'int64')
-            _t6 = T.alloc_fragment((B_t, B_j), 'int64')
-            sel = T.alloc_fragment((B_t, B_j), 'int64')
-            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            picked = T.alloc_fragment((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
-            _t7 = T.alloc_fragment((B_t,), 'float32')
-            den = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t, B_j), 'float32')
-            slot = T.alloc_fragment((B_s,), 'int32')
-            sel_by_j = T.alloc_shared((B_t, B_j), 'int64')
-            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
-            logical = T.alloc_fragment((B_t, B_s), 'int64')
-            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
-            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
-            weight = T.alloc_fragment((B_t, B_s), 'float32')
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
-                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                fixed[i_t] = (_t2[i_t] != T.int32(0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.Parallel(B_e):
-                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + _t4[i_e])
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                _t6[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.Parallel(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.Parallel(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-            for i_s in T.Parallel(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    sel_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(E,
-        num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = pad_pow2(N_e)
-    B_j = pad_pow2(N_j)
-    B_x = pad_pow2(N_x)
-    B_d = pad_pow2(N_d)
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s, B_t * B_s * B_d, B_x, B_x * B_d),
-        tile_elems)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
-        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_fragment((B_t, B_e), 'float32')
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
-            _t2 = T.alloc_fragment((B_t,), 'int32')
-            fixed = T.alloc_fragment((B_t,), 'bool')
-            u = T.alloc_fragment((B_t, B_e), 'float32')
-            _t4 = T.alloc_fragment((B_e,), 'float32')
-            r = T.alloc_fragment((B_t, B_e), 'float32')
-            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_best = T.alloc_fragment((B_t,), 'int32')
-            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_fragment((B_t,), 'int32')
-            _t5 = T.alloc_shared((B_t, B_j), 'int32')
-            chosen = T.alloc_fragment((B_t, B_j), 'int64')
-            _t6 = T.alloc_fragment((B_t, B_j), 'int64')
-            sel = T.alloc_fragment((B_t, B_j), 'int64')
-            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            picked = T.alloc_fragment((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
-            _t7 = T.alloc_fragment((B_t,), 'float32')
-            den = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t, B_j), 'float32')
-            slot = T.alloc_fragment((B_s,), 'int32')
-            sel_by_j = T.alloc_shared((B_t, B_j), 'int64')
-            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
-            logical = T.alloc_fragment((B_t, B_s), 'int64')
-            lc = T.alloc_fragment((B_x,), 'int32')
-            lc_by_x = T.alloc_shared((B_x,), 'int32')
-            count = T.alloc_fragment((B_t, B_s), 'int32')
-            tok = T.alloc_fragment((B_t,), 'int32')
-            cnt = T.alloc_fragment((B_t, B_s), 'int32')
-            rem = T.alloc_fragment((B_t, B_s), 'int32')
-            crem = T.alloc_fragment((B_t, B_s), 'int32')
-            back = T.alloc_fragment((B_t, B_s), 'bool')
-            pmap = T.alloc_fragment((B_x, B_d), 'int32')
-            row = T.alloc_fragment((B_t, B_s), 'int64')
-            pmap_by_x = T.alloc_shared((B_x, B_d), 'int32')
-            prow = T.alloc_fragment((B_t, B_s, B_d), 'int32')
-            col = T.alloc_fragment((B_t, B_s), 'int32')
-            prow_by_d = T.alloc_shared((B_t, B_s, B_d), 'int32')
-            _t9 = T.alloc_fragment((B_t, B_s), 'int32')
-            physical = T.alloc_fragment((B_t, B_s), 'int64')
-            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
-            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
-            weight = T.alloc_fragment((B_t, B_s), 'float32')
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
-                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                fixed[i_t] = (_t2[i_t] != T.int32(0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.Parallel(B_e):
-                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + _t4[i_e])
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                _t6[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.Parallel(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.Parallel(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-            for i_s in T.Parallel(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    sel_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_x in T.Parallel(B_x):
-                lc[i_x] = T.if_then_else((i_x < N_x), T.cast(logical_count[i_x], "int32"), T.int32(0))
-            for i_x in T.Parallel(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
-                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
-                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_s])))
-                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
-                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
-            for i_x, i_d in T.Parallel(B_x, B_d):
-                pmap[i_x, i_d] = T.if_then_else(((i_x < N_x) & (i_d < N_d)), T.cast(to_physical_map[i_x, i_d], "int32"),
-                    T.int32(0))
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
-            for i_x, i_d in T.Parallel(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
-                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
-            for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
-                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
-                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
-                    logical[i_t, i_s])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], physical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_image_bias_with_image_token_mask(E, num_topk, num_slots, routed_scaling_factor,
-        ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = pad_pow2(N_e)
-    B_j = pad_pow2(N_j)
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
-    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        image_bias: T.Tensor((E,), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_fragment((B_t, B_e), 'float32')
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            image = T.alloc_fragment((B_t,), 'bool')
-            u = T.alloc_fragment((B_t, B_e), 'float32')
-            _t3 = T.alloc_fragment((B_e,), 'float32')
-            _t4 = T.alloc_fragment((B_e,), 'float32')
-            r = T.alloc_fragment((B_t, B_e), 'float32')
-            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_best = T.alloc_fragment((B_t,), 'int32')
-            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_fragment((B_t,), 'int32')
-            _t5 = T.alloc_shared((B_t, B_j), 'int32')
-            chosen = T.alloc_fragment((B_t, B_j), 'int64')
-            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            picked = T.alloc_fragment((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
-            _t7 = T.alloc_fragment((B_t,), 'float32')
-            den = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t, B_j), 'float32')
-            slot = T.alloc_fragment((B_s,), 'int32')
-            chosen_by_j = T.alloc_shared((B_t, B_j), 'int64')
-            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
-            logical = T.alloc_fragment((B_t, B_s), 'int64')
-            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
-            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
-            weight = T.alloc_fragment((B_t, B_s), 'float32')
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
-                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                image[i_t] = (_t1[i_t] != T.int32(0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.Parallel(B_e):
-                _t3[i_e] = T.if_then_else((i_e < N_e), image_bias[i_e], T.float32(0.0))
-            for i_e in T.Parallel(B_e):
-                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
-                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.Parallel(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.Parallel(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-            for i_s in T.Parallel(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], chosen[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count(E, num_topk,
-        num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = pad_pow2(N_e)
-    B_j = pad_pow2(N_j)
-    B_x = pad_pow2(N_x)
-    B_d = pad_pow2(N_d)
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s, B_t * B_s * B_d, B_x, B_x * B_d),
-        tile_elems)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        image_bias: T.Tensor((E,), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        to_physical_map: T.Tensor((((E + num_slots) - num_topk), num_dups), 'int32'),
-        logical_count: T.Tensor((((E + num_slots) - num_topk),), 'int32'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_fragment((B_t, B_e), 'float32')
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            image = T.alloc_fragment((B_t,), 'bool')
-            u = T.alloc_fragment((B_t, B_e), 'float32')
-            _t3 = T.alloc_fragment((B_e,), 'float32')
-            _t4 = T.alloc_fragment((B_e,), 'float32')
-            r = T.alloc_fragment((B_t, B_e), 'float32')
-            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_best = T.alloc_fragment((B_t,), 'int32')
-            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_fragment((B_t,), 'int32')
-            _t5 = T.alloc_shared((B_t, B_j), 'int32')
-            chosen = T.alloc_fragment((B_t, B_j), 'int64')
-            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            picked = T.alloc_fragment((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
-            _t7 = T.alloc_fragment((B_t,), 'float32')
-            den = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t, B_j), 'float32')
-            slot = T.alloc_fragment((B_s,), 'int32')
-            chosen_by_j = T.alloc_shared((B_t, B_j), 'int64')
-            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
-            logical = T.alloc_fragment((B_t, B_s), 'int64')
-            lc = T.alloc_fragment((B_x,), 'int32')
-            lc_by_x = T.alloc_shared((B_x,), 'int32')
-            count = T.alloc_fragment((B_t, B_s), 'int32')
-            tok = T.alloc_fragment((B_t,), 'int32')
-            cnt = T.alloc_fragment((B_t, B_s), 'int32')
-            rem = T.alloc_fragment((B_t, B_s), 'int32')
-            crem = T.alloc_fragment((B_t, B_s), 'int32')
-            back = T.alloc_fragment((B_t, B_s), 'bool')
-            pmap = T.alloc_fragment((B_x, B_d), 'int32')
-            row = T.alloc_fragment((B_t, B_s), 'int64')
-            pmap_by_x = T.alloc_shared((B_x, B_d), 'int32')
-            prow = T.alloc_fragment((B_t, B_s, B_d), 'int32')
-            col = T.alloc_fragment((B_t, B_s), 'int32')
-            prow_by_d = T.alloc_shared((B_t, B_s, B_d), 'int32')
-            _t9 = T.alloc_fragment((B_t, B_s), 'int32')
-            physical = T.alloc_fragment((B_t, B_s), 'int64')
-            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
-            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
-            weight = T.alloc_fragment((B_t, B_s), 'float32')
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
-                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                image[i_t] = (_t1[i_t] != T.int32(0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.Parallel(B_e):
-                _t3[i_e] = T.if_then_else((i_e < N_e), image_bias[i_e], T.float32(0.0))
-            for i_e in T.Parallel(B_e):
-                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((chosen[i_t, i_j] >= T.int64(0))
-                        & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.Parallel(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.Parallel(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-            for i_s in T.Parallel(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    chosen_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_x in T.Parallel(B_x):
-                lc[i_x] = T.if_then_else((i_x < N_x), T.cast(logical_count[i_x], "int32"), T.int32(0))
-            for i_x in T.Parallel(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
-                        & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
-                rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_s])))
-                crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
-                back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
-            for i_x, i_d in T.Parallel(B_x, B_d):
-                pmap[i_x, i_d] = T.if_then_else(((i_x < N_x) & (i_d < N_d)), T.cast(to_physical_map[i_x, i_d], "int32"),
-                    T.int32(0))
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                row[i_t, i_s] = T.Select(back[i_t, i_s], (logical[i_t, i_s] - T.int64(1)), logical[i_t, i_s])
-            for i_x, i_d in T.Parallel(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                prow[i_t, i_s, i_d] = T.if_then_else(((row[i_t, i_s] >= T.int64(0))
-                        & (row[i_t, i_s] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_s], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                col[i_t, i_s] = T.Select(back[i_t, i_s], (crem[i_t, i_s] + T.int32(num_dups)), crem[i_t, i_s])
-            for i_t, i_s, i_d in T.Parallel(B_t, B_s, B_d):
-                prow_by_d[i_t, i_s, i_d] = prow[i_t, i_s, i_d]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t9[i_t, i_s] = T.if_then_else(((col[i_t, i_s] >= T.int32(0)) & (col[i_t, i_s] < N_d)),
-                    prow_by_d[i_t, i_s, col[i_t, i_s]], T.int32(0))
-                physical[i_t, i_s] = T.Select((count[i_t, i_s] > T.int32(0)), T.cast(_t9[i_t, i_s], "int64"),
-                    logical[i_t, i_s])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], physical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], chosen[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx(E,
-        num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = num_topk
-    N_s = num_slots
-    N_x = ((E + num_slots) - num_topk)
-    N_d = num_dups
-    B_e = pad_pow2(N_e)
-    B_j = pad_pow2(N_j)
-    B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
-    B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
-    threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        bias: T.Tensor((E,), 'float32'),
-        image_bias: T.Tensor((E,), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_idx: T.Tensor((T_, num_slots), 'int64'),
-        topk_weights: T.Tensor((T_, num_slots), 'float32'),
-        scores: T.Tensor((T_, E), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            l = T.alloc_fragment((B_t, B_e), 'float32')
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            image = T.alloc_fragment((B_t,), 'bool')
-            _t2 = T.alloc_fragment((B_t,), 'int32')
-            fixed = T.alloc_fragment((B_t,), 'bool')
-            u = T.alloc_fragment((B_t, B_e), 'float32')
-            _t3 = T.alloc_fragment((B_e,), 'float32')
-            _t4 = T.alloc_fragment((B_e,), 'float32')
-            r = T.alloc_fragment((B_t, B_e), 'float32')
-            _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_best = T.alloc_fragment((B_t,), 'int32')
-            _t5_cand = T.alloc_fragment((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_fragment((B_t,), 'int32')
-            _t5 = T.alloc_shared((B_t, B_j), 'int32')
-            chosen = T.alloc_fragment((B_t, B_j), 'int64')
-            _t6 = T.alloc_fragment((B_t, B_j), 'int64')
-            sel = T.alloc_fragment((B_t, B_j), 'int64')
-            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            picked = T.alloc_fragment((B_t, B_j), 'float32')
-            _t7_tree = T.alloc_shared((B_t, B_j), 'float32')
-            _t7 = T.alloc_fragment((B_t,), 'float32')
-            den = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t, B_j), 'float32')
-            slot = T.alloc_fragment((B_s,), 'int32')
-            sel_by_j = T.alloc_shared((B_t, B_j), 'int64')
-            _t8 = T.alloc_fragment((B_t, B_s), 'int64')
-            logical = T.alloc_fragment((B_t, B_s), 'int64')
-            w_by_j = T.alloc_shared((B_t, B_j), 'float32')
-            _t10 = T.alloc_fragment((B_t, B_s), 'float32')
-            weight = T.alloc_fragment((B_t, B_s), 'float32')
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
-                    logits[((b_t * B_t) + i_t), i_e], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                image[i_t] = (_t1[i_t] != T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                fixed[i_t] = (_t2[i_t] != T.int32(0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u[i_t, i_e] = T.sqrt(
-                    T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-            for i_e in T.Parallel(B_e):
-                _t3[i_e] = T.if_then_else((i_e < N_e), image_bias[i_e], T.float32(0.0))
-            for i_e in T.Parallel(B_e):
-                _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], _t4[i_e]))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(r[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.Parallel(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.Parallel(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                chosen[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                _t6[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t6[i_t, i_j], chosen[i_t, i_j])
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                        & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
-                for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
-                    for i_t in T.Parallel(B_t):
-                        _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
-            for i_t in T.Parallel(B_t):
-                _t7[i_t] = _t7_tree[i_t, T.int32(0)]
-                den[i_t] = (_t7[i_t] + T.float32(1e-20))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-            for i_s in T.Parallel(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                    sel_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_s in T.Parallel(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(
-                        T.Select(routed[i_t], logical[i_t, i_s], T.int64(-1)), "int64")
-                    topk_weights[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.Select(routed[i_t], weight[i_t, i_s],
-                        T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
-                    scores[((b_t * B_t) + i_t), i_e] = T.Select(routed[i_t], u[i_t, i_e], T.float32(0.0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(
-        E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E

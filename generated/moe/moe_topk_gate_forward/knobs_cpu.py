@@ -10,54 +10,41 @@ MODULE = "kernel_cpu"
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
-KNOBS = {"build_base": {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_to_physical_map_with_logical_count": {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_fix_routing_mask_with_unmapped_topk_idx": {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_image_bias_with_image_token_mask":
+KNOBS = {"build_base": {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_fix_routing_mask":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_fix_routing_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_image_bias":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_image_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_image_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_with_image_bias_with_fix_routing_mask_with_to_physical_map":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_fix_routing_mask":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_fix_routing_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_image_bias":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_image_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_image_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_bias_with_image_bias_with_image_token_mask":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_fix_routing_mask":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_fix_routing_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_image_bias":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_image_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_image_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_image_bias_with_image_token_mask":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_bias":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_bias_with_to_physical_map_with_logical_count":
+    "build_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_bias_with_image_bias":
+    {'threads': 64, 'block_t': 1, 'tile_elems': 4096}, "build_with_mask_with_bias_with_image_bias_with_to_physical_map":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx":
+    "build_with_mask_with_bias_with_image_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_bias_with_image_bias_with_image_token_mask":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 64, 'block_t': 1, 'tile_elems': 4096},
-    "build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map":
     {'threads': 64, 'block_t': 1, 'tile_elems': 4096},}

@@ -10,54 +10,41 @@ MODULE = "kernel_cuda"
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
-KNOBS = {"build_base": {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_to_physical_map_with_logical_count": {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_fix_routing_mask_with_unmapped_topk_idx": {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_image_bias_with_image_token_mask":
+KNOBS = {"build_base": {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_fix_routing_mask":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_fix_routing_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_image_bias":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_image_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_image_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_with_image_bias_with_fix_routing_mask_with_to_physical_map":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_fix_routing_mask":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_fix_routing_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_image_bias":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_image_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_image_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_bias_with_image_bias_with_image_token_mask":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_fix_routing_mask":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_fix_routing_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_image_bias":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_image_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_image_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_image_bias_with_image_token_mask":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_bias":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_bias_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_bias_with_to_physical_map_with_logical_count":
+    "build_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_bias_with_image_bias":
+    {'threads': 64, 'block_t': 2, 'tile_elems': 8192}, "build_with_mask_with_bias_with_image_bias_with_to_physical_map":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx":
+    "build_with_mask_with_bias_with_image_bias_with_fix_routing_mask":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_bias_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_bias_with_image_bias_with_image_token_mask":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_to_physical_map_with_logical_count":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 64, 'block_t': 2, 'tile_elems': 8192},
-    "build_with_mask_with_bias_with_image_bias_with_image_token_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map":
     {'threads': 64, 'block_t': 2, 'tile_elems': 8192},}

@@ -5,11 +5,12 @@
 They serve each profile whose knob table (`knobs_<arch>.py`) names this module.
 
 `build_<variant>` is each variant's factory: its own function, or where variants differ in a few
-statements (an expression, an index, steps one has and another has not), a shared `make_...` function with
-the params that tell them apart bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
-is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
-(threads, block sizes, the tile budget of `auto` blocks, the vector width); each profile's values, from
-the spec and the profile, are in its knob table (tkgen/runtime/kernels.py loads both).
+statements (an expression, an index, steps one has and another has not), a shared `make_...` function
+with the params that tell them apart bound first. A factory takes the op's static sizes and params and
+returns a T.prim_func; the dynamic dim is a runtime symbol, so one compiled kernel serves every row count.
+Keyword arguments are the schedule (threads, block sizes, the tile budget of `auto` blocks, the vector
+width); each profile's values, from the spec and the profile, are in its knob table
+(tkgen/runtime/kernels.py loads both).
 """
 import tilelang.language as T
 

@@ -5,11 +5,12 @@
 They serve each profile whose knob table (`knobs_<arch>.py`) names this module.
 
 `build_<variant>` is each variant's factory: its own function, or where variants differ in a few
-statements (an expression, an index, steps one has and another has not), a shared `make_...` function with
-the params that tell them apart bound first. A factory takes the op's static sizes and params and returns a T.prim_func; the dynamic dim
-is a runtime symbol, so one compiled kernel serves every row count. Keyword arguments are the schedule
-(threads, block sizes, the tile budget of `auto` blocks, the vector width); each profile's values, from
-the spec and the profile, are in its knob table (tkgen/runtime/kernels.py loads both).
+statements (an expression, an index, steps one has and another has not), a shared `make_...` function
+with the params that tell them apart bound first. A factory takes the op's static sizes and params and
+returns a T.prim_func; the dynamic dim is a runtime symbol, so one compiled kernel serves every row count.
+Keyword arguments are the schedule (threads, block sizes, the tile budget of `auto` blocks, the vector
+width); each profile's values, from the spec and the profile, are in its knob table
+(tkgen/runtime/kernels.py loads both).
 """
 import tilelang.language as T
 
@@ -311,9 +312,8 @@ def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_
     return kernel
 
 
-def make_with_to_physical_map_with_logical_count(scoring, E, num_topk, num_groups, num_topk_groups,
-        routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t,
-        tile_elems):
+def make_with_to_physical_map(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_shared,
+        ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -661,9 +661,8 @@ def make_with_to_physical_map_with_logical_count(scoring, E, num_topk, num_group
     return kernel
 
 
-def make_with_fix_routing_mask_with_unmapped_topk_idx(scoring, E, num_topk, num_groups, num_topk_groups,
-        routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t,
-        tile_elems):
+def make_with_fix_routing_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_shared,
+        ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -967,9 +966,9 @@ def make_with_fix_routing_mask_with_unmapped_topk_idx(scoring, E, num_topk, num_
     return kernel
 
 
-def make_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(scoring, E, num_topk,
-        num_groups, num_topk_groups, routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank,
-        num_tp_ranks, *, threads, block_t, tile_elems):
+def make_with_fix_routing_mask_with_to_physical_map(scoring, E, num_topk, num_groups, num_topk_groups,
+        routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t,
+        tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1632,9 +1631,8 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
     return kernel
 
 
-def make_with_mask_with_to_physical_map_with_logical_count(scoring, E, num_topk, num_groups, num_topk_groups,
-        routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t,
-        tile_elems):
+def make_with_mask_with_to_physical_map(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor,
+        num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -1992,9 +1990,8 @@ def make_with_mask_with_to_physical_map_with_logical_count(scoring, E, num_topk,
     return kernel
 
 
-def make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx(scoring, E, num_topk, num_groups, num_topk_groups,
-        routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t,
-        tile_elems):
+def make_with_mask_with_fix_routing_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor,
+        num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2308,9 +2305,9 @@ def make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx(scoring, E, num_
     return kernel
 
 
-def make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count(scoring, E,
-        num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks,
-        tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
+def make_with_mask_with_fix_routing_mask_with_to_physical_map(scoring, E, num_topk, num_groups, num_topk_groups,
+        routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t,
+        tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -2686,46 +2683,30 @@ def make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical
 build_sigmoid = specialize(make_base, 'sigmoid')
 build_sqrtsoftplus = specialize(make_base, 'sqrtsoftplus')
 build_softmax = specialize(make_base, 'softmax')
-build_sigmoid_with_to_physical_map_with_logical_count = (
-    specialize(make_with_to_physical_map_with_logical_count, 'sigmoid'))
-build_sqrtsoftplus_with_to_physical_map_with_logical_count = (
-    specialize(make_with_to_physical_map_with_logical_count, 'sqrtsoftplus'))
-build_softmax_with_to_physical_map_with_logical_count = (
-    specialize(make_with_to_physical_map_with_logical_count, 'softmax'))
-build_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx = (
-    specialize(make_with_fix_routing_mask_with_unmapped_topk_idx, 'sigmoid'))
-build_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx = (
-    specialize(make_with_fix_routing_mask_with_unmapped_topk_idx, 'sqrtsoftplus'))
-build_softmax_with_fix_routing_mask_with_unmapped_topk_idx = (
-    specialize(make_with_fix_routing_mask_with_unmapped_topk_idx, 'softmax'))
-build_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
-    specialize(make_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count, 'sigmoid'))
-build_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
-    specialize(make_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-        'sqrtsoftplus'))
-build_softmax_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
-    specialize(make_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count, 'softmax'))
+build_sigmoid_with_to_physical_map = specialize(make_with_to_physical_map, 'sigmoid')
+build_sqrtsoftplus_with_to_physical_map = specialize(make_with_to_physical_map, 'sqrtsoftplus')
+build_softmax_with_to_physical_map = specialize(make_with_to_physical_map, 'softmax')
+build_sigmoid_with_fix_routing_mask = specialize(make_with_fix_routing_mask, 'sigmoid')
+build_sqrtsoftplus_with_fix_routing_mask = specialize(make_with_fix_routing_mask, 'sqrtsoftplus')
+build_softmax_with_fix_routing_mask = specialize(make_with_fix_routing_mask, 'softmax')
+build_sigmoid_with_fix_routing_mask_with_to_physical_map = (
+    specialize(make_with_fix_routing_mask_with_to_physical_map, 'sigmoid'))
+build_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map = (
+    specialize(make_with_fix_routing_mask_with_to_physical_map, 'sqrtsoftplus'))
+build_softmax_with_fix_routing_mask_with_to_physical_map = (
+    specialize(make_with_fix_routing_mask_with_to_physical_map, 'softmax'))
 build_sigmoid_with_mask = specialize(make_with_mask, 'sigmoid')
 build_sqrtsoftplus_with_mask = specialize(make_with_mask, 'sqrtsoftplus')
 build_softmax_with_mask = specialize(make_with_mask, 'softmax')
-build_sigmoid_with_mask_with_to_physical_map_with_logical_count = (
-    specialize(make_with_mask_with_to_physical_map_with_logical_count, 'sigmoid'))
-build_sqrtsoftplus_with_mask_with_to_physical_map_with_logical_count = (
-    specialize(make_with_mask_with_to_physical_map_with_logical_count, 'sqrtsoftplus'))
-build_softmax_with_mask_with_to_physical_map_with_logical_count = (
-    specialize(make_with_mask_with_to_physical_map_with_logical_count, 'softmax'))
-build_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx = (
-    specialize(make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx, 'sigmoid'))
-build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx = (
-    specialize(make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx, 'sqrtsoftplus'))
-build_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx = (
-    specialize(make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx, 'softmax'))
-build_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
-    specialize(make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-        'sigmoid'))
-build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
-    specialize(make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-        'sqrtsoftplus'))
-build_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
-    specialize(make_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-        'softmax'))
+build_sigmoid_with_mask_with_to_physical_map = specialize(make_with_mask_with_to_physical_map, 'sigmoid')
+build_sqrtsoftplus_with_mask_with_to_physical_map = specialize(make_with_mask_with_to_physical_map, 'sqrtsoftplus')
+build_softmax_with_mask_with_to_physical_map = specialize(make_with_mask_with_to_physical_map, 'softmax')
+build_sigmoid_with_mask_with_fix_routing_mask = specialize(make_with_mask_with_fix_routing_mask, 'sigmoid')
+build_sqrtsoftplus_with_mask_with_fix_routing_mask = specialize(make_with_mask_with_fix_routing_mask, 'sqrtsoftplus')
+build_softmax_with_mask_with_fix_routing_mask = specialize(make_with_mask_with_fix_routing_mask, 'softmax')
+build_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map = (
+    specialize(make_with_mask_with_fix_routing_mask_with_to_physical_map, 'sigmoid'))
+build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map = (
+    specialize(make_with_mask_with_fix_routing_mask_with_to_physical_map, 'sqrtsoftplus'))
+build_softmax_with_mask_with_fix_routing_mask_with_to_physical_map = (
+    specialize(make_with_mask_with_fix_routing_mask_with_to_physical_map, 'softmax'))

@@ -10,36 +10,29 @@ MODULE = "kernel_cpu"
 TARGET = 'c'
 PASS_CONFIGS = {'tirx.disable_vectorize': True}
 COMPILE_FLAGS = ['-O2', '-ffp-contract=off']
-KNOBS = {"build_sigmoid": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sigmoid_with_to_physical_map_with_logical_count": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+KNOBS = {"build_sigmoid": {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sigmoid_with_to_physical_map":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sigmoid_with_fix_routing_mask":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sigmoid_with_fix_routing_mask_with_to_physical_map":
     {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sigmoid_with_mask":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sigmoid_with_mask_with_to_physical_map_with_logical_count":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sigmoid_with_mask_with_to_physical_map":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sigmoid_with_mask_with_fix_routing_mask":
     {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map":
     {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus_with_to_physical_map_with_logical_count":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus_with_to_physical_map":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus_with_fix_routing_mask":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map":
     {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus_with_mask":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus_with_mask_with_to_physical_map":
+    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_sqrtsoftplus_with_mask_with_fix_routing_mask":
     {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sqrtsoftplus_with_mask_with_to_physical_map_with_logical_count":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map":
     {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_softmax": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_softmax_with_to_physical_map_with_logical_count": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_softmax_with_fix_routing_mask_with_unmapped_topk_idx": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_softmax_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_softmax_with_mask":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096}, "build_softmax_with_mask_with_to_physical_map_with_logical_count":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
-    "build_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_softmax_with_to_physical_map": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
+    "build_softmax_with_fix_routing_mask": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
+    "build_softmax_with_fix_routing_mask_with_to_physical_map": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
+    "build_softmax_with_mask": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
+    "build_softmax_with_mask_with_to_physical_map": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
+    "build_softmax_with_mask_with_fix_routing_mask": {'threads': 1, 'block_t': 1, 'tile_elems': 4096},
+    "build_softmax_with_mask_with_fix_routing_mask_with_to_physical_map":
     {'threads': 1, 'block_t': 1, 'tile_elems': 4096},}

@@ -10,40 +10,30 @@ MODULE = "kernel_cuda"
 TARGET = {'kind': 'cuda', 'arch': 'sm_100a'}
 PASS_CONFIGS = {'tl.disable_vectorize_256': True, 'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
-KNOBS = {"build_sigmoid": {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sigmoid_with_to_physical_map_with_logical_count": {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx": {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+KNOBS = {"build_sigmoid": {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sigmoid_with_to_physical_map":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sigmoid_with_fix_routing_mask":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sigmoid_with_fix_routing_mask_with_to_physical_map":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sigmoid_with_mask":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sigmoid_with_mask_with_to_physical_map":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sigmoid_with_mask_with_fix_routing_mask":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sigmoid_with_mask_with_to_physical_map_with_logical_count":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sqrtsoftplus":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sqrtsoftplus_with_to_physical_map_with_logical_count":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sqrtsoftplus_with_to_physical_map":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sqrtsoftplus_with_fix_routing_mask":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sqrtsoftplus_with_mask":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sqrtsoftplus_with_mask_with_to_physical_map":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_sqrtsoftplus_with_mask_with_fix_routing_mask":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sqrtsoftplus_with_mask_with_to_physical_map_with_logical_count":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax_with_to_physical_map_with_logical_count":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_softmax_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax_with_to_physical_map":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax_with_fix_routing_mask":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax_with_fix_routing_mask_with_to_physical_map":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax_with_mask":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax_with_mask_with_to_physical_map":
+    {'threads': 128, 'block_t': 1, 'tile_elems': 8192}, "build_softmax_with_mask_with_fix_routing_mask":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_softmax_with_mask_with_to_physical_map_with_logical_count":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    {'threads': 128, 'block_t': 1, 'tile_elems': 8192},
-    "build_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
+    "build_softmax_with_mask_with_fix_routing_mask_with_to_physical_map":
     {'threads': 128, 'block_t': 1, 'tile_elems': 8192},}

@@ -233,81 +233,67 @@ def make_reference_variants(scoring, with_mask, with_fix_routing_mask, with_unma
 
 # the variants of the shared functions
 reference_sigmoid = specialize(make_reference_variants, 'sigmoid', False, False, False, False, False)
-reference_sigmoid_with_to_physical_map_with_logical_count = (
-    specialize(make_reference_variants, 'sigmoid', False, False, False, True, True))
-reference_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx = (
+reference_sigmoid_with_to_physical_map = specialize(make_reference_variants, 'sigmoid', False, False, False, True, True)
+reference_sigmoid_with_fix_routing_mask = (
     specialize(make_reference_variants, 'sigmoid', False, True, True, False, False))
-reference_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
+reference_sigmoid_with_fix_routing_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'sigmoid', False, True, True, True, True))
 reference_sigmoid_with_mask = specialize(make_reference_variants, 'sigmoid', True, False, False, False, False)
-reference_sigmoid_with_mask_with_to_physical_map_with_logical_count = (
+reference_sigmoid_with_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'sigmoid', True, False, False, True, True))
-reference_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx = (
+reference_sigmoid_with_mask_with_fix_routing_mask = (
     specialize(make_reference_variants, 'sigmoid', True, True, True, False, False))
-reference_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
+reference_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'sigmoid', True, True, True, True, True))
 reference_sqrtsoftplus = specialize(make_reference_variants, 'sqrtsoftplus', False, False, False, False, False)
-reference_sqrtsoftplus_with_to_physical_map_with_logical_count = (
+reference_sqrtsoftplus_with_to_physical_map = (
     specialize(make_reference_variants, 'sqrtsoftplus', False, False, False, True, True))
-reference_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx = (
+reference_sqrtsoftplus_with_fix_routing_mask = (
     specialize(make_reference_variants, 'sqrtsoftplus', False, True, True, False, False))
-reference_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
+reference_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'sqrtsoftplus', False, True, True, True, True))
 reference_sqrtsoftplus_with_mask = specialize(make_reference_variants, 'sqrtsoftplus', True, False, False, False, False)
-reference_sqrtsoftplus_with_mask_with_to_physical_map_with_logical_count = (
+reference_sqrtsoftplus_with_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'sqrtsoftplus', True, False, False, True, True))
-reference_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx = (
+reference_sqrtsoftplus_with_mask_with_fix_routing_mask = (
     specialize(make_reference_variants, 'sqrtsoftplus', True, True, True, False, False))
-reference_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
+reference_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'sqrtsoftplus', True, True, True, True, True))
 reference_softmax = specialize(make_reference_variants, 'softmax', False, False, False, False, False)
-reference_softmax_with_to_physical_map_with_logical_count = (
-    specialize(make_reference_variants, 'softmax', False, False, False, True, True))
-reference_softmax_with_fix_routing_mask_with_unmapped_topk_idx = (
+reference_softmax_with_to_physical_map = specialize(make_reference_variants, 'softmax', False, False, False, True, True)
+reference_softmax_with_fix_routing_mask = (
     specialize(make_reference_variants, 'softmax', False, True, True, False, False))
-reference_softmax_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
+reference_softmax_with_fix_routing_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'softmax', False, True, True, True, True))
 reference_softmax_with_mask = specialize(make_reference_variants, 'softmax', True, False, False, False, False)
-reference_softmax_with_mask_with_to_physical_map_with_logical_count = (
+reference_softmax_with_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'softmax', True, False, False, True, True))
-reference_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx = (
+reference_softmax_with_mask_with_fix_routing_mask = (
     specialize(make_reference_variants, 'softmax', True, True, True, False, False))
-reference_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count = (
+reference_softmax_with_mask_with_fix_routing_mask_with_to_physical_map = (
     specialize(make_reference_variants, 'softmax', True, True, True, True, True))
 
 
-VARIANTS = {"sigmoid": reference_sigmoid, "sigmoid_with_to_physical_map_with_logical_count":
-    reference_sigmoid_with_to_physical_map_with_logical_count, "sigmoid_with_fix_routing_mask_with_unmapped_topk_idx":
-    reference_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx,
-    "sigmoid_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    reference_sigmoid_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-    "sigmoid_with_mask": reference_sigmoid_with_mask, "sigmoid_with_mask_with_to_physical_map_with_logical_count":
-    reference_sigmoid_with_mask_with_to_physical_map_with_logical_count,
-    "sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    reference_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx,
-    "sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    reference_sigmoid_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-    "sqrtsoftplus": reference_sqrtsoftplus, "sqrtsoftplus_with_to_physical_map_with_logical_count":
-    reference_sqrtsoftplus_with_to_physical_map_with_logical_count,
-    "sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx":
-    reference_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx,
-    "sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    reference_sqrtsoftplus_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-    "sqrtsoftplus_with_mask": reference_sqrtsoftplus_with_mask,
-    "sqrtsoftplus_with_mask_with_to_physical_map_with_logical_count":
-    reference_sqrtsoftplus_with_mask_with_to_physical_map_with_logical_count,
-    "sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    reference_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx,
-    "sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    reference_sqrtsoftplus_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-    "softmax": reference_softmax, "softmax_with_to_physical_map_with_logical_count":
-    reference_softmax_with_to_physical_map_with_logical_count, "softmax_with_fix_routing_mask_with_unmapped_topk_idx":
-    reference_softmax_with_fix_routing_mask_with_unmapped_topk_idx,
-    "softmax_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    reference_softmax_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,
-    "softmax_with_mask": reference_softmax_with_mask, "softmax_with_mask_with_to_physical_map_with_logical_count":
-    reference_softmax_with_mask_with_to_physical_map_with_logical_count,
-    "softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx":
-    reference_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx,
-    "softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count":
-    reference_softmax_with_mask_with_fix_routing_mask_with_unmapped_topk_idx_with_to_physical_map_with_logical_count,}
+VARIANTS = {"sigmoid": reference_sigmoid, "sigmoid_with_to_physical_map": reference_sigmoid_with_to_physical_map,
+    "sigmoid_with_fix_routing_mask": reference_sigmoid_with_fix_routing_mask,
+    "sigmoid_with_fix_routing_mask_with_to_physical_map": reference_sigmoid_with_fix_routing_mask_with_to_physical_map,
+    "sigmoid_with_mask": reference_sigmoid_with_mask, "sigmoid_with_mask_with_to_physical_map":
+    reference_sigmoid_with_mask_with_to_physical_map, "sigmoid_with_mask_with_fix_routing_mask":
+    reference_sigmoid_with_mask_with_fix_routing_mask, "sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map":
+    reference_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map, "sqrtsoftplus": reference_sqrtsoftplus,
+    "sqrtsoftplus_with_to_physical_map": reference_sqrtsoftplus_with_to_physical_map,
+    "sqrtsoftplus_with_fix_routing_mask": reference_sqrtsoftplus_with_fix_routing_mask,
+    "sqrtsoftplus_with_fix_routing_mask_with_to_physical_map":
+    reference_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map, "sqrtsoftplus_with_mask":
+    reference_sqrtsoftplus_with_mask, "sqrtsoftplus_with_mask_with_to_physical_map":
+    reference_sqrtsoftplus_with_mask_with_to_physical_map, "sqrtsoftplus_with_mask_with_fix_routing_mask":
+    reference_sqrtsoftplus_with_mask_with_fix_routing_mask,
+    "sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map":
+    reference_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map, "softmax": reference_softmax,
+    "softmax_with_to_physical_map": reference_softmax_with_to_physical_map, "softmax_with_fix_routing_mask":
+    reference_softmax_with_fix_routing_mask, "softmax_with_fix_routing_mask_with_to_physical_map":
+    reference_softmax_with_fix_routing_mask_with_to_physical_map, "softmax_with_mask": reference_softmax_with_mask,
+    "softmax_with_mask_with_to_physical_map": reference_softmax_with_mask_with_to_physical_map,
+    "softmax_with_mask_with_fix_routing_mask": reference_softmax_with_mask_with_fix_routing_mask,
+    "softmax_with_mask_with_fix_routing_mask_with_to_physical_map":
+    reference_softmax_with_mask_with_fix_routing_mask_with_to_physical_map,}

@@ -476,6 +476,9 @@ def mhc_multilayer_recompute(initial_residual, pre_mix_list, layer_output_list, 
     comb_mix_list[i]); when L > P, layer_input_list[L - 1] = mhc_pre_apply_mix(R, pre_mix_list[L - 1]).
     Writes the two output lists; returns None."""
     fn = "mhc_multilayer_recompute"
+    _tensor(fn, "initial_residual", initial_residual, _BF16)       # the first argument first
+    if initial_residual.dim() < 3:
+        raise ValueError(f"{fn}: initial_residual must be (..., m, D), got shape {tuple(initial_residual.shape)}")
     lists = {"pre_mix_list": pre_mix_list, "layer_output_list": layer_output_list, "post_mix_list": post_mix_list,
              "comb_mix_list": comb_mix_list, "layer_input_list": layer_input_list, "residual_list": residual_list}
     for name, v in lists.items():
@@ -494,9 +497,6 @@ def mhc_multilayer_recompute(initial_residual, pre_mix_list, layer_output_list, 
     if num_post not in (num_layers - 1, num_layers):
         raise ValueError(f"{fn}: layer_output_list must hold {num_layers - 1} or {num_layers} tensors "
                          f"(len(pre_mix_list) - 1 or len(pre_mix_list)), got {num_post}")
-    _tensor(fn, "initial_residual", initial_residual, _BF16)
-    if initial_residual.dim() < 3:
-        raise ValueError(f"{fn}: initial_residual must be (..., m, D), got shape {tuple(initial_residual.shape)}")
     m, d = initial_residual.shape[-2:]
     t = initial_residual.numel() // (m * d)
     for name, dtype, shape in (("pre_mix_list", _F32, (t, m)), ("layer_output_list", _BF16, (t, d)),
