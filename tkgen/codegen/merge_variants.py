@@ -21,6 +21,7 @@ annotation is chosen before the prim_func, as `PARAM_<tensor>`. Kernels whose pa
 from __future__ import annotations
 
 import difflib
+import functools
 import io
 import itertools
 import re
@@ -72,6 +73,7 @@ def _indent(line: str) -> str:
     return line[:len(line) - len(line.lstrip())]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _balanced(line: str) -> bool:
     """Whether a line is whole: its brackets close on it (strings aside)."""
     try:

@@ -63,14 +63,16 @@ class _Sizes(Mapping):
     call) is evaluated where it is read."""
 
     def __init__(self, names):
-        self.names = names
+        self.names, self.values = names, {}
 
     def __contains__(self, name):
         return name in self.names
 
     def __getitem__(self, name):
-        v = self.names[name]
-        return evaluate(v, self) if isinstance(v, E.Node) else v
+        if name not in self.values:         # each name evaluated once (a tile's sizes read its blocks often)
+            v = self.names[name]
+            self.values[name] = evaluate(v, self) if isinstance(v, E.Node) else v
+        return self.values[name]
 
     def __iter__(self):
         return iter(self.names)
