@@ -42,6 +42,19 @@ def physical_map(name, to_physical_map, logical_count, logical):
     return to_physical_map.contiguous(), logical_count.contiguous(), to_physical_map.shape[1]
 
 
+def fixed_routing(name, fix_routing_mask, unmapped_topk_idx, rows, num_topk):
+    """The fixed-routing flags [T] as int32 (None without them), after checking `unmapped_topk_idx` [T, K]
+    int64, which holds the fixed selections (given with fix_routing_mask, or alone as the output)."""
+    require(fix_routing_mask is None or unmapped_topk_idx is not None, name, "unmapped_topk_idx",
+            "must be given with fix_routing_mask (it holds the fixed selections)")
+    if unmapped_topk_idx is not None:
+        tensor_arg(name, "unmapped_topk_idx", unmapped_topk_idx, (torch.int64,), 2, "[T, K]")
+        require(tuple(unmapped_topk_idx.shape) == (rows, num_topk) and unmapped_topk_idx.stride(-1) == 1, name,
+                "unmapped_topk_idx", f"must have shape ({rows}, {num_topk}) with a last stride of 1, got shape "
+                f"{tuple(unmapped_topk_idx.shape)} and strides {tuple(unmapped_topk_idx.stride())}")
+    return None if fix_routing_mask is None else flag(name, "fix_routing_mask", fix_routing_mask, rows)
+
+
 def moe_topk_gate_forward(logits, num_topk: int, use_shared_as_routed: bool, num_shared_experts: int,
                           routed_scaling_factor: float, ep_rank: int, scoring_func: str = "sqrtsoftplus", mask=None,
                           bias=None, image_bias=None, image_token_mask=None, fix_routing_mask=None,
@@ -64,15 +77,8 @@ def moe_topk_gate_forward(logits, num_topk: int, use_shared_as_routed: bool, num
             f"must be 1 or 2 with use_shared_as_routed, got {num_shared_experts!r}")
     require((image_bias is None) == (image_token_mask is None), name, "image_token_mask",
             "and `image_bias` go together: give both or neither")
-    require(fix_routing_mask is None or unmapped_topk_idx is not None, name, "unmapped_topk_idx",
-            "must be given with fix_routing_mask (it holds the fixed selections)")
-    if unmapped_topk_idx is not None:
-        tensor_arg(name, "unmapped_topk_idx", unmapped_topk_idx, (torch.int64,), 2, "[T, K]")
-        require(tuple(unmapped_topk_idx.shape) == (rows, num_topk) and unmapped_topk_idx.stride(-1) == 1, name,
-                "unmapped_topk_idx", f"must have shape ({rows}, {num_topk}) with a last stride of 1, got shape "
-                f"{tuple(unmapped_topk_idx.shape)} and strides {tuple(unmapped_topk_idx.stride())}")
+    fixed = fixed_routing(name, fix_routing_mask, unmapped_topk_idx, rows, num_topk)
     pmap, count, dups = physical_map(name, to_physical_map, logical_count, experts + shared)
-    fixed = None if fix_routing_mask is None else flag(name, "fix_routing_mask", fix_routing_mask, rows)
     image = None if image_token_mask is None else flag(name, "image_token_mask", image_token_mask, rows)
     routed = None if mask is None else flag(name, "mask", mask, rows)
     outs = ops().moe_topk_gate_forward(

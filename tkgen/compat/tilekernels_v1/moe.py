@@ -7,7 +7,7 @@ from ...nn import moe_mapping as mapping
 from .._common import checks_values, int_arg, value_bounds, within, ops, require, tensor_arg
 from ...nn.moe_layout import expand_to_fused, expand_to_fused_with_sf, reduce_fused
 from ..tilekernels.moe import topk_gate  # noqa: F401  (the same signature)
-from ..tilekernels.moe import flag, physical_map
+from ..tilekernels.moe import fixed_routing, flag, physical_map
 
 _MAX_K = 64        # mask_indices_by_tp's indices per row in one kernel (more are taken one per row)
 
@@ -90,14 +90,7 @@ def top2_sum_gate(logits, bias, num_topk: int, num_topk_groups: int, num_groups:
                 f"with use_shared_as_routed, got {'none' if pmap is None else dups - 1}")
         require(num_topk % shared == 0 and experts % (num_topk // shared) == 0, name, "num_shared_experts",
                 f"must divide num_topk ({num_topk}), and num_topk / num_shared_experts the experts ({experts})")
-    require(fix_routing_mask is None or unmapped_topk_idx is not None, name, "unmapped_topk_idx",
-            "must be given with fix_routing_mask (it holds the fixed selections)")
-    if unmapped_topk_idx is not None:
-        tensor_arg(name, "unmapped_topk_idx", unmapped_topk_idx, (torch.int64,), 2, "[T, K]")
-        require(tuple(unmapped_topk_idx.shape) == (rows, num_topk) and unmapped_topk_idx.stride(-1) == 1, name,
-                "unmapped_topk_idx", f"must have shape ({rows}, {num_topk}) with a last stride of 1, got shape "
-                f"{tuple(unmapped_topk_idx.shape)} and strides {tuple(unmapped_topk_idx.stride())}")
-    fixed = None if fix_routing_mask is None else flag(name, "fix_routing_mask", fix_routing_mask, rows)
+    fixed = fixed_routing(name, fix_routing_mask, unmapped_topk_idx, rows, num_topk)
     routed = None if mask is None else flag(name, "mask", mask, rows)
     idx, weights, unmapped = ops().top2_sum_gate(
         logits.contiguous(), bias, num_topk, num_groups or 1, num_topk_groups or 1, num_ep_ranks, tp_rank,
