@@ -23,7 +23,8 @@ each backend, or the profile's `passes:`), each a named rewrite registered in it
    (padding_rows.py);
 7. `fuse` (loops.py): consecutive elementwise statements over the same axes share one loop;
    `coalesce_widening_loads` and `unroll_fetching_loops` (CUDA); `vector_knobs`;
-8. `check_tile_bytes` (tile_bytes.py): the profile's bound on a block's tile bytes.
+8. `index_tiles` (tile_indices.py): the global index of a tiled axis written out, the grid declared;
+9. `check_tile_bytes` (tile_bytes.py): the profile's bound on a block's tile bytes.
 """
 from __future__ import annotations
 
