@@ -38,8 +38,9 @@ class Axis:
     What the schedule needs to know of the program, set by the lowering (so that no pass reads the spec
     or the stage program): `used`, whether statements run over the axis (an axis only indexed at fixed
     positions has no tile); `whole`, whether a block must hold it entirely (a reduction, a top-k, a scan
-    over it); `counted`, whether a count runs along it (also held whole); `view_inner`, whether it is an inner part of a tensor dim that several
-    axes make up (only the major part is tiled); `read_along`, whether an input varies along it;
+    over it); `counted`, whether a count runs along it (also held whole); `view_inner`, whether it is an
+    inner part of a tensor dim that several axes make up (only the major part is tiled); `read_along`,
+    whether an input varies along it;
     `extent_max`, the largest extent the spec declares for it (the max of the param it is), if any."""
 
     name: str
@@ -227,7 +228,7 @@ class Kernel:
 class SizeSamples:
     """Sizes the spec admits, for passes that bound what a block holds (tkgen/schedule/tile_bytes.py): each
     a tuple of (name, value) for every dim and integer param; `named` at the sizes the spec names, `extreme`
-    with each dim's max as well (tkgen/spec/checks.py: _samples). `dynamic`: the dynamic dim, if any;
+    with each dim's max as well (tkgen/spec/checks.py: admitted_sizes). `dynamic`: the dynamic dim, if any;
     `unbounded`: the dims without a max."""
 
     named: Tuple[Tuple[Tuple[str, int], ...], ...]

@@ -19,7 +19,7 @@ from ..spec import formats as F
 from ..ir import prim as ir, kernel as kir
 from ..spec import pyexpr as P
 from ..ir.prim import F32, I32, I64, RAW, U32, op
-from ..spec.checks import _samples
+from ..spec.checks import admitted_sizes
 from ..spec.signature import INT_ELEMS, TensorSig, signature
 from .stages import StageError, typecheck
 from .stages import neutral, topk_key
@@ -406,7 +406,7 @@ def size_samples(spec) -> kir.SizeSamples:
     key = (spec.name, spec.sha256)
     if key not in _SAMPLES:
         def each(at_max):
-            return tuple(tuple(sorted(s.items())) for s in _samples(spec, at_max))
+            return tuple(tuple(sorted(s.items())) for s in admitted_sizes(spec, at_max))
         _SAMPLES[key] = kir.SizeSamples(each(False), each(True), spec.dynamic_dim,
                                         frozenset(d.name for d in spec.dims.values() if d.max is None))
     return _SAMPLES[key]

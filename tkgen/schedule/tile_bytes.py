@@ -6,7 +6,7 @@ held whole (about 75 MB) overflowed it and the process died (exit 139). A profil
 memory; one-element scalars are left out):
 
 - `validate` (and `generate`) evaluate the tiles' bytes at the sizes the spec names (tkgen/spec/checks.py:
-  `_samples` without the dims' max: each dim at its min and test values, an unbounded dim also at min + 7
+  `admitted_sizes` without the dims' max: each dim at its min and test values, an unbounded dim also at min + 7
   and 4096) and reject a schedule whose tiles pass the bound there, naming the bytes, the sizes and the
   bound;
 - where larger sizes the spec admits (a dim's max, or a dim with none) may pass it, the kernel factory checks
@@ -53,7 +53,8 @@ def tiles_bytes(module: kir.Module, kernel: kir.Kernel, catalog, arch) -> E.Node
         size = E.Num(buffer_bytes(catalog, arch, b))
         for a in b.axes:
             held = tiles.get(a)
-            size = E.Binary("*", size, E.Name(ir.block_name(a) if held is not None and held.block is not None else ir.extent_name(a)))
+            blocked = held is not None and held.block is not None
+            size = E.Binary("*", size, E.Name(ir.block_name(a) if blocked else ir.extent_name(a)))
         total = size if total is None else E.Binary("+", total, size)
     return total if total is not None else E.Num(0)
 

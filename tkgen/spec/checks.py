@@ -278,7 +278,7 @@ def check_tensors(doc, spec):
 MAX_SAMPLES = 256          # assignments of dims and params the evaluated checks try
 
 
-def _samples(spec, at_max=True):
+def admitted_sizes(spec, at_max=True):
     """Assignments of every dim and integer param that the spec admits (its requirements hold): each dim at
     its min, max and test values, each param at its choices or the ends of its range, every combination
     when there are few, else the corners and a fixed sample of the rest. `at_max=False`: the sizes the
@@ -331,7 +331,7 @@ def _at(env, node):
 
 
 def check_sizes_at_samples(doc, spec):
-    """What only values of the dims and params show, at assignments the spec admits (`_samples`): no
+    """What only values of the dims and params show, at assignments the spec admits (`admitted_sizes`): no
     negative shape, no axis extent past MAX_SIZE, no empty `values: range`, and views whose axes' extents
     multiply to the size of the tensor dim they index. Each at its own field."""
     def value(node, env):
@@ -339,7 +339,7 @@ def check_sizes_at_samples(doc, spec):
             return E.evaluate(node, env)
         except (E.ExprError, ValueError, ArithmeticError, TypeError):
             return None
-    envs = list(_samples(spec))
+    envs = list(admitted_sizes(spec))
     for env in envs:
         for name, ax in spec.axes.items():
             v = value(ax.extent, env)
