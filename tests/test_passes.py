@@ -257,3 +257,44 @@ def test_an_op_schedule_with_a_wrong_pipeline_is_reported_at_its_schedule(tmp_pa
     assert "\n  cpu: {block: {t: 1}}\n" in text
     err = only_error(tmp_path, text.replace("\n  cpu: {block: {t: 1}}\n", f"\n  cpu: {layer}\n"))
     assert problem in str(err) and "schedule" in str(err), err
+
+
+def _broadcast_module(shapes, writer=None):
+    """A per-row tile `flag` (axis t) read by one elementwise loop per shape in `shapes`."""
+    flag = kir.Buffer("flag", ("t",), ir.F32)
+    write = writer or kir.Compute(flag, ir.c(1.0))
+    body = [write] + [kir.Compute(kir.Buffer(f"w{i}", s, ir.F32), ir.Read("flag", ir.F32)) for i, s in enumerate(shapes)]
+    return _module(body, axes=("t", "h", "g", "k"))
+
+
+def _scope_of_flag(module):
+    return kir.buffers(module.kernels[0].body)["flag"].scope
+
+
+def test_a_tile_broadcast_to_loops_of_several_shapes_is_shared_on_fragment_profiles():
+    """share_broadcasts: a tile that loops of at least `min_shapes` wider shapes read goes to shared memory
+    (TileLang's layout inference searched 34 s for one fragment layout that three loops could use); fewer
+    shapes, a tile a reduction writes, `min_shapes: 0` and a profile without fragments leave it alone."""
+    catalog = shipped_catalog()
+    sm90, cpu = catalog.archs["sm90"], catalog.archs["cpu"]
+    three = _broadcast_module([("t", "h"), ("t", "g"), ("t", "k")])
+    run = PS.REGISTRY["share_broadcasts"].fn
+    assert _scope_of_flag(run(three, PS.Context(catalog, sm90, {}))) == "shared"
+    assert _scope_of_flag(run(three, PS.Context(catalog, sm90, {}), min_shapes=4)) == "tile"
+    assert _scope_of_flag(run(three, PS.Context(catalog, sm90, {}), min_shapes=0)) == "tile"
+    assert _scope_of_flag(run(three, PS.Context(catalog, cpu, {}))) == "tile"
+    same = _broadcast_module([("t", "h"), ("t", "h"), ("t", "g")])
+    assert _scope_of_flag(run(same, PS.Context(catalog, sm90, {}))) == "tile"
+    reduced = kir.Reduce(kir.Buffer("flag", ("t",), ir.F32), X, "h", "max")
+    by_reduce = _broadcast_module([("t", "h"), ("t", "g"), ("t", "k")], writer=reduced)
+    by_reduce = by_reduce.replace(kernels=(dataclasses.replace(by_reduce.kernels[0],
+                                                               body=(LOAD,) + by_reduce.kernels[0].body),))
+    assert _scope_of_flag(run(by_reduce, PS.Context(catalog, sm90, {}))) == "tile"
+
+
+def test_the_gates_row_flag_is_shared_on_cuda_and_a_tile_on_the_cpu():
+    catalog = shipped_catalog()
+    for arch, scope in (("sm90", "shared"), ("cpu", "tile")):
+        flags = {kir.buffers(k.body)["routed"].scope for m in _schedule("moe_topk_gate_forward", catalog.archs[arch])
+                 for k in m.kernels if "routed" in kir.buffers(k.body)}
+        assert flags == {scope}, (arch, flags)

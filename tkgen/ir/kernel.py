@@ -292,6 +292,15 @@ def rewrite(body, fn) -> list:
     return out
 
 
+def rescope(body, scopes: Dict[str, str]) -> list:
+    """The statements with every buffer named in `scopes` moved to that scope."""
+    def fix(v):
+        if isinstance(v, Buffer) and v.name in scopes:
+            return dataclasses.replace(v, scope=scopes[v.name])
+        return v
+    return rewrite(body, lambda st: type(st)(**{f.name: fix(getattr(st, f.name)) for f in dataclasses.fields(st)}))
+
+
 def rewrite_bodies(body, fn) -> list:
     """`fn(statements) -> statements` applied to the body of each loop, innermost first, then to `body`
     (a nest's body is one elementwise loop's statements, left to the pass that made it)."""

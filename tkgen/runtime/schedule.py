@@ -42,6 +42,12 @@ def pad_pow2(extent: int) -> int:
     return 1 << max(0, (extent - 1).bit_length())
 
 
+def tree_levels(extent: int) -> int:
+    """The levels of a pairwise tree over `extent` elements (its offsets 2^(L-1) .. 1): the bits of
+    extent - 1, at least 1 (a static loop of no iterations is not built)."""
+    return max(1, (extent - 1).bit_length())
+
+
 def vector_granule(dtype: str, last: int) -> int:
     """The elements a kernel loads at once from a strided input of `dtype` whose last dim is `last`: 16
     bytes' worth, at most the largest power of two dividing `last` (as in a contiguous tensor of that

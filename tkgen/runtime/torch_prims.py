@@ -9,11 +9,12 @@ import torch
 
 from . import libm
 from .packing import Packet
+from .schedule import tree_levels
 
 __all__ = ["torch", "_f32", "_f64", "_t", "_bits", "_from_bits", "_wrap_i32", "_absmax", "_nanmax", "_nanmin", "_sum",
            "_matmul", "_codes_as", "_codes_of", "_exp", "_log", "_log1p", "_tanh", "_erf", "_sqrt", "_rsqrt", "_same", "_fma", "_trunc",
            "_ix", "_fit", "_view", "_store_view", "_gather", "_take", "_scatter", "_pack_codes",
-           "_unpack_codes"]
+           "_unpack_codes", "tree_levels"]
 
 
 def _f32(value: float) -> torch.Tensor:

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List
+from typing import List
 
 from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
@@ -48,15 +48,6 @@ def gemm_tiles(tiles, body, k_step):
     return out, checks
 
 
-def _rescope(body, scopes: Dict[str, str]):
-    """The statements with every buffer named in `scopes` moved to that scope."""
-    def fix(v):
-        if isinstance(v, kir.Buffer) and v.name in scopes:
-            return dataclasses.replace(v, scope=scopes[v.name])
-        return v
-    return kir.rewrite(body, lambda st: type(st)(**{f.name: fix(getattr(st, f.name)) for f in dataclasses.fields(st)}))
-
-
 def _rename_reads(st, old, new):
     return kir.map_exprs([st], lambda e: ir.rebuild(
         e, lambda n: dataclasses.replace(n, buffer=new) if isinstance(n, ir.Read) and n.buffer == old else None))[0]
@@ -68,7 +59,7 @@ def place_gemm(body):
     found = gemms(body)
     if not found:
         return list(body)
-    body = _rescope(body, {b.name: "shared" for g in found for b in (g.a, g.b)})
+    body = kir.rescope(body, {b.name: "shared" for g in found for b in (g.a, g.b)})
     out = []
     copies = {}
     for st in body:

@@ -15,7 +15,7 @@ width); each profile's values, from the spec and the profile, are in its knob ta
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   vector_granule)
+                                   tree_levels, vector_granule)
 
 
 
@@ -227,7 +227,7 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads, block_t, blocks)
             ad = T.alloc_fragment((B_t, B_h), 'float32')
             big = T.alloc_fragment((B_t, B_h), 'float32')
             _t1 = T.alloc_fragment((B_t,), 'int32')
-            img = T.alloc_fragment((B_t,), 'bool')
+            img = T.alloc_shared((B_t,), 'bool')
             gz = T.alloc_fragment((B_t, B_h), 'float32')
             _t2 = T.alloc_fragment((B_t, B_d), 'float32')
             gxk = T.alloc_fragment((B_t, B_h, B_d), 'float32')

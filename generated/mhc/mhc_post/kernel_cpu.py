@@ -15,7 +15,7 @@ width); each profile's values, from the spec and the profile, are in its knob ta
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   vector_granule)
+                                   tree_levels, vector_granule)
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 

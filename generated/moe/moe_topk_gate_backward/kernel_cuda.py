@@ -15,7 +15,7 @@ width); each profile's values, from the spec and the profile, are in its knob ta
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   vector_granule)
+                                   tree_levels, vector_granule)
 
 
 
@@ -74,13 +74,14 @@ def build_base(E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block
                         & (ids[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(ids[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t0_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t0_tree[i_t, p_j] = (_t0_tree[i_t, p_j]
-                            + _t0_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t0_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = _t0_tree[i_t, T.int32(0)]
                 den[i_t] = (_t0[i_t] + T.float32(1e-20))
@@ -194,13 +195,14 @@ def build_with_grad_scores_sum(E, K, routed_scaling_factor, num_seqs, seq_len, *
                         & (ids[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(ids[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t0_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t0_tree[i_t, p_j] = (_t0_tree[i_t, p_j]
-                            + _t0_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t0_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t0[i_t] = _t0_tree[i_t, T.int32(0)]
                 den[i_t] = (_t0[i_t] + T.float32(1e-20))

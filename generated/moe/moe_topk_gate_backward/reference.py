@@ -33,16 +33,19 @@ def make_reference_variants(with_grad_scores_sum, with_mask, scores, topk_idx, t
         picked = _fit(_take(u_by_e, (_ix(N_t, 0, 2, _dev), _wrap_i32(_trunc(ids))), ((ids >= 0) & (ids < _trunc(N_e)))),
             (N_t, N_j))
         _t0_tree = _fit(picked, (N_t, N_j)).clone()
-        for l_j in range(31):
+        for l_j in range(tree_levels(N_j)):
             for p_j in range(
                     torch.maximum(
                         _t(
-                            torch.minimum(_t(_wrap_i32(1 << _wrap_i32(30 - l_j))),
-                                _t(_wrap_i32(N_j - _wrap_i32(1 << _wrap_i32(30 - l_j)))))), _t(0))):
+                            torch.minimum(_t(_wrap_i32(1 << _wrap_i32(_wrap_i32(tree_levels(N_j) - 1) - l_j))),
+                                _t(_wrap_i32(N_j - _wrap_i32(1 << _wrap_i32(_wrap_i32(tree_levels(N_j) - 1) - l_j)))))),
+                        _t(0))):
                 _t0_tree.select(1, p_j).copy_(
                     _fit((_take(_t0_tree, (_ix(N_t, 0, 1, _dev), p_j))
                             + _take(_t0_tree,
-                                (_ix(N_t, 0, 1, _dev), _wrap_i32(p_j + _wrap_i32(1 << _wrap_i32(30 - l_j)))))), (N_t,)))
+                                (_ix(N_t, 0, 1, _dev),
+                                    _wrap_i32(p_j
+                                        + _wrap_i32(1 << _wrap_i32(_wrap_i32(tree_levels(N_j) - 1) - l_j)))))), (N_t,)))
         _t0 = _fit(_take(_t0_tree, (_ix(N_t, 0, 1, _dev), 0)), (N_t,))
         den = _fit((_t0 + _f32(1e-20)), (N_t,))
         _t1 = _fit(_view(topk_weights, (N_t, N_j), (N_t, N_j), (), ('t', 'j'), ('t', 'j')).to(torch.float32),

@@ -15,7 +15,7 @@ width); each profile's values, from the spec and the profile, are in its knob ta
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   vector_granule)
+                                   tree_levels, vector_granule)
 from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import order_key
 
@@ -91,13 +91,14 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -223,13 +224,14 @@ def build_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -389,13 +391,14 @@ def build_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, e
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -537,13 +540,14 @@ def build_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, rou
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -702,13 +706,14 @@ def build_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -849,13 +854,14 @@ def build_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_sc
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1030,13 +1036,14 @@ def build_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_s
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1193,13 +1200,14 @@ def build_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1349,13 +1357,14 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1488,13 +1497,14 @@ def build_with_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1661,13 +1671,14 @@ def build_with_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1816,13 +1827,14 @@ def build_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1985,13 +1997,14 @@ def build_with_bias_with_image_bias(E, num_topk, num_slots, routed_scaling_facto
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2136,13 +2149,14 @@ def build_with_bias_with_image_bias_with_to_physical_map(E, num_topk, num_slots,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2321,13 +2335,14 @@ def build_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2488,13 +2503,14 @@ def build_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map(E
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2645,13 +2661,14 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2788,13 +2805,14 @@ def build_with_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2965,13 +2983,14 @@ def build_with_mask_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3124,13 +3143,14 @@ def build_with_mask_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3300,13 +3320,14 @@ def build_with_mask_with_image_bias(E, num_topk, num_slots, routed_scaling_facto
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3458,13 +3479,14 @@ def build_with_mask_with_image_bias_with_to_physical_map(E, num_topk, num_slots,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3650,13 +3672,14 @@ def build_with_mask_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3824,13 +3847,14 @@ def build_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map(E
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3992,13 +4016,14 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4142,13 +4167,14 @@ def build_with_mask_with_bias_with_to_physical_map(E, num_topk, num_slots, route
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4326,13 +4352,14 @@ def build_with_mask_with_bias_with_fix_routing_mask(E, num_topk, num_slots, rout
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4492,13 +4519,14 @@ def build_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4672,13 +4700,14 @@ def build_with_mask_with_bias_with_image_bias(E, num_topk, num_slots, routed_sca
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4834,13 +4863,14 @@ def build_with_mask_with_bias_with_image_bias_with_to_physical_map(E, num_topk, 
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -5030,13 +5060,14 @@ def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk,
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -5208,13 +5239,14 @@ def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_phys
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.grid(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))

@@ -15,7 +15,7 @@ width); each profile's values, from the spec and the profile, are in its knob ta
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   vector_granule)
+                                   tree_levels, vector_granule)
 from ...common.tilelang_helpers import order_key
 
 
@@ -91,13 +91,14 @@ def build_base(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_dups,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -224,13 +225,14 @@ def build_with_to_physical_map(E, num_topk, num_slots, routed_scaling_factor, ep
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -391,13 +393,14 @@ def build_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling_factor, e
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -540,13 +543,14 @@ def build_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_slots, rou
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -706,13 +710,14 @@ def build_with_image_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -854,13 +859,14 @@ def build_with_image_bias_with_to_physical_map(E, num_topk, num_slots, routed_sc
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1036,13 +1042,14 @@ def build_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_s
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1200,13 +1207,14 @@ def build_with_image_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1357,13 +1365,14 @@ def build_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1497,13 +1506,14 @@ def build_with_bias_with_to_physical_map(E, num_topk, num_slots, routed_scaling_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1671,13 +1681,14 @@ def build_with_bias_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1827,13 +1838,14 @@ def build_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -1997,13 +2009,14 @@ def build_with_bias_with_image_bias(E, num_topk, num_slots, routed_scaling_facto
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2149,13 +2162,14 @@ def build_with_bias_with_image_bias_with_to_physical_map(E, num_topk, num_slots,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2335,13 +2349,14 @@ def build_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2503,13 +2518,14 @@ def build_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map(E
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2610,7 +2626,7 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
             _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
             _t5_best = T.alloc_fragment((B_t,), 'int32')
@@ -2661,13 +2677,14 @@ def build_with_mask(E, num_topk, num_slots, routed_scaling_factor, ep_rank, num_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2738,7 +2755,7 @@ def build_with_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
             _t5_key = T.alloc_fragment((B_t, B_e), 'int32')
             _t5_best = T.alloc_fragment((B_t,), 'int32')
@@ -2805,13 +2822,14 @@ def build_with_mask_with_to_physical_map(E, num_topk, num_slots, routed_scaling_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -2918,7 +2936,7 @@ def build_with_mask_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t2 = T.alloc_fragment((B_t,), 'int32')
             fixed = T.alloc_fragment((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
@@ -2983,13 +3001,14 @@ def build_with_mask_with_fix_routing_mask(E, num_topk, num_slots, routed_scaling
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3062,7 +3081,7 @@ def build_with_mask_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t2 = T.alloc_fragment((B_t,), 'int32')
             fixed = T.alloc_fragment((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
@@ -3143,13 +3162,14 @@ def build_with_mask_with_fix_routing_mask_with_to_physical_map(E, num_topk, num_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3256,7 +3276,7 @@ def build_with_mask_with_image_bias(E, num_topk, num_slots, routed_scaling_facto
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t1 = T.alloc_fragment((B_t,), 'int32')
             image = T.alloc_fragment((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
@@ -3320,13 +3340,14 @@ def build_with_mask_with_image_bias(E, num_topk, num_slots, routed_scaling_facto
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3399,7 +3420,7 @@ def build_with_mask_with_image_bias_with_to_physical_map(E, num_topk, num_slots,
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t1 = T.alloc_fragment((B_t,), 'int32')
             image = T.alloc_fragment((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
@@ -3479,13 +3500,14 @@ def build_with_mask_with_image_bias_with_to_physical_map(E, num_topk, num_slots,
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3594,7 +3616,7 @@ def build_with_mask_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t1 = T.alloc_fragment((B_t,), 'int32')
             image = T.alloc_fragment((B_t,), 'bool')
             _t2 = T.alloc_fragment((B_t,), 'int32')
@@ -3672,13 +3694,14 @@ def build_with_mask_with_image_bias_with_fix_routing_mask(E, num_topk, num_slots
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3753,7 +3776,7 @@ def build_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map(E
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t1 = T.alloc_fragment((B_t,), 'int32')
             image = T.alloc_fragment((B_t,), 'bool')
             _t2 = T.alloc_fragment((B_t,), 'int32')
@@ -3847,13 +3870,14 @@ def build_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map(E
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -3959,7 +3983,7 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
             _t4 = T.alloc_fragment((B_e,), 'float32')
             r = T.alloc_fragment((B_t, B_e), 'float32')
@@ -4016,13 +4040,14 @@ def build_with_mask_with_bias(E, num_topk, num_slots, routed_scaling_factor, ep_
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4094,7 +4119,7 @@ def build_with_mask_with_bias_with_to_physical_map(E, num_topk, num_slots, route
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
             _t4 = T.alloc_fragment((B_e,), 'float32')
             r = T.alloc_fragment((B_t, B_e), 'float32')
@@ -4167,13 +4192,14 @@ def build_with_mask_with_bias_with_to_physical_map(E, num_topk, num_slots, route
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4281,7 +4307,7 @@ def build_with_mask_with_bias_with_fix_routing_mask(E, num_topk, num_slots, rout
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t2 = T.alloc_fragment((B_t,), 'int32')
             fixed = T.alloc_fragment((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
@@ -4352,13 +4378,14 @@ def build_with_mask_with_bias_with_fix_routing_mask(E, num_topk, num_slots, rout
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4432,7 +4459,7 @@ def build_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t2 = T.alloc_fragment((B_t,), 'int32')
             fixed = T.alloc_fragment((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
@@ -4519,13 +4546,14 @@ def build_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map(E, num_
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4633,7 +4661,7 @@ def build_with_mask_with_bias_with_image_bias(E, num_topk, num_slots, routed_sca
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t1 = T.alloc_fragment((B_t,), 'int32')
             image = T.alloc_fragment((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
@@ -4700,13 +4728,14 @@ def build_with_mask_with_bias_with_image_bias(E, num_topk, num_slots, routed_sca
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4780,7 +4809,7 @@ def build_with_mask_with_bias_with_image_bias_with_to_physical_map(E, num_topk, 
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t1 = T.alloc_fragment((B_t,), 'int32')
             image = T.alloc_fragment((B_t,), 'bool')
             u = T.alloc_fragment((B_t, B_e), 'float32')
@@ -4863,13 +4892,14 @@ def build_with_mask_with_bias_with_image_bias_with_to_physical_map(E, num_topk, 
                         & (chosen[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(chosen[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -4979,7 +5009,7 @@ def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk,
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t1 = T.alloc_fragment((B_t,), 'int32')
             image = T.alloc_fragment((B_t,), 'bool')
             _t2 = T.alloc_fragment((B_t,), 'int32')
@@ -5060,13 +5090,14 @@ def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask(E, num_topk,
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
@@ -5142,7 +5173,7 @@ def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_phys
             b_s = pid % T.ceildiv(N_s, B_s)
             l = T.alloc_fragment((B_t, B_e), 'float32')
             _t0 = T.alloc_fragment((B_t,), 'int32')
-            routed = T.alloc_fragment((B_t,), 'bool')
+            routed = T.alloc_shared((B_t,), 'bool')
             _t1 = T.alloc_fragment((B_t,), 'int32')
             image = T.alloc_fragment((B_t,), 'bool')
             _t2 = T.alloc_fragment((B_t,), 'int32')
@@ -5239,13 +5270,14 @@ def build_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_phys
                         & (sel[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
                     T.float32(0.0))
                 _t7_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(T.int32(31), explicit=True):
+            for l_j in T.unroll(tree_levels(N_j), explicit=True):
                 for p_j in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_j)), (N_j - (T.int32(1) << (T.int32(30) - l_j)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
+                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
                     for i_t in T.Parallel(B_t):
                         _t7_tree[i_t, p_j] = (_t7_tree[i_t, p_j]
-                            + _t7_tree[i_t, (p_j + (T.int32(1) << (T.int32(30) - l_j)))])
+                            + _t7_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
             for i_t in T.Parallel(B_t):
                 _t7[i_t] = _t7_tree[i_t, T.int32(0)]
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))

@@ -15,7 +15,7 @@ width); each profile's values, from the spec and the profile, are in its knob ta
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   vector_granule)
+                                   tree_levels, vector_granule)
 
 
 
@@ -42,13 +42,14 @@ def build_base(K, *, threads, block_t):
                     T.float32(0.0))
             for i_t, i_k in T.grid(B_t, B_k):
                 _t0_tree[i_t, i_k] = w[i_t, i_k]
-            for l_k in T.unroll(T.int32(31), explicit=True):
+            for l_k in T.unroll(tree_levels(N_k), explicit=True):
                 for p_k in T.serial(
-                        T.max(T.min((T.int32(1) << (T.int32(30) - l_k)), (N_k - (T.int32(1) << (T.int32(30) - l_k)))),
-                            T.int32(0))):
+                        T.max(
+                            T.min((T.int32(1) << ((tree_levels(N_k) - T.int32(1)) - l_k)),
+                                (N_k - (T.int32(1) << ((tree_levels(N_k) - T.int32(1)) - l_k)))), T.int32(0))):
                     for i_t in T.grid(B_t):
                         _t0_tree[i_t, p_k] = (_t0_tree[i_t, p_k]
-                            + _t0_tree[i_t, (p_k + (T.int32(1) << (T.int32(30) - l_k)))])
+                            + _t0_tree[i_t, (p_k + (T.int32(1) << ((tree_levels(N_k) - T.int32(1)) - l_k)))])
             for i_t in T.grid(B_t):
                 _t0[i_t] = _t0_tree[i_t, T.int32(0)]
                 denominator_tile[i_t] = (_t0[i_t] + T.float32(1e-20))

@@ -22,16 +22,19 @@ def reference_base(topk_weights, _given=None):
         _s_normalized = torch.zeros((T_, K), dtype=torch.float32, device=_dev)
         w = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32), (N_t, N_k))
         _t0_tree = _fit(w, (N_t, N_k)).clone()
-        for l_k in range(31):
+        for l_k in range(tree_levels(N_k)):
             for p_k in range(
                     torch.maximum(
                         _t(
-                            torch.minimum(_t(_wrap_i32(1 << _wrap_i32(30 - l_k))),
-                                _t(_wrap_i32(N_k - _wrap_i32(1 << _wrap_i32(30 - l_k)))))), _t(0))):
+                            torch.minimum(_t(_wrap_i32(1 << _wrap_i32(_wrap_i32(tree_levels(N_k) - 1) - l_k))),
+                                _t(_wrap_i32(N_k - _wrap_i32(1 << _wrap_i32(_wrap_i32(tree_levels(N_k) - 1) - l_k)))))),
+                        _t(0))):
                 _t0_tree.select(1, p_k).copy_(
                     _fit((_take(_t0_tree, (_ix(N_t, 0, 1, _dev), p_k))
                             + _take(_t0_tree,
-                                (_ix(N_t, 0, 1, _dev), _wrap_i32(p_k + _wrap_i32(1 << _wrap_i32(30 - l_k)))))), (N_t,)))
+                                (_ix(N_t, 0, 1, _dev),
+                                    _wrap_i32(p_k
+                                        + _wrap_i32(1 << _wrap_i32(_wrap_i32(tree_levels(N_k) - 1) - l_k)))))), (N_t,)))
         _t0 = _fit(_take(_t0_tree, (_ix(N_t, 0, 1, _dev), 0)), (N_t,))
         denominator_tile = _fit((_t0 + _f32(1e-20)), (N_t,))
         _store_view(_s_denominator, (N_t,), (N_t,), ('t',), ('t',), denominator_tile, None, False)

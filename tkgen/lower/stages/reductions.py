@@ -238,9 +238,6 @@ class PrefixStage(Stage):
         b.add(idx, Prefix(out, src, axis))
 
 
-_LEVELS = 31               # offsets 2^30 .. 1: every extent an i32 axis may have
-
-
 @dataclass(frozen=True)
 class TreeSum(_OverSource, Step):
     """The pairwise sum of an xor butterfly over `axis`: for each offset o, a power of two below the
@@ -253,10 +250,12 @@ class TreeSum(_OverSource, Step):
     axis: str
 
     def lower(self, lw):
-        """In a copy that every thread can read and write (shared memory on CUDA), level by level: for an
-        offset o at least N there is nothing to add, so a fixed 31 levels serve every extent, each adding
-        min(o, N - o) pairs. The levels are unrolled when the kernel is built (a `static` loop): each
-        offset is then a constant and the levels past N vanish. A level loop run at run time left the
+        """In a copy that every thread can read and write (shared memory on CUDA), level by level: the
+        offsets are 2^(L-1) .. 1 with L = tree_levels(N), the bits of N - 1 (the axis is held whole, so N
+        is a static size), each level adding min(o, N - o) pairs. The levels are unrolled when the kernel
+        is built (a `static` loop), so each offset is a constant; a fixed 31 levels (every extent an i32
+        may have) left TVM 31 copies of each level to simplify before the empty ones fell away, which
+        doubled the build of the gates' kernels. A level loop run at run time left the
         offset a shift of the loop index, whose bounds TileLang's ThreadSync could not prove: it took one
         row's thread reading its own row at i + o for a conflict with another row's, wanted a barrier
         inside the rows' `tx < B_t` branch and hoisted it out of the branch, with a race warning."""
@@ -265,14 +264,15 @@ class TreeSum(_OverSource, Step):
         lw.emit(kir.Compute(tree, ir.Read(src.name, src.dtype)))
         n = ir.extent(self.axis)
         lvl, i = ir.Var(f"l_{self.axis}", I32), ir.Var(f"p_{self.axis}", I32)
-        offset = op("shl", ir.i32(1), op("sub", ir.i32(_LEVELS - 1), lvl))
+        levels = ir.Call("tree_levels", (n,), I32)
+        offset = op("shl", ir.i32(1), op("sub", op("sub", levels, ir.i32(1)), lvl))
         pairs = op("max", op("min", offset, op("sub", n, offset)), ir.i32(0))
 
         def at(pos):
             return tuple(pos if a == self.axis else ir.Index(a, local=True) for a in src.axes)
         step = kir.Compute(tree, op("add", ir.Read(tree.name, src.dtype, at(i)),
                                     ir.Read(tree.name, src.dtype, at(op("add", i, offset)))), at=((self.axis, i),))
-        lw.emit(kir.Loop(lvl.name, ir.i32(_LEVELS), (kir.Loop(i.name, pairs, (step,)),), kind="static"))
+        lw.emit(kir.Loop(lvl.name, levels, (kir.Loop(i.name, pairs, (step,)),), kind="static"))
         lw.emit(kir.Compute(lw.buffer(self.out), ir.Read(tree.name, src.dtype, at(ir.i32(0)))))
 
 
