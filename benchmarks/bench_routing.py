@@ -7,6 +7,10 @@
   eight kernels: the chunk prefix in two levels), against a plain-PyTorch mapping (`plain_mapping`: a stable argsort, a
   scatter-add histogram, cumulative sums), eager and under torch.compile. The outputs are checked equal
   first (the plain one puts a segment's pairs in ascending t * K + k, as tkgen does).
+- `moe_capacity_mask` (two generated kernels: each block's row sums, then the op with the blocks before
+  added; tkgen/schedule/row_scans.py) at 4096 and 65,536 tokens, k = 8, 256 experts, capacity 1.25x the
+  mean load, against a plain-PyTorch capacity dispatch (`plain_capacity`: a stable argsort, a bincount,
+  cumulative sums), eager and under torch.compile, after checking the outputs equal.
 - `apply_rotary` through tkgen.compat.tilekernels.transform against TileKernels 2.1.0 (where it imports):
   bf16 2001 x 32 heads x 128 (NeoX pairs), and DeepSeek-V3's slice q[..., -64:] of a (4096, 128, 192)
   query with a (163840, 64) cache, interleaved pairs, int64 positions. Both rotate copies of the same
@@ -53,6 +57,45 @@ def plain_mapping(topk_idx, num_experts, rows, alignment):
     end = start + aligned
     return (pos_to_expert[:rows], pos_to_token[:rows], pos_to_token_topk[:rows],
             token_topk_to_pos.view(topk_idx.shape), start.to(torch.int32), end.to(torch.int32), aligned.to(torch.int32))
+
+
+def plain_capacity(topk_idx, num_experts, capacity):
+    """(mask, slot, kept) of a capacity dispatch with torch primitives: a slot's rank is its place in a
+    stable sort by expert less the expert's first place; kept where below the capacity."""
+    flat = topk_idx.reshape(-1)
+    valid = (flat >= 0) & (flat < num_experts)
+    key = torch.where(valid, flat, num_experts)
+    order = torch.argsort(key, stable=True)
+    counts = torch.bincount(key, minlength=num_experts + 1)
+    first = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(flat)
+    rank[order] = torch.arange(flat.numel(), device=flat.device) - first[key[order]]
+    keep = valid & (rank < capacity)
+    slot = torch.where(keep, rank, -1).to(torch.int32).view(topk_idx.shape)
+    kept = torch.clamp(counts[:num_experts], max=capacity).to(torch.int32)
+    return keep.to(torch.int32).view(topk_idx.shape), slot, kept
+
+
+CAPACITY_CASES = [(4096, 8, 256), (65536, 8, 256)]     # (tokens, k, experts); capacity 1.25x the mean load
+
+
+def bench_capacity(device, rows_out):
+    import tkgen.ops as ops
+    for tokens, k, experts in CAPACITY_CASES:
+        capacity = (tokens * k * 5) // (experts * 4)
+        name = f"moe_capacity_mask {tokens}x{k}, {experts} experts, capacity {capacity}"
+        inputs = [torch.rand(tokens, experts, device=device).argsort(dim=1)[:, :k] for _ in range(4)]
+        for idx in inputs[:2]:
+            for g, w, what in zip(ops.moe_capacity_mask(idx, experts, capacity),
+                                  plain_capacity(idx, experts, capacity), ("mask", "slot", "kept")):
+                assert torch.equal(g, w), f"{what} differs from the plain capacity dispatch"
+        rows_out.append(_row(name, "tkgen", *_times([lambda i=i: ops.moe_capacity_mask(i, experts, capacity)
+                                                      for i in inputs], device)))
+        rows_out.append(_row(name, "plain torch", *_times([lambda i=i: plain_capacity(i, experts, capacity)
+                                                            for i in inputs], device)))
+        compiled = torch.compile(plain_capacity, dynamic=False)
+        rows_out.append(_row(name, "torch.compile(plain)", *_times([lambda i=i: compiled(i, experts, capacity)
+                                                                     for i in inputs], device)))
 
 
 def _row(name, impl, eager, graph, note=""):
@@ -145,7 +188,7 @@ def main():
     args = ap.parse_args()
     device = torch.device(args.device)
     rows = []
-    for bench in (bench_mapping, bench_rope):
+    for bench in (bench_mapping, bench_capacity, bench_rope):
         try:
             bench(device, rows)
         except Exception as e:                               # noqa: BLE001 (report, go on to the next)

@@ -255,6 +255,8 @@ class Module:
     dyn: Optional[str] = None              # the row axis (over the dynamic dim), if any
     row_inner: Optional[str] = None        # the rows inside a row block, where the row axis is ceildiv(T, n)
     samples: Optional[SizeSamples] = None  # sizes the spec admits
+    # the carried sums of prefixes along the rows (tkgen/schedule/row_scans.py splits the kernel for them)
+    row_carries: Tuple[str, ...] = ()
     # what the printers read besides the statements: generated helpers the kernels call, each tensor's
     # signature (tkgen/spec/signature.py: TensorSig), the dtypes an input of several may have, and the sizes
     # the spec's `sizes:` defines (name, expression), in order

@@ -293,6 +293,7 @@ def fold(e: Expr) -> Expr:
       +0.0);
     - comparisons no float passes (x > +inf, x < -inf) or of two constants; min(x, +inf) and max(x, -inf)
       are x (fminf(NaN, inf) would be inf, but kernel and reference both print the folded tree);
+    - isnan of a constant; a float constant converted to an integer that holds it (`to_i32(1)`);
     - logic and selects on constant conditions.
 
     (What an absent optional input or param leaves behind: a weight of 1, an addend of -0.0, a clamp of
@@ -323,6 +324,8 @@ def fold(e: Expr) -> Expr:
         folded = _fold_int(o, args, e.dtype)
         if folded is not None:
             return folded
+    if o == "isnan" and isinstance(args[0], Const):
+        return Const(math.isnan(args[0].value), BOOL)
     if o == "gt" and (_is(args[1], _INF) or _is(args[0], -_INF)):
         return Const(False, BOOL)
     if o == "lt" and (_is(args[1], -_INF) or _is(args[0], _INF)):
@@ -374,6 +377,11 @@ def _fold_int(o, args, dtype):
             return Const(_wrap(v, dtype), dtype)
         if o in ("i32_to_u32", "u32_to_i32", "to_i64", "to_i32", "to_u32") and args[0].dtype in INTS:
             return Const(_wrap(args[0].value, dtype), dtype)
+        if o in ("to_i64", "to_i32", "to_u32") and args[0].dtype in FLOATS and math.isfinite(args[0].value):
+            # a float constant that the integer holds after truncation: every target converts it the same
+            v = math.trunc(args[0].value)
+            low, high = (0, 2 ** 32) if dtype == U32 else (-2 ** (_BITS[dtype] - 1), 2 ** (_BITS[dtype] - 1))
+            return Const(v, dtype) if low <= v < high else None
         return None
     if o in ("add", "bitor", "bitxor", "shl", "shr") and _is(args[-1], 0):
         return args[0]

@@ -52,6 +52,7 @@ class Lowering:
         self.checks: List[tuple] = []
         self.helpers = set()
         self.stored_in_loop = set()                  # outputs a stage stored itself (top-k, round by round)
+        self.row_carries: List[str] = []             # carried sums of prefixes along the rows
 
     # -- buffers and indices ----------------------------------------------------------------------------
     def buffer(self, value, dtype=None, elem=None, scope="tile") -> kir.Buffer:
@@ -370,6 +371,7 @@ class Lowering:
         return kir.Module(spec.name, spec.variant_name(self.variant), self.axes_with_facts(), self.tensor_args(),
                           (kir.Kernel("main", tuple(self.body)),), dims, dtype_args, dynamic, tuple(self.checks),
                           keep=keep, dyn=self.dyn_axis, row_inner=self.row_inner, samples=size_samples(spec),
+                          row_carries=tuple(self.row_carries),
                           helpers=frozenset(self.helpers),
                           sigs=self.sigs, dtypes=dtypes, sizes=sizes)
 

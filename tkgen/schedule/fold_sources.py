@@ -145,9 +145,11 @@ UNROLL_FETCHES = 256      # a fold that reads its elements from tensors is unrol
 def unroll_fetching_loops(body):
     """Serial loops whose steps read tensors at the loop's index (a fold after `read_fold_sources`),
     unrolled while short: on a GPU the loads of many steps are then in flight at once, instead of one
-    load per step waited for (the adds stay in order, so the bits do not change)."""
+    load per step waited for (the adds stay in order, so the bits do not change). Only loops of a size
+    the factory knows: one over a run-time count (the blocks before this one) stays serial."""
     def unrolled(st):
-        if isinstance(st, kir.Loop) and st.kind == "serial" and _fetches_at(st.body, st.var):
+        if isinstance(st, kir.Loop) and st.kind == "serial" and _fetches_at(st.body, st.var) and \
+                not any(isinstance(n, ir.Var) for n in ir.walk(st.extent)):
             return dataclasses.replace(st, kind="unroll", limit=UNROLL_FETCHES)
         return st
     return kir.rewrite(body, unrolled)

@@ -60,10 +60,10 @@ REGISTRY: Dict[str, Pass] = {}
 _FRONT = ["plan_tiles", "guard_out_of_range", "mask_nan_reductions", "stage_transposed_stores", "inline_stored",
           "read_fold_sources", "replan_tiles"]
 PIPELINES: Dict[str, List[object]] = {
-    "cuda": _FRONT + [{"stream": {"kind": "pipelined", "stages": 2}}, "place_gemm", "go_persistent",
+    "cuda": _FRONT + [{"stream": {"kind": "pipelined", "stages": 2}}, "place_gemm", "go_persistent", "scan_rows",
                       "zero_padding_rows", "fuse", "share_broadcasts", "coalesce_widening_loads", "unroll_fetching_loops",
                       "vector_knobs", "index_tiles", "check_tile_bytes"],
-    "cpu": _FRONT + [{"stream": {"kind": "serial"}}, "expand_gemm", "go_persistent", "zero_padding_rows", "fuse",
+    "cpu": _FRONT + [{"stream": {"kind": "serial"}}, "expand_gemm", "go_persistent", "scan_rows", "zero_padding_rows", "fuse",
                      "vector_knobs", "index_tiles", "check_tile_bytes"],
 }
 

@@ -19,8 +19,8 @@ each backend, or the profile's `passes:`), each a named rewrite registered in it
    tiles left;
 5. `stream` (stream.py), for the axes of `stream:`: the statements over such an axis run in a loop over
    its chunks; `place_gemm` (CUDA: T.gemm) or `expand_gemm` (the ordered loop) (gemm.py);
-6. `go_persistent` (persistent.py), where the schedule says `persistent: true`; `zero_padding_rows`
-   (padding_rows.py);
+6. `go_persistent` (persistent.py), where the schedule says `persistent: true`; `scan_rows`
+   (row_scans.py): prefixes along the rows in two launches; `zero_padding_rows` (padding_rows.py);
 7. `fuse` (loops.py): consecutive elementwise statements over the same axes share one loop;
    on CUDA `share_broadcasts` (broadcasts.py: a tile that loops of several wider shapes read is shared),
    `coalesce_widening_loads` and `unroll_fetching_loops`; `vector_knobs`;

@@ -49,7 +49,7 @@ def build_base(L, N, M, *, threads, block_t, tile_elems):
             r = T.alloc_local((B_t, B_l, B_n, B_j), 'int64')
             _t4 = T.alloc_local((B_l, B_n, B_j), 'int32')
             for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
-                h[i_t, i_l, i_n] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
+                h[i_t, i_l, i_n] = T.int64(0)
             for r_i in T.serial(N_i):
                 for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
                     h[i_t, i_l, i_n] = (h[i_t, i_l, i_n]
@@ -58,8 +58,7 @@ def build_base(L, N, M, *, threads, block_t, tile_elems):
                                 T.cast(
                                     T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                         T.cast(ngram_token_ids[((b_t * B_t) + i_t), r_i], "int32"), T.int32(0)),
-                                    "int64") * T.cast(multipliers[((b_l * B_l) + i_l), r_i], "int64")),
-                            T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))))
+                                    "int64") * T.cast(multipliers[((b_l * B_l) + i_l), r_i], "int64")), T.int64(0)))
             for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
                 _t2[i_l, i_n, i_j] = T.cast(vocab_sizes[((b_l * B_l) + i_l), ((b_n * B_n) + i_n), i_j], "int32")
             for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):
@@ -111,7 +110,7 @@ def build_with_image_token_mask(L, N, M, *, threads, block_t, tile_elems):
             _t3 = T.alloc_local((B_t,), 'int32')
             _t4 = T.alloc_local((B_l, B_n, B_j), 'int32')
             for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
-                h[i_t, i_l, i_n] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
+                h[i_t, i_l, i_n] = T.int64(0)
             for r_i in T.serial(N_i):
                 for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
                     h[i_t, i_l, i_n] = (h[i_t, i_l, i_n]
@@ -120,8 +119,7 @@ def build_with_image_token_mask(L, N, M, *, threads, block_t, tile_elems):
                                 T.cast(
                                     T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                         T.cast(ngram_token_ids[((b_t * B_t) + i_t), r_i], "int32"), T.int32(0)),
-                                    "int64") * T.cast(multipliers[((b_l * B_l) + i_l), r_i], "int64")),
-                            T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))))
+                                    "int64") * T.cast(multipliers[((b_l * B_l) + i_l), r_i], "int64")), T.int64(0)))
             for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
                 _t2[i_l, i_n, i_j] = T.cast(vocab_sizes[((b_l * B_l) + i_l), ((b_n * B_n) + i_n), i_j], "int32")
             for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):

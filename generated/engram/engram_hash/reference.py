@@ -31,10 +31,8 @@ def make_reference_variants(with_image_token_mask, ngram_token_ids, multipliers,
         _t1 = _fit(_view(multipliers, (N_l, N_i), (N_l, N_i), (), ('l', 'i'), ('l', 'i')).to(torch.int64), (N_l, N_i))
         p = _fit((_trunc(_t0[:, None, :]) * _t1[None, :, :]), (N_t, N_l, N_i))
         upto = _fit((_ix(N_i, 0, 2, _dev) <= _wrap_i32(_ix(N_n, 1, 2, _dev) + 1)), (N_i, N_n))
-        pn = _fit(
-            torch.where(upto[None, None, :, :], p[:, :, :, None], (0 if torch.isnan(_f32(0.0)) else _trunc(_f32(0.0)))),
-            (N_t, N_l, N_i, N_n))
-        h = _fit((0 if torch.isnan(_f32(0.0)) else _trunc(_f32(0.0))), (N_t, N_l, N_n))
+        pn = _fit(torch.where(upto[None, None, :, :], p[:, :, :, None], 0), (N_t, N_l, N_i, N_n))
+        h = _fit(0, (N_t, N_l, N_n))
         pn_by_i = _fit(pn, (N_t, N_l, N_i, N_n))
         for r_i in range(N_i):
             h = _fit((h ^ _take(pn_by_i, (_ix(N_t, 0, 3, _dev), _ix(N_l, 1, 3, _dev), r_i, _ix(N_n, 2, 3, _dev)))),

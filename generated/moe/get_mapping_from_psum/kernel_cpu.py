@@ -68,8 +68,7 @@ def build_base(E, alignment, *, threads, block_p):
                 row[i_p] = ((b_p * B_p) + i_p)
             for i_p, i_f in T.grid(B_p, B_f):
                 inside[i_p, i_f] = ((row[i_p] >= lo[i_f]) & (row[i_p] < end[i_f]))
-                mark[i_p, i_f] = T.Select(inside[i_p, i_f], ff[i_f],
-                    T.Select(T.isnan(T.float32(-1.0)), T.int32(0), T.cast(T.float32(-1.0), "int32")))
+                mark[i_p, i_f] = T.Select(inside[i_p, i_f], ff[i_f], T.int32(-1))
             T.reduce_max(mark, pos_to_expert_tile, dim=1)
             for i_p in T.grid(B_p):
                 if (((b_p * B_p) + i_p) < N_p):

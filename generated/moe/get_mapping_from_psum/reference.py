@@ -34,8 +34,7 @@ def reference_base(psum, out, alignment, _given=None):
         end = _fit(_take(hi_by_e, (ff,), ((ff >= 0) & (ff < N_e))), (N_f,))
         row = _fit(_ix(N_p, 0, 1, _dev), (N_p,))
         inside = _fit(((row[:, None] >= lo[None, :]) & (row[:, None] < end[None, :])), (N_p, N_f))
-        mark = _fit(torch.where(inside, ff[None, :], (0 if torch.isnan(_f32(-1.0)) else _wrap_i32(_trunc(_f32(-1.0))))),
-            (N_p, N_f))
+        mark = _fit(torch.where(inside, ff[None, :], -1), (N_p, N_f))
         pos_to_expert_tile = _nanmax(mark, 1)
         _store_view(_s_pos_to_expert, (N_p,), (N_p,), ('p',), ('p',), _t(pos_to_expert_tile).to(torch.int32), None,
             False)

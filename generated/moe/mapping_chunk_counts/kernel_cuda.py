@@ -36,7 +36,7 @@ def build_base(num_experts, chunk, *, threads, block_b):
         with T.Kernel(T.ceildiv(N_b, B_b), threads=threads) as (b_b,):
             counts_tile = T.alloc_fragment((B_b, B_e), 'int32')
             for i_b, i_e in T.Parallel(B_b, B_e):
-                counts_tile[i_b, i_e] = T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))
+                counts_tile[i_b, i_e] = T.int32(0)
             for r_r in (T.unroll if N_r <= 256 else T.serial)(N_r):
                 for i_b, i_e in T.Parallel(B_b, B_e):
                     counts_tile[i_b, i_e] = T.Select((((((b_b * B_b) + i_b) * N_r) + r_r) < N),
@@ -44,10 +44,7 @@ def build_base(num_experts, chunk, *, threads, block_b):
                             + T.Select((
                                     T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + r_r) < N) & (r_r < N_r)),
                                         T.cast(topk_idx[((((b_b * B_b) + i_b) * N_r) + r_r)], "int64"), T.int64(0))
-                                    == T.cast(i_e, "int64")),
-                                T.Select(T.isnan(T.float32(1.0)), T.int32(0), T.cast(T.float32(1.0), "int32")),
-                                T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32")))),
-                        counts_tile[i_b, i_e])
+                                    == T.cast(i_e, "int64")), T.int32(1), T.int32(0))), counts_tile[i_b, i_e])
             for i_b, i_e in T.Parallel(B_b, B_e):
                 if ((((b_b * B_b) + i_b) < N_b) & (i_e < N_e)):
                     counts[((b_b * B_b) + i_b), i_e] = T.cast(counts_tile[i_b, i_e], "int32")

@@ -22,11 +22,8 @@ def reference_base(topk_idx, num_experts, chunk, _given=None):
         ids = _fit(
             torch.where((_wrap_i32(_wrap_i32(_ix(N_b, 0, 2, _dev) * N_r) + _ix(N_r, 1, 2, _dev)) < N),
                 _view(topk_idx, (N_b * N_r,), (N_b, N_r), (), ('b', 'r'), ('b', 'r')).to(torch.int64), 0), (N_b, N_r))
-        hit = _fit(
-            torch.where((ids[:, :, None] == _trunc(_ix(N_e, 2, 3, _dev))),
-                (0 if torch.isnan(_f32(1.0)) else _wrap_i32(_trunc(_f32(1.0)))),
-                (0 if torch.isnan(_f32(0.0)) else _wrap_i32(_trunc(_f32(0.0))))), (N_b, N_r, N_e))
-        counts_tile = _fit((0 if torch.isnan(_f32(0.0)) else _wrap_i32(_trunc(_f32(0.0)))), (N_b, N_e))
+        hit = _fit(torch.where((ids[:, :, None] == _trunc(_ix(N_e, 2, 3, _dev))), 1, 0), (N_b, N_r, N_e))
+        counts_tile = _fit(0, (N_b, N_e))
         hit_by_r = _fit(hit, (N_b, N_r, N_e))
         for r_r in range(N_r):
             counts_tile = _fit(

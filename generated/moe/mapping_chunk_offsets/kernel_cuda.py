@@ -56,7 +56,7 @@ def build_base(E, group, *, threads, block_u, tile_elems):
                     offsets[((((b_u * B_u) + i_u) * N_c) + i_c), ((b_e * B_e) + i_e)] = T.cast(
                         offsets_tile[i_u, i_c, i_e], "int32")
             for i_u, i_e in T.Parallel(B_u, B_e):
-                totals_tile[i_u, i_e] = T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))
+                totals_tile[i_u, i_e] = T.int32(0)
             for r_c in (T.unroll if N_c <= 256 else T.serial)(N_c):
                 for i_u, i_e in T.Parallel(B_u, B_e):
                     totals_tile[i_u, i_e] = T.Select((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),

@@ -37,7 +37,7 @@ def reference_base(counts, group, _given=None):
         _store_view(_s_offsets, (N_u * N_c, N_e), (N_u, N_c, N_e), ('u', 'c', 'e'), ('u', 'c', 'e'),
             _t(offsets_tile).to(torch.int32),
             (_wrap_i32(_wrap_i32(_ix(N_u, 0, 3, _dev) * N_c) + _ix(N_c, 1, 3, _dev)) < NB), False)
-        totals_tile = _fit((0 if torch.isnan(_f32(0.0)) else _wrap_i32(_trunc(_f32(0.0)))), (N_u, N_e))
+        totals_tile = _fit(0, (N_u, N_e))
         for r_c in range(N_c):
             totals_tile = _fit(
                 torch.where((_wrap_i32(_wrap_i32(_ix(N_u, 0, 2, _dev) * N_c) + r_c) < NB),

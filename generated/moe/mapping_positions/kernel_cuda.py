@@ -65,18 +65,16 @@ def build_base(E, chunk, *, threads, block_b):
                 first[i_b, i_r] = T.if_then_else(((eid[i_b, i_r] >= T.int32(0)) & (eid[i_b, i_r] < N_e)),
                     base_by_e[i_b, eid[i_b, i_r]], T.int32(0))
                 ids_by_r[i_b, i_r] = ids[i_b, i_r]
-                rank[i_b, i_r] = T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))
+                rank[i_b, i_r] = T.int32(0)
             for r_j in T.serial(N_j):
                 for i_b, i_r in T.Parallel(B_b, B_r):
                     rank[i_b, i_r] = (rank[i_b, i_r]
                         + T.Select(((T.if_then_else(((r_j >= T.int32(0)) & (r_j < N_r)), ids_by_r[i_b, r_j], T.int64(0))
-                                    == ids[i_b, i_r]) & (r_j < i_r)),
-                            T.Select(T.isnan(T.float32(1.0)), T.int32(0), T.cast(T.float32(1.0), "int32")),
-                            T.Select(T.isnan(T.float32(0.0)), T.int32(0), T.cast(T.float32(0.0), "int32"))))
+                                    == ids[i_b, i_r]) & (r_j < i_r)), T.int32(1), T.int32(0)))
             for i_b, i_r in T.Parallel(B_b, B_r):
                 if ((((((b_b * B_b) + i_b) * N_r) + i_r) < N) & (i_r < N_r)):
                     token_topk_to_pos[((((b_b * B_b) + i_b) * N_r) + i_r)] = T.cast(
-                        T.Select((ids[i_b, i_r] >= T.int64(0)), (first[i_b, i_r] + rank[i_b, i_r]),
-                            T.Select(T.isnan(T.float32(-1.0)), T.int32(0), T.cast(T.float32(-1.0), "int32"))), "int32")
+                        T.Select((ids[i_b, i_r] >= T.int64(0)), (first[i_b, i_r] + rank[i_b, i_r]), T.int32(-1)),
+                        "int32")
 
     return kernel

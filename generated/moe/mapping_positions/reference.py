@@ -35,17 +35,14 @@ def reference_base(topk_idx, offsets, expert_start, chunk, _given=None):
         other = _fit(_take(ids_by_r, (_ix(N_b, 0, 2, _dev), jj[None, :]), ((jj[None, :] >= 0) & (jj[None, :] < N_r))),
             (N_b, N_j))
         same = _fit(
-            torch.where(((other[:, None, :] == ids[:, :, None]) & (_ix(N_j, 2, 3, _dev) < _ix(N_r, 1, 3, _dev))),
-                (0 if torch.isnan(_f32(1.0)) else _wrap_i32(_trunc(_f32(1.0)))),
-                (0 if torch.isnan(_f32(0.0)) else _wrap_i32(_trunc(_f32(0.0))))), (N_b, N_r, N_j))
-        rank = _fit((0 if torch.isnan(_f32(0.0)) else _wrap_i32(_trunc(_f32(0.0)))), (N_b, N_r))
+            torch.where(((other[:, None, :] == ids[:, :, None]) & (_ix(N_j, 2, 3, _dev) < _ix(N_r, 1, 3, _dev))), 1, 0),
+            (N_b, N_r, N_j))
+        rank = _fit(0, (N_b, N_r))
         same_by_j = _fit(same, (N_b, N_r, N_j))
         for r_j in range(N_j):
             rank = _fit(_wrap_i32(rank + _take(same_by_j, (_ix(N_b, 0, 2, _dev), _ix(N_r, 1, 2, _dev), r_j))),
                 (N_b, N_r))
-        token_topk_to_pos_tile = _fit(
-            torch.where((ids >= 0), _wrap_i32(first + rank),
-                (0 if torch.isnan(_f32(-1.0)) else _wrap_i32(_trunc(_f32(-1.0))))), (N_b, N_r))
+        token_topk_to_pos_tile = _fit(torch.where((ids >= 0), _wrap_i32(first + rank), -1), (N_b, N_r))
         _store_view(_s_token_topk_to_pos, (N_b * N_r,), (N_b, N_r), ('b', 'r'), ('b', 'r'),
             _t(token_topk_to_pos_tile).to(torch.int32),
             (_wrap_i32(_wrap_i32(_ix(N_b, 0, 2, _dev) * N_r) + _ix(N_r, 1, 2, _dev)) < N), False)

@@ -248,7 +248,7 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
             for i_g, i_k in T.grid(B_g, B_k):
                 j[i_g, i_k] = (T.floordiv((i_g * T.int32(group)), T.int32(4)) + i_k)
             for i_t, i_g, i_k in T.grid(B_t, B_g, B_k):
-                _t2[i_t, i_g, i_k] = T.Select(T.isnan(T.float32(0.0)), T.int64(0), T.cast(T.float32(0.0), "int64"))
+                _t2[i_t, i_g, i_k] = T.int64(0)
             for r_l in T.serial(N_l):
                 for i_t, i_g, i_k in T.grid(B_t, B_g, B_k):
                     _t2[i_t, i_g, i_k] = (_t2[i_t, i_g, i_k]

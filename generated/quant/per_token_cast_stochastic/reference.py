@@ -145,7 +145,7 @@ def make_reference_variants(scale, sf_layout, x, group, _given=None):
         j = _fit(
             _wrap_i32(torch.div(_t(_wrap_i32(_ix(N_g, 0, 2, _dev) * int(group))), _t(4), rounding_mode='floor')
                 + _ix(N_k, 1, 2, _dev)), (N_g, N_k))
-        _t2 = _fit((0 if torch.isnan(_f32(0.0)) else _trunc(_f32(0.0))), (N_t, N_g, N_k))
+        _t2 = _fit(0, (N_t, N_g, N_k))
         p_by_l = _fit(p, (N_t, N_g, N_k, N_l))
         for r_l in range(N_l):
             _t2 = _fit((_t2 + _take(p_by_l, (_ix(N_t, 0, 3, _dev), _ix(N_g, 1, 3, _dev), _ix(N_k, 2, 3, _dev), r_l))),

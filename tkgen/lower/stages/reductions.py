@@ -80,9 +80,11 @@ class Reduction(Stage):
         idx, fn = call.index, call.fn
         if axis not in src.axes:
             b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[1])
-        if src.dtype != F32 and not (src.dtype in _BITS and fn in INT_REDUCTIONS):
-            b.fail(idx, f"{fn} needs float values" + (" (integers take amax and amin)" if src.dtype in _BITS else ""),
-                   call.args[0])
+        # integers add up over the rows (a count: each block adds its part, in any order the same bits)
+        int_sum = fn == "sum" and axis == b.rows and src.dtype == I32
+        if src.dtype != F32 and not (src.dtype in _BITS and fn in INT_REDUCTIONS) and not int_sum:
+            b.fail(idx, f"{fn} needs float values" + (" (integers take amax and amin, and int32 a sum over the rows)"
+                                                      if src.dtype in _BITS else ""), call.args[0])
         if axis == b.rows and fn != "sum":
             b.fail(idx, f"over the rows (axis {axis!r}) a reduction is a sum: blocks split the rows, and each adds "
                         "its part into the output", call.args[1])
@@ -221,6 +223,10 @@ class Prefix(Step):
         body = (kir.Compute(out, ir.Read(acc.name, acc.dtype), at=((self.axis, step),)),
                 kir.Compute(acc, ir.fold(op("add", ir.Read(acc.name, acc.dtype), element))))
         lw.emit(kir.Loop(step.name, ir.extent(self.axis), body))
+        if self.axis == lw.dyn_axis:
+            # along the rows: the loop runs over the whole axis here (the reference); a schedule that splits
+            # the rows into blocks carries `acc` from the blocks before (tkgen/schedule/row_scans.py)
+            lw.row_carries.append(acc.name)
 
 
 @stage("prefix", args=("value", "axis"))
@@ -233,7 +239,16 @@ class PrefixStage(Stage):
             b.fail(idx, f"{src.name!r} does not vary over axis {axis!r}", call.args[1])
         if src.dtype not in (F32, *_BITS):
             b.fail(idx, f"prefix: sums numbers, found {src.dtype}", call.args[0])
-        b.whole_axis(idx, axis, "prefix", call.args[1])
+        if axis == b.rows:
+            # blocks each sum their rows, then add the sums of the blocks before them: exact for integers only
+            if src.dtype not in _BITS:
+                b.fail(idx, f"prefix along the rows (axis {axis!r}) sums integers (a count); the rounding of a "
+                            f"float sum along them would depend on how blocks split them", call.args[0])
+            if b.spec.row_inner:
+                b.fail(idx, f"prefix along the rows (axis {axis!r}) of an op whose rows are split in "
+                            f"{b.spec.row_inner!r} is not supported", call.args[1])
+        else:
+            b.whole_axis(idx, axis, "prefix", call.args[1])
         out = b.define(idx, call.targets[0], src.axes, src.dtype)
         b.add(idx, Prefix(out, src, axis))
 
