@@ -60,14 +60,15 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to
                                       use_packed_ue8m0=False, swiglu_clamp_value=None, clamped_count=None,
                                       sf_clamp_min=None):
     """The first release's MoE options are tkgen's own: routing weights read at positions, padding rows
-    (pos_to_expert == -1) left unwritten, the int64[3] clamp counters added into."""
+    (pos_to_expert == -1) left unwritten, the int64[3] clamp counters added into; sf_clamp_min is the
+    kernel's amax floor (compile-time, in place of 1e-4)."""
     name = "quant.swiglu_forward_and_per_token_cast"
-    need(sf_clamp_min is None, name, "with sf_clamp_min")
     require(clamped_count is None or swiglu_clamp_value is not None, name, "clamped_count",
             "is given only with swiglu_clamp_value")
     q, sf, counts = ops().swiglu_forward_and_per_token_cast(
         x, pos_to_token_topk=pos_to_token_topk, topk_weights=topk_weights, pos_to_expert=pos_to_expert, fmt=fmt,
-        group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), clamp=swiglu_clamp_value)
+        group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), clamp=swiglu_clamp_value,
+        amax_floor=1e-4 if sf_clamp_min is None else float(sf_clamp_min))
     if clamped_count is not None:
         clamped_count += counts
     return q, v2.laid_out(sf, use_tma_aligned_col_major_sf)
