@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._common import need, ops, require, scale_format
+from .._common import input_scale, need, ops, quant_tensor, require, row_major, scale_format, tensor_arg
 from ..tilekernels import quant as v2
 from ..tilekernels.quant import (cast_back, per_block_cast_lossless, per_token_cast_back,  # noqa: F401
                                  per_token_cast_with_sf_only, unpack_from_e2m1fn_x2)
@@ -50,9 +50,25 @@ def per_channel_cast_and_transpose(x, fmt: str, num_per_tokens: int, round_sf=Fa
 
 def per_channel_cast_fused(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_channels=None,
                            pos_to_token=None):
+    """(out [T_out, H], out_sf [T_out / num_per_tokens, H]) of x, or of a per-token quantized (q, sf), whose
+    rows are first gathered at pos_to_token (T_out positions, -1 for a zero row): tkgen's
+    per_channel_cast_gathered, one kernel."""
     name = "quant.per_channel_cast_fused"
-    need(pos_to_token is None, name, "with pos_to_token (a row gather)")
-    return v2.per_channel_cast(x, fmt, num_per_tokens, round_sf, num_per_channels)
+    if pos_to_token is None:
+        return v2.per_channel_cast(x, fmt, num_per_tokens, round_sf, num_per_channels)
+    tensor_arg(name, "pos_to_token", pos_to_token, (torch.int32,), 1, "[T_out]")
+    scale = "pow2" if round_sf else "fp32"
+    if isinstance(x, (tuple, list)):
+        q, sf = quant_tensor(name, x)
+        need(q.dtype == torch.float8_e4m3fn and input_scale(sf) == "fp32", name,
+             f"of {q.dtype} codes with {sf.dtype} scales and pos_to_token")
+        require(num_per_channels in (None, 128) and sf.shape[1] * 128 == q.shape[1], name, "num_per_channels",
+                f"must be 128 (one float32 scale per 128 channels) with pos_to_token, got {num_per_channels} "
+                f"and scales {tuple(sf.shape)} for codes {tuple(q.shape)}")
+        return ops().per_channel_cast_gathered(q, pos_to_token, row_major(sf), fmt, num_per_tokens, 128, scale)
+    require(num_per_channels is None, name, "num_per_channels", "is given only with a quantized (q, sf) input")
+    in_group = 128 if x.dim() == 2 and x.shape[1] % 128 == 0 else 32     # no input scales: any divisor of H
+    return ops().per_channel_cast_gathered(x, pos_to_token, None, fmt, num_per_tokens, in_group, scale)
 
 
 def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to_token_topk=None, topk_weights=None,
