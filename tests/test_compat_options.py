@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import tkgen.compat.tilekernels as tk
 import tkgen.compat.tilekernels_v1 as tk1
 from tkgen.runtime.libm import expf
 
@@ -60,7 +61,7 @@ def swiglu_cast_model(x, npc, round_sf, clamp_min, weights=None):
     return to_e4m3(groups * inv[..., None]).view(y.shape), sf
 
 
-@pytest.mark.parametrize("clamp_min", [None, 1e-4, 3.0, 1e-20, 0.75])
+@pytest.mark.parametrize("clamp_min", [None, 1e-4, 3.0, 1e-20, 0.123456789])
 @pytest.mark.parametrize("round_sf", [False, True])
 def test_v1_swiglu_forward_and_per_token_cast_sf_clamp_min(clamp_min, round_sf):
     x = edgy(24, 2 * 256, seed=int(round_sf))
@@ -132,3 +133,108 @@ def test_v1_per_channel_cast_fused_gathers_odd_widths_and_checks_arguments():
         tk1.quant.per_channel_cast_fused(x, "e4m3", 32, True, None, pos.long())
     with pytest.raises(ValueError, match="num_per_channels"):
         tk1.quant.per_channel_cast_fused(x, "e4m3", 32, True, 128, pos)
+
+
+# --- 2.1.0's (and 1.0's) per_token_cast of a quantized input (x_block_size) -------------------------------------
+
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def decode_e2m1(packed):
+    """operators-v1.md 0.2: two codes per int8, element 2i in the low nibble; s e e m, bias 1."""
+    b = packed.view(torch.uint8).long()
+    codes = torch.stack([b & 0xF, b >> 4], dim=-1).flatten(-2)
+    mag = E2M1_VALUES[codes & 7]
+    return torch.where(codes >= 8, -mag, mag)
+
+
+def encode_e2m1(v):
+    """Round to nearest e2m1 value, ties to the even code, saturating at 6; the sign kept (-0 is code 8)."""
+    m = v.abs()
+    best = torch.zeros(m.shape, dtype=torch.long)
+    best_d = (m - E2M1_VALUES[0]).abs()
+    for code in range(1, 8):
+        d = (m - E2M1_VALUES[code]).abs()
+        take = (d < best_d) | ((d == best_d) & (code % 2 == 0))
+        best, best_d = torch.where(take, code, best), torch.where(take, d, best_d)
+    best = torch.where(m > 6, 7, best) | torch.where(torch.signbit(v), 8, 0)
+    pairs = best.view(*v.shape[:-1], -1, 2)
+    return (pairs[..., 0] | (pairs[..., 1] << 4)).to(torch.uint8).view(torch.int8)
+
+
+def requant_model(q, sf_in, block, npc, fmt, round_sf):
+    """operators-v1.md 1.1 (quantized input): v = q * sf_in per (rows, cols) block; per row and group of npc the
+    amax of v, floored (1e-4 for e4m3, 6 * 2^-126 for e2m1), the scale, and out = cvt(q * (sf_in * sf_inv))."""
+    qf = decode_e2m1(q) if q.dtype == torch.int8 else q.float()
+    t, h = qf.shape
+    if sf_in.dtype == torch.int32:               # packed UE8M0 bytes, four blocks per word
+        sf_in = (sf_in.contiguous().view(torch.uint8)[:, :h // block[1]].int() << 23).view(torch.float32)
+    s = sf_in.float().repeat_interleave(block[0], 0)[:t].repeat_interleave(block[1], 1)
+    fmt_max, floor = (E4M3_MAX, 1e-4) if fmt == "e4m3" else (6.0, 6 * 2.0 ** -126)
+    amax = (qf * s).abs().view(t, -1, npc).amax(-1)
+    sf, inv = sf_and_inv(amax, floor, round_sf, fmt_max)
+    y = qf * (s * inv.repeat_interleave(npc, 1))
+    return (to_e4m3(y) if fmt == "e4m3" else encode_e2m1(y)), sf
+
+
+def quantized_input(in_fmt, rows, block, packed_sf, seed, small_sf=False):
+    """Codes with a zero row, a row of -0 (and saturated codes), and input scales that are no powers of two,
+    tiny and huge. With small_sf the scales stay below 4: an all-zero group cast into e2m1 has inv = 2^126 (the
+    floor's), and a larger input scale would make the kernel's s_in * inv infinite, 0 * inf = NaN."""
+    g = torch.Generator().manual_seed(seed)
+    h = 384
+    if in_fmt == "e4m3":
+        q = to_e4m3(torch.randn(rows, h, generator=g) * 100)
+        q[2] = -0.0
+        q[3, :5] = E4M3_MAX
+    else:
+        q = torch.randint(-128, 128, (rows, h // 2), generator=g, dtype=torch.int8)
+        q[2] = -128                               # 0x80: +0 then -0
+    q[1] = 0
+    nbm, nbk = -(-rows // block[0]), h // block[1]
+    if packed_sf:
+        b = torch.randint(100, 129 if small_sf else 150, (nbm, -(-nbk // 4) * 4), generator=g, dtype=torch.uint8)
+        return q, b.view(torch.int32)
+    sf = torch.rand(nbm, nbk, generator=g) * 4 + 0.01   # no powers of two: the order of the products shows
+    sf[0, 0] = 3e-30
+    sf[-1, -1] = 3.5 if small_sf else 7e30
+    return q, sf
+
+
+@pytest.mark.parametrize("in_fmt, fmt, npc, block, flags", [
+    ("e4m3", "e4m3", 128, (128, 128), (False, False, False)),
+    ("e4m3", "e4m3", 32, (128, 128), (False, True, False)),
+    ("e4m3", "e2m1", 32, (32, 32), (True, True, True)),
+    ("e4m3", "e4m3", 128, (32, 32), (False, False, False)),
+    ("e4m3", "e4m3", 128, (1, 128), (True, True, True)),
+    ("e2m1", "e4m3", 32, (32, 32), (True, True, True)),
+    ("e2m1", "e2m1", 32, (1, 32), (False, False, False)),
+    ("e2m1", "e4m3", 32, (128, 128), (True, True, True)),
+])
+def test_per_token_cast_of_a_quantized_input(in_fmt, fmt, npc, block, flags):
+    col, round_sf, packed = flags
+    rows = 200
+    q, sf_in = quantized_input(in_fmt, rows, block, packed, seed=npc + block[0], small_sf=fmt == "e2m1")
+    want_q, want_sf = requant_model(q, sf_in, block, npc, fmt, round_sf)
+    for module in (tk, tk1):
+        got_q, got_sf = module.quant.per_token_cast((q, sf_in), fmt, npc, block, col, round_sf, packed)
+        bits_equal(got_q, want_q)
+        if packed:                                # exponent bytes (the tail of the last word undefined)
+            want_bytes = ((want_sf.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)
+            assert got_sf.dtype == torch.int32 and got_sf.stride(0) == 1
+            dense = torch.empty(got_sf.shape, dtype=torch.int32).copy_(got_sf)   # (a [T, 1] view is "contiguous")
+            bits_equal(dense.view(torch.uint8)[:, :want_bytes.shape[1]], want_bytes)
+        else:
+            assert not col or got_sf.stride(0) == 1
+            bits_equal(got_sf.contiguous(), want_sf)
+
+
+def test_per_token_cast_of_a_quantized_input_checks_arguments():
+    q, sf = quantized_input("e4m3", 8, (1, 128), False, 0)
+    with pytest.raises(ValueError, match="x_block_size"):
+        tk.quant.per_token_cast((q, sf), "e4m3", 128)
+    with pytest.raises(NotImplementedError, match="use_e4m3_sf"):
+        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), use_e4m3_sf=True)
+    out = (torch.empty(8, 384, dtype=torch.float8_e4m3fn), torch.empty(8, 3))
+    assert tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), out=out) is out
+    bits_equal(out[0], requant_model(q, sf, (1, 128), 128, "e4m3", False)[0])

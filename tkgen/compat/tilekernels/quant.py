@@ -14,9 +14,14 @@ from .._common import (element_format, input_scale, into, laid_out, need, ops, o
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
                    round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
     """(q, sf); with `out=(q, sf)` the kernel writes into those tensors (laid out as tkgen allocates them:
-    q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf)."""
+    q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf). A quantized x = (codes,
+    scales) with `x_block_size` is re-quantized by tkgen's per_token_cast_requant (`out=` copied into)."""
     name = "quant.per_token_cast"
-    need(x_block_size is None and isinstance(x, torch.Tensor), name, "of a quantized input (x_block_size)")
+    if x_block_size is not None or not isinstance(x, torch.Tensor):
+        require(x_block_size is not None, name, "x_block_size", "is required with a quantized (q, sf) input")
+        need(not stochastic_cast and not use_e4m3_sf, name, "of a quantized input with stochastic_cast or use_e4m3_sf")
+        return into(out, _requant(name, x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf,
+                                  scale_format(name, round_sf, use_packed_ue8m0)))
     params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
                   sf_layout="col" if use_tma_aligned_col_major_sf else "row")
     op = "per_token_cast"
@@ -27,6 +32,30 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
     if out is not None:
         return written_into(op, tuple(out), {"x": x}, params)
     return getattr(ops(), op)(x, **params)
+
+
+def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale):
+    """tkgen's per_token_cast_requant of (q, sf) with one scale per x_block_size block. Input blocks wider
+    than the output groups get their scales repeated per group first (a layout change: bytes for UE8M0)."""
+    q, sf = quant_tensor(name, x)
+    in_fmt, in_scale = element_format(name, q), input_scale(sf)
+    need(in_fmt in ("e4m3", "e2m1") and in_scale in ("fp32", "ue8m0"), name,
+         f"of a quantized input of {q.dtype} codes with {sf.dtype} scales")
+    rows, cols = x_block_size
+    need(rows in (1, 32, 128) and cols in (32, 128), name, f"of a quantized input in {tuple(x_block_size)} blocks")
+    sf = row_major(sf)
+    if cols > num_per_channels and num_per_channels in (32, 128):
+        blocks = (2 * q.shape[1] if in_fmt == "e2m1" else q.shape[1]) // cols
+        rep = cols // num_per_channels
+        if in_scale == "fp32":
+            sf = sf.repeat_interleave(rep, dim=1)
+        else:                              # four exponent bytes per int32 word, the tail padded
+            b = sf.view(torch.uint8)[:, :blocks].repeat_interleave(rep, dim=1)
+            sf = torch.nn.functional.pad(b, (0, -b.shape[1] % 4)).contiguous().view(torch.int32)
+        cols = num_per_channels
+    return ops().per_token_cast_requant(q, sf, fmt=fmt, in_fmt=in_fmt, group=num_per_channels, in_rows=rows,
+                                        in_cols=cols, in_scale=in_scale, scale=scale,
+                                        sf_layout="col" if col_major_sf else "row")
 
 
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
