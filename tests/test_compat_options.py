@@ -238,3 +238,24 @@ def test_per_token_cast_of_a_quantized_input_checks_arguments():
     out = (torch.empty(8, 384, dtype=torch.float8_e4m3fn), torch.empty(8, 3))
     assert tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), out=out) is out
     bits_equal(out[0], requant_model(q, sf, (1, 128), 128, "e4m3", False)[0])
+
+
+# --- 2.1.0's per_channel_cast of a plain input with use_packed_ue8m0 ---------------------------------------------
+
+@pytest.mark.parametrize("npt, rows, dtype", [(128, 256, torch.bfloat16), (32, 96, torch.float32),
+                                              (32, 160, torch.bfloat16)])
+def test_per_channel_cast_of_a_plain_input_packed_ue8m0(npt, rows, dtype):
+    """operators-v2.md 2.13 and its 1.5 item 6: per channel and block of npt rows, the power-of-two scale of the
+    floored amax; out_sf int32 [ceil(T / npt / 4), H], the exponent byte of row group j in byte j % 4 of word
+    j // 4 (the padding bytes of the last word are not compared)."""
+    x = edgy(rows, 384, dtype=dtype, seed=npt)
+    out, out_sf = tk.quant.per_channel_cast(x, "e4m3", npt, True, None, True)
+    want_out, want_sf = per_channel_fused_model(x, None, torch.arange(rows, dtype=torch.int32), npt, True)
+    bits_equal(out, want_out)
+    groups = rows // npt
+    assert out_sf.dtype == torch.int32 and out_sf.shape == (-(-groups // 4), 384) and out_sf.is_contiguous()
+    exps = ((want_sf.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)               # [groups, H]
+    got = out_sf.view(torch.uint8).view(-(-groups // 4), 384, 4).permute(0, 2, 1).reshape(-1, 384)[:groups]
+    bits_equal(got, exps)
+    with pytest.raises(NotImplementedError, match="round_sf=False"):
+        tk.quant.per_channel_cast(x, "e4m3", npt, False, None, True)

@@ -144,7 +144,7 @@ def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_a
 def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_channels=None,
                      use_packed_ue8m0=False):
     """(out, out_sf) of a plain x or of a per-token quantized (q, sf) with `num_per_channels` channels per
-    input scale; out_sf float32 [T / num_per_tokens, H], or with use_packed_ue8m0 (quantized inputs) int32
+    input scale; out_sf float32 [T / num_per_tokens, H], or with use_packed_ue8m0 int32
     [ceil(T / num_per_tokens / 4), H], four row groups per word."""
     name = "quant.per_channel_cast"
     if isinstance(x, (tuple, list)):
@@ -158,8 +158,12 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
                                                       input_scale(sf), scale_format(name, round_sf, use_packed_ue8m0))
         return out, out_sf.T
     need(num_per_channels is None, name, "of a plain input with num_per_channels")
-    need(not use_packed_ue8m0, name, "of a plain input with use_packed_ue8m0=True (TileKernels packs four row "
-                                     "groups per word, tkgen's per_channel_cast four channels)")
+    if use_packed_ue8m0:          # TileKernels' col-pack (four row groups per word): per_channel_cast_from_fp8's
+        scale = scale_format(name, round_sf, True)
+        tensor_arg(name, "x", x, (torch.bfloat16, torch.float32), 2, "[T, H]")
+        in_group = 128 if x.shape[1] % 128 == 0 else 32          # no input scales: any divisor of H
+        out, out_sf = ops().per_channel_cast_from_fp8(x, None, fmt, num_per_tokens, in_group, "fp32", scale)
+        return out, out_sf.T
     return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32")
 
 
