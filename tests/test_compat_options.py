@@ -259,3 +259,21 @@ def test_per_channel_cast_of_a_plain_input_packed_ue8m0(npt, rows, dtype):
     bits_equal(got, exps)
     with pytest.raises(NotImplementedError, match="round_sf=False"):
         tk.quant.per_channel_cast(x, "e4m3", npt, False, None, True)
+
+
+# --- the first release's transpose of a row-strided input ---------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("row_stride", [2 * 192, 192 + 64, 196])
+def test_v1_transpose_of_a_row_strided_input(dtype, row_stride):
+    """operators-v1.md 5.1: out[j, i] = x[i, j], contiguous, bit for bit, for x with padded rows (its tests use a
+    row stride of 2N); the bytes include NaN, inf, -0 and subnormals."""
+    g = torch.Generator().manual_seed(row_stride)
+    base = torch.randn(70, row_stride, generator=g)
+    base[3, :4] = torch.tensor([float("nan"), float("inf"), -0.0, 1e-40])
+    base = base.clamp(-400, 400).to(dtype) if dtype == torch.float8_e4m3fn else base.to(dtype)
+    x = base[:, :192]
+    assert not x.is_contiguous()
+    got = tk1.transpose.transpose(x)
+    assert got.is_contiguous() and got.shape == (192, 70)
+    bits_equal(got, torch.stack([x[:, j] for j in range(192)]))
