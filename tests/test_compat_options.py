@@ -277,3 +277,24 @@ def test_v1_transpose_of_a_row_strided_input(dtype, row_stride):
     got = tk1.transpose.transpose(x)
     assert got.is_contiguous() and got.shape == (192, 70)
     bits_equal(got, torch.stack([x[:, j] for j in range(192)]))
+
+
+# --- 2.1.0's per_token_cast_with_precomputed_sf with e4m3 scales (use_e4m3_sf) ------------------------------------
+
+@pytest.mark.parametrize("fmt, npc, dtype", [("e4m3", 128, torch.bfloat16), ("e4m3", 32, torch.float32),
+                                             ("e2m1", 32, torch.bfloat16)])
+def test_per_token_cast_with_precomputed_e4m3_sf(fmt, npc, dtype):
+    """operators-v2.md 2.9 and its E4M3 SF rule: the quantization factor is 1 / float(sf), a float32 division;
+    q = cvt(x * that). The scales: a per_token_cast's own, then random e4m3 codes (subnormal ones and 448)."""
+    x = edgy(40, 256, dtype=dtype, seed=npc)
+    _, sf = tk.quant.per_token_cast(x, fmt, npc, use_e4m3_sf=True)
+    g = torch.Generator().manual_seed(7)
+    rand_sf = (torch.rand(sf.shape, generator=g) * 3).clamp(min=2.0 ** -9).to(torch.float8_e4m3fn)   # no 0: inv inf
+    rand_sf[0, :2] = torch.tensor([2.0 ** -9, 448.0])
+    for scales in (sf, rand_sf):
+        inv = torch.full(scales.shape, 1.0) / scales.float()
+        y = x.float() * inv.repeat_interleave(npc, 1)
+        want = to_e4m3(y) if fmt == "e4m3" else encode_e2m1(y)
+        bits_equal(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, scales, use_e4m3_sf=True), want)
+    with pytest.raises(TypeError, match="use_e4m3_sf"):
+        tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf)
