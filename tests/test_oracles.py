@@ -443,7 +443,11 @@ def test_per_channel_cast_from_fp8_reference_vs_torch_float8():
     def check(case, t, p, outs):
         out, out_sf = outs
         T, H = case["dims"]["T"], case["dims"]["H"]
-        v = t["q"].float() * _input_scales(t["sf"], p["in_scale"], H // p["in_group"]).repeat_interleave(p["in_group"], 1)
+        if t["q"].dtype != torch.float8_e4m3fn and t.get("sf") is not None:
+            return      # plain values with scales: no TileKernels case (bf16's max times a scale overflows)
+        v = t["q"].float()                                  # a plain bf16 or fp32 input without sf
+        if t.get("sf") is not None:
+            v = v * _input_scales(t["sf"], p["in_scale"], H // p["in_group"]).repeat_interleave(p["in_group"], 1)
         osf, inv = oracle_block_scales(v, p["group_tokens"], 1, "fp32" if p["scale"] == "fp32" else "pow2")
         assert same_bits(out, _cast(v * inv.repeat_interleave(p["group_tokens"], 0)[:T]))
         want = _ue8m0_words(osf.T).T if p["scale"] == "ue8m0" else osf          # [ceil(groups / 4), H] words

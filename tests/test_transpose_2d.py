@@ -1,6 +1,6 @@
 """`transpose_2d` (the first release's `transpose`): a bit-exact copy into the transposed, contiguous layout,
-at TileKernels' test shapes (M a multiple of 64, not of 128), and what it refuses (a strided input, N not a
-multiple of 64)."""
+at TileKernels' test shapes (M a multiple of 64, not of 128), row-strided views read in place, and what it
+refuses (a row stride off the kernel's 16-byte loads, N not a multiple of 64)."""
 import pytest
 import torch
 
@@ -29,9 +29,10 @@ def test_nan_payloads_and_signed_zeros_are_moved_as_they_are():
     assert torch.equal(ops.transpose_2d(x).view(torch.int32), x.view(torch.int32).T.contiguous())
 
 
-def test_refuses_strided_inputs_and_odd_widths():
+def test_reads_row_strided_views_and_refuses_odd_strides_and_widths():
     x = torch.randn(8, 256)
+    assert torch.equal(ops.transpose_2d(x[:, :128]), x[:, :128].T.contiguous())   # TileKernels' case: stride 2N
     with pytest.raises(ValueError, match="contiguous"):
-        ops.transpose_2d(x[:, :128])              # TileKernels' strided case: row stride 2N
+        ops.transpose_2d(torch.randn(8, 130)[:, :128])       # a row stride off the 16-byte loads
     with pytest.raises(ValueError, match="N % 64 == 0"):
         ops.transpose_2d(torch.randn(8, 96))

@@ -14,9 +14,14 @@ from .._common import (element_format, input_scale, into, laid_out, need, ops, o
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
                    round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
     """(q, sf); with `out=(q, sf)` the kernel writes into those tensors (laid out as tkgen allocates them:
-    q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf)."""
+    q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf). A quantized x = (codes,
+    scales) with `x_block_size` is re-quantized by tkgen's per_token_cast_requant (`out=` copied into)."""
     name = "quant.per_token_cast"
-    need(x_block_size is None and isinstance(x, torch.Tensor), name, "of a quantized input (x_block_size)")
+    if x_block_size is not None or not isinstance(x, torch.Tensor):
+        require(x_block_size is not None, name, "x_block_size", "is required with a quantized (q, sf) input")
+        need(not stochastic_cast and not use_e4m3_sf, name, "of a quantized input with stochastic_cast or use_e4m3_sf")
+        return into(out, _requant(name, x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf,
+                                  scale_format(name, round_sf, use_packed_ue8m0)))
     params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
                   sf_layout="col" if use_tma_aligned_col_major_sf else "row")
     op = "per_token_cast"
@@ -27,6 +32,30 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
     if out is not None:
         return written_into(op, tuple(out), {"x": x}, params)
     return getattr(ops(), op)(x, **params)
+
+
+def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale):
+    """tkgen's per_token_cast_requant of (q, sf) with one scale per x_block_size block. Input blocks wider
+    than the output groups get their scales repeated per group first (a layout change: bytes for UE8M0)."""
+    q, sf = quant_tensor(name, x)
+    in_fmt, in_scale = element_format(name, q), input_scale(sf)
+    need(in_fmt in ("e4m3", "e2m1") and in_scale in ("fp32", "ue8m0"), name,
+         f"of a quantized input of {q.dtype} codes with {sf.dtype} scales")
+    rows, cols = x_block_size
+    need(rows in (1, 32, 128) and cols in (32, 128), name, f"of a quantized input in {tuple(x_block_size)} blocks")
+    sf = row_major(sf)
+    if cols > num_per_channels and num_per_channels in (32, 128):
+        blocks = (2 * q.shape[1] if in_fmt == "e2m1" else q.shape[1]) // cols
+        rep = cols // num_per_channels
+        if in_scale == "fp32":
+            sf = sf.repeat_interleave(rep, dim=1)
+        else:                              # four exponent bytes per int32 word, the tail padded
+            b = sf.view(torch.uint8)[:, :blocks].repeat_interleave(rep, dim=1)
+            sf = torch.nn.functional.pad(b, (0, -b.shape[1] % 4)).contiguous().view(torch.int32)
+        cols = num_per_channels
+    return ops().per_token_cast_requant(q, sf, fmt=fmt, in_fmt=in_fmt, group=num_per_channels, in_rows=rows,
+                                        in_cols=cols, in_scale=in_scale, scale=scale,
+                                        sf_layout="col" if col_major_sf else "row")
 
 
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
@@ -41,12 +70,16 @@ def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_alig
 
 def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, use_tma_aligned_col_major_sf=False,
                                        round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out=None):
+    """q = fmt(x * (1 / sf)); float32 scales, or float8_e4m3fn ones (use_e4m3_sf), decoded first."""
     name = "quant.per_token_cast_with_precomputed_sf"
-    need(input_scale(sf) == "fp32" and not use_e4m3_sf, name, "with packed UE8M0 or e4m3 scales")
+    in_scale = input_scale(sf)
+    need(in_scale != "ue8m0", name, "with packed UE8M0 scales")
+    require((in_scale == "e4m3") == bool(use_e4m3_sf), name, "sf", f"must be float8_e4m3fn exactly when "
+            f"use_e4m3_sf=True, got {sf.dtype} with use_e4m3_sf={use_e4m3_sf}", TypeError)
+    params = dict(fmt=fmt, group=num_per_channels, in_scale=in_scale)
     if out is not None:
-        return written_into("per_token_cast_with_precomputed_sf", (out,), {"x": x, "sf": row_major(sf)},
-                            dict(fmt=fmt, group=num_per_channels))
-    return ops().per_token_cast_with_precomputed_sf(x, row_major(sf), fmt, num_per_channels)
+        return written_into("per_token_cast_with_precomputed_sf", (out,), {"x": x, "sf": row_major(sf)}, params)
+    return ops().per_token_cast_with_precomputed_sf(x, row_major(sf), **params)
 
 
 def cast_back(x, fmt: str, x_block_size, x_special_fmt: Optional[str] = None):
@@ -115,7 +148,7 @@ def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_a
 def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_channels=None,
                      use_packed_ue8m0=False):
     """(out, out_sf) of a plain x or of a per-token quantized (q, sf) with `num_per_channels` channels per
-    input scale; out_sf float32 [T / num_per_tokens, H], or with use_packed_ue8m0 (quantized inputs) int32
+    input scale; out_sf float32 [T / num_per_tokens, H], or with use_packed_ue8m0 int32
     [ceil(T / num_per_tokens / 4), H], four row groups per word."""
     name = "quant.per_channel_cast"
     if isinstance(x, (tuple, list)):
@@ -129,8 +162,12 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
                                                       input_scale(sf), scale_format(name, round_sf, use_packed_ue8m0))
         return out, out_sf.T
     need(num_per_channels is None, name, "of a plain input with num_per_channels")
-    need(not use_packed_ue8m0, name, "of a plain input with use_packed_ue8m0=True (TileKernels packs four row "
-                                     "groups per word, tkgen's per_channel_cast four channels)")
+    if use_packed_ue8m0:          # TileKernels' col-pack (four row groups per word): per_channel_cast_from_fp8's
+        scale = scale_format(name, round_sf, True)
+        tensor_arg(name, "x", x, (torch.bfloat16, torch.float32), 2, "[T, H]")
+        in_group = 128 if x.shape[1] % 128 == 0 else 32          # no input scales: any divisor of H
+        out, out_sf = ops().per_channel_cast_from_fp8(x, None, fmt, num_per_tokens, in_group, "fp32", scale)
+        return out, out_sf.T
     return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._common import need, ops, require, scale_format
+from .._common import input_scale, need, ops, quant_tensor, require, row_major, scale_format, tensor_arg
 from ..tilekernels import quant as v2
 from ..tilekernels.quant import (cast_back, per_block_cast_lossless, per_token_cast_back,  # noqa: F401
                                  per_token_cast_with_sf_only, unpack_from_e2m1fn_x2)
@@ -50,9 +50,25 @@ def per_channel_cast_and_transpose(x, fmt: str, num_per_tokens: int, round_sf=Fa
 
 def per_channel_cast_fused(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_channels=None,
                            pos_to_token=None):
+    """(out [T_out, H], out_sf [T_out / num_per_tokens, H]) of x, or of a per-token quantized (q, sf), whose
+    rows are first gathered at pos_to_token (T_out positions, -1 for a zero row): tkgen's
+    per_channel_cast_gathered, one kernel."""
     name = "quant.per_channel_cast_fused"
-    need(pos_to_token is None, name, "with pos_to_token (a row gather)")
-    return v2.per_channel_cast(x, fmt, num_per_tokens, round_sf, num_per_channels)
+    if pos_to_token is None:
+        return v2.per_channel_cast(x, fmt, num_per_tokens, round_sf, num_per_channels)
+    tensor_arg(name, "pos_to_token", pos_to_token, (torch.int32,), 1, "[T_out]")
+    scale = "pow2" if round_sf else "fp32"
+    if isinstance(x, (tuple, list)):
+        q, sf = quant_tensor(name, x)
+        need(q.dtype == torch.float8_e4m3fn and input_scale(sf) == "fp32", name,
+             f"of {q.dtype} codes with {sf.dtype} scales and pos_to_token")
+        require(num_per_channels in (None, 128) and sf.shape[1] * 128 == q.shape[1], name, "num_per_channels",
+                f"must be 128 (one float32 scale per 128 channels) with pos_to_token, got {num_per_channels} "
+                f"and scales {tuple(sf.shape)} for codes {tuple(q.shape)}")
+        return ops().per_channel_cast_gathered(q, pos_to_token, row_major(sf), fmt, num_per_tokens, 128, scale)
+    require(num_per_channels is None, name, "num_per_channels", "is given only with a quantized (q, sf) input")
+    in_group = 128 if x.dim() == 2 and x.shape[1] % 128 == 0 else 32     # no input scales: any divisor of H
+    return ops().per_channel_cast_gathered(x, pos_to_token, None, fmt, num_per_tokens, in_group, scale)
 
 
 def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to_token_topk=None, topk_weights=None,
@@ -60,14 +76,15 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to
                                       use_packed_ue8m0=False, swiglu_clamp_value=None, clamped_count=None,
                                       sf_clamp_min=None):
     """The first release's MoE options are tkgen's own: routing weights read at positions, padding rows
-    (pos_to_expert == -1) left unwritten, the int64[3] clamp counters added into."""
+    (pos_to_expert == -1) left unwritten, the int64[3] clamp counters added into; sf_clamp_min is the
+    kernel's amax floor (compile-time, in place of 1e-4)."""
     name = "quant.swiglu_forward_and_per_token_cast"
-    need(sf_clamp_min is None, name, "with sf_clamp_min")
     require(clamped_count is None or swiglu_clamp_value is not None, name, "clamped_count",
             "is given only with swiglu_clamp_value")
     q, sf, counts = ops().swiglu_forward_and_per_token_cast(
         x, pos_to_token_topk=pos_to_token_topk, topk_weights=topk_weights, pos_to_expert=pos_to_expert, fmt=fmt,
-        group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), clamp=swiglu_clamp_value)
+        group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), clamp=swiglu_clamp_value,
+        amax_floor=1e-4 if sf_clamp_min is None else float(sf_clamp_min))
     if clamped_count is not None:
         clamped_count += counts
     return q, v2.laid_out(sf, use_tma_aligned_col_major_sf)

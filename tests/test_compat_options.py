@@ -1,0 +1,300 @@
+"""TileKernels options the compat layers once refused (issue 28), each checked bit for bit on the CPU against a
+plain-torch model of the documented semantics (operators-v1.md / operators-v2.md), written here from the
+documents and not from tkgen's generated references."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tkgen.compat.tilekernels as tk
+import tkgen.compat.tilekernels_v1 as tk1
+from tkgen.runtime.libm import expf
+
+E4M3_MAX = 448.0
+
+
+def bits_equal(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
+    a, b = got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8)
+    bad = (a != b).nonzero()
+    assert bad.numel() == 0, f"{bad.shape[0]} bytes differ, first at {bad[0].tolist()}"
+
+
+def sf_and_inv(amax, floor, round_sf, fmt_max=E4M3_MAX):
+    """operators-v1.md 0.3: the floor, sf = a / MAX, inv = MAX / a, or both a power of two (sf rounded up)."""
+    a = torch.maximum(amax, torch.tensor(floor, dtype=torch.float32))
+    sf = a / fmt_max
+    if not round_sf:
+        return sf, torch.full_like(a, fmt_max) / a      # (a scalar / tensor in torch is a reciprocal times it)
+    e = ((sf.view(torch.int32) - 1) >> 23) + 1 - 127
+    return ((127 + e) << 23).view(torch.float32), ((127 - e) << 23).view(torch.float32)
+
+
+def to_e4m3(v):
+    return v.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def edgy(rows, cols, dtype=torch.bfloat16, seed=0):
+    """Random rows with an all-zero row, a row of signed zeros, tiny values, large values and ties."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g) * torch.rand(rows, 1, generator=g).mul(8).exp2()
+    x[1] = 0.0
+    x[2] = -0.0
+    x[3] = torch.randn(cols, generator=g) * 1e-30
+    x[4] = torch.randn(cols, generator=g) * 3e4
+    x[5, ::2] = -0.0
+    return x.to(dtype)
+
+
+# --- the first release's swiglu_forward_and_per_token_cast(..., sf_clamp_min=...) -----------------------------
+
+def swiglu_cast_model(x, npc, round_sf, clamp_min, weights=None):
+    """operators-v1.md 2.1 and 0.3: act = a / (1 + exp(-a)) * b in float32 (libm's expf, as the C kernel calls
+    it), times the row weight, then per group of npc: amax floored at clamp_min, scale, cast to e4m3."""
+    h = x.shape[1] // 2
+    a, b = x[:, :h].float(), x[:, h:].float()
+    y = a / (1 + expf(-a)) * b
+    if weights is not None:
+        y = y * weights[:, None]
+    groups = y.view(y.shape[0], -1, npc)
+    sf, inv = sf_and_inv(groups.abs().amax(-1), clamp_min, round_sf)
+    return to_e4m3(groups * inv[..., None]).view(y.shape), sf
+
+
+@pytest.mark.parametrize("clamp_min", [None, 1e-4, 3.0, 1e-20, 0.123456789])
+@pytest.mark.parametrize("round_sf", [False, True])
+def test_v1_swiglu_forward_and_per_token_cast_sf_clamp_min(clamp_min, round_sf):
+    x = edgy(24, 2 * 256, seed=int(round_sf))
+    w = torch.rand(24, generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(24, dtype=torch.int32)
+    q, sf = tk1.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 128, pos, w[:, None], round_sf=round_sf,
+                                                        sf_clamp_min=clamp_min)
+    want_q, want_sf = swiglu_cast_model(x, 128, round_sf, 1e-4 if clamp_min is None else clamp_min, w)
+    bits_equal(q, want_q)
+    bits_equal(sf, want_sf)
+    if clamp_min is not None and clamp_min > 1:       # the floor shows: the zero and tiny rows' scales
+        assert torch.all(sf[1:4] == sf_and_inv(torch.zeros(()), clamp_min, round_sf)[0])
+
+
+# --- the first release's per_channel_cast_fused(..., pos_to_token=...) ------------------------------------------
+
+def per_channel_fused_model(x, sf_in, pos, npt, round_sf):
+    """operators-v1.md 1.9: y[r] = x[p] * sf_in[p] (float32, per 128 channels) with p = pos[r], a zero row where
+    p < 0; then per channel and block of npt rows (the last one partial) the amax, its floor and scale, and
+    out = e4m3((x * sf_in) * sf_inv)."""
+    rows, h = pos.shape[0], x.shape[1]
+    y = torch.zeros(rows, h)
+    ok = pos >= 0
+    src = x.float()
+    if sf_in is not None:
+        src = src * sf_in.repeat_interleave(128, dim=1)
+    y[ok] = src[pos[ok].long()]
+    out = torch.empty(rows, h, dtype=torch.float8_e4m3fn)
+    sfs = []
+    for start in range(0, rows, npt):
+        block = y[start:start + npt]
+        sf, inv = sf_and_inv(block.abs().amax(0), 1e-4, round_sf)
+        out[start:start + npt] = to_e4m3(block * inv)
+        sfs.append(sf)
+    return out, torch.stack(sfs) if sfs else torch.empty(0, h)
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+@pytest.mark.parametrize("round_sf", [False, True])
+@pytest.mark.parametrize("npt, rows", [(128, 256), (128, 144), (32, 80)])
+def test_v1_per_channel_cast_fused_pos_to_token(quantized, round_sf, npt, rows):
+    g = torch.Generator().manual_seed(rows + npt)
+    t_in, h = 37, 384
+    x = edgy(t_in, h, seed=rows)
+    pos = torch.randint(-1, t_in, (rows,), generator=g, dtype=torch.int32)
+    pos[:3] = torch.tensor([1, 2, -1])                  # the zero rows, a padding row, then repeats
+    pos[-5:] = 4                                        # one source row many times (a column of large values)
+    if quantized:
+        q, sf_in = tk1.quant.per_token_cast(x, "e4m3", 128)
+        sf_in[3, 1] = 3e-30                             # a tiny input scale, and one that is no power of two
+        got = tk1.quant.per_channel_cast_fused((q, sf_in), "e4m3", npt, round_sf, 128, pos)
+        want = per_channel_fused_model(q, sf_in, pos, npt, round_sf)
+    else:
+        got = tk1.quant.per_channel_cast_fused(x, "e4m3", npt, round_sf, None, pos)
+        want = per_channel_fused_model(x, None, pos, npt, round_sf)
+    bits_equal(got[0], want[0])
+    bits_equal(got[1], want[1])
+    assert torch.all(got[0][2].float() == 0)            # the padding row
+
+
+def test_v1_per_channel_cast_fused_gathers_odd_widths_and_checks_arguments():
+    x = edgy(9, 96, dtype=torch.float32)
+    pos = torch.tensor([8, -1, 0, 3] * 8, dtype=torch.int32)
+    got = tk1.quant.per_channel_cast_fused(x, "e4m3", 32, True, None, pos)
+    want = per_channel_fused_model(x, None, pos, 32, True)
+    bits_equal(got[0], want[0])
+    bits_equal(got[1], want[1])
+    with pytest.raises(TypeError, match="pos_to_token"):
+        tk1.quant.per_channel_cast_fused(x, "e4m3", 32, True, None, pos.long())
+    with pytest.raises(ValueError, match="num_per_channels"):
+        tk1.quant.per_channel_cast_fused(x, "e4m3", 32, True, 128, pos)
+
+
+# --- 2.1.0's (and 1.0's) per_token_cast of a quantized input (x_block_size) -------------------------------------
+
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def decode_e2m1(packed):
+    """operators-v1.md 0.2: two codes per int8, element 2i in the low nibble; s e e m, bias 1."""
+    b = packed.view(torch.uint8).long()
+    codes = torch.stack([b & 0xF, b >> 4], dim=-1).flatten(-2)
+    mag = E2M1_VALUES[codes & 7]
+    return torch.where(codes >= 8, -mag, mag)
+
+
+def encode_e2m1(v):
+    """Round to nearest e2m1 value, ties to the even code, saturating at 6; the sign kept (-0 is code 8)."""
+    m = v.abs()
+    best = torch.zeros(m.shape, dtype=torch.long)
+    best_d = (m - E2M1_VALUES[0]).abs()
+    for code in range(1, 8):
+        d = (m - E2M1_VALUES[code]).abs()
+        take = (d < best_d) | ((d == best_d) & (code % 2 == 0))
+        best, best_d = torch.where(take, code, best), torch.where(take, d, best_d)
+    best = torch.where(m > 6, 7, best) | torch.where(torch.signbit(v), 8, 0)
+    pairs = best.view(*v.shape[:-1], -1, 2)
+    return (pairs[..., 0] | (pairs[..., 1] << 4)).to(torch.uint8).view(torch.int8)
+
+
+def requant_model(q, sf_in, block, npc, fmt, round_sf):
+    """operators-v1.md 1.1 (quantized input): v = q * sf_in per (rows, cols) block; per row and group of npc the
+    amax of v, floored (1e-4 for e4m3, 6 * 2^-126 for e2m1), the scale, and out = cvt(q * (sf_in * sf_inv))."""
+    qf = decode_e2m1(q) if q.dtype == torch.int8 else q.float()
+    t, h = qf.shape
+    if sf_in.dtype == torch.int32:               # packed UE8M0 bytes, four blocks per word
+        sf_in = (sf_in.contiguous().view(torch.uint8)[:, :h // block[1]].int() << 23).view(torch.float32)
+    s = sf_in.float().repeat_interleave(block[0], 0)[:t].repeat_interleave(block[1], 1)
+    fmt_max, floor = (E4M3_MAX, 1e-4) if fmt == "e4m3" else (6.0, 6 * 2.0 ** -126)
+    amax = (qf * s).abs().view(t, -1, npc).amax(-1)
+    sf, inv = sf_and_inv(amax, floor, round_sf, fmt_max)
+    y = qf * (s * inv.repeat_interleave(npc, 1))
+    return (to_e4m3(y) if fmt == "e4m3" else encode_e2m1(y)), sf
+
+
+def quantized_input(in_fmt, rows, block, packed_sf, seed, small_sf=False):
+    """Codes with a zero row, a row of -0 (and saturated codes), and input scales that are no powers of two,
+    tiny and huge. With small_sf the scales stay below 4: an all-zero group cast into e2m1 has inv = 2^126 (the
+    floor's), and a larger input scale would make the kernel's s_in * inv infinite, 0 * inf = NaN."""
+    g = torch.Generator().manual_seed(seed)
+    h = 384
+    if in_fmt == "e4m3":
+        q = to_e4m3(torch.randn(rows, h, generator=g) * 100)
+        q[2] = -0.0
+        q[3, :5] = E4M3_MAX
+    else:
+        q = torch.randint(-128, 128, (rows, h // 2), generator=g, dtype=torch.int8)
+        q[2] = -128                               # 0x80: +0 then -0
+    q[1] = 0
+    nbm, nbk = -(-rows // block[0]), h // block[1]
+    if packed_sf:
+        b = torch.randint(100, 129 if small_sf else 150, (nbm, -(-nbk // 4) * 4), generator=g, dtype=torch.uint8)
+        return q, b.view(torch.int32)
+    sf = torch.rand(nbm, nbk, generator=g) * 4 + 0.01   # no powers of two: the order of the products shows
+    sf[0, 0] = 3e-30
+    sf[-1, -1] = 3.5 if small_sf else 7e30
+    return q, sf
+
+
+@pytest.mark.parametrize("in_fmt, fmt, npc, block, flags", [
+    ("e4m3", "e4m3", 128, (128, 128), (False, False, False)),
+    ("e4m3", "e4m3", 32, (128, 128), (False, True, False)),
+    ("e4m3", "e2m1", 32, (32, 32), (True, True, True)),
+    ("e4m3", "e4m3", 128, (32, 32), (False, False, False)),
+    ("e4m3", "e4m3", 128, (1, 128), (True, True, True)),
+    ("e2m1", "e4m3", 32, (32, 32), (True, True, True)),
+    ("e2m1", "e2m1", 32, (1, 32), (False, False, False)),
+    ("e2m1", "e4m3", 32, (128, 128), (True, True, True)),
+])
+def test_per_token_cast_of_a_quantized_input(in_fmt, fmt, npc, block, flags):
+    col, round_sf, packed = flags
+    rows = 200
+    q, sf_in = quantized_input(in_fmt, rows, block, packed, seed=npc + block[0], small_sf=fmt == "e2m1")
+    want_q, want_sf = requant_model(q, sf_in, block, npc, fmt, round_sf)
+    for module in (tk, tk1):
+        got_q, got_sf = module.quant.per_token_cast((q, sf_in), fmt, npc, block, col, round_sf, packed)
+        bits_equal(got_q, want_q)
+        if packed:                                # exponent bytes (the tail of the last word undefined)
+            want_bytes = ((want_sf.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)
+            assert got_sf.dtype == torch.int32 and got_sf.stride(0) == 1
+            dense = torch.empty(got_sf.shape, dtype=torch.int32).copy_(got_sf)   # (a [T, 1] view is "contiguous")
+            bits_equal(dense.view(torch.uint8)[:, :want_bytes.shape[1]], want_bytes)
+        else:
+            assert not col or got_sf.stride(0) == 1
+            bits_equal(got_sf.contiguous(), want_sf)
+
+
+def test_per_token_cast_of_a_quantized_input_checks_arguments():
+    q, sf = quantized_input("e4m3", 8, (1, 128), False, 0)
+    with pytest.raises(ValueError, match="x_block_size"):
+        tk.quant.per_token_cast((q, sf), "e4m3", 128)
+    with pytest.raises(NotImplementedError, match="use_e4m3_sf"):
+        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), use_e4m3_sf=True)
+    out = (torch.empty(8, 384, dtype=torch.float8_e4m3fn), torch.empty(8, 3))
+    assert tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), out=out) is out
+    bits_equal(out[0], requant_model(q, sf, (1, 128), 128, "e4m3", False)[0])
+
+
+# --- 2.1.0's per_channel_cast of a plain input with use_packed_ue8m0 ---------------------------------------------
+
+@pytest.mark.parametrize("npt, rows, dtype", [(128, 256, torch.bfloat16), (32, 96, torch.float32),
+                                              (32, 160, torch.bfloat16)])
+def test_per_channel_cast_of_a_plain_input_packed_ue8m0(npt, rows, dtype):
+    """operators-v2.md 2.13 and its 1.5 item 6: per channel and block of npt rows, the power-of-two scale of the
+    floored amax; out_sf int32 [ceil(T / npt / 4), H], the exponent byte of row group j in byte j % 4 of word
+    j // 4 (the padding bytes of the last word are not compared)."""
+    x = edgy(rows, 384, dtype=dtype, seed=npt)
+    out, out_sf = tk.quant.per_channel_cast(x, "e4m3", npt, True, None, True)
+    want_out, want_sf = per_channel_fused_model(x, None, torch.arange(rows, dtype=torch.int32), npt, True)
+    bits_equal(out, want_out)
+    groups = rows // npt
+    assert out_sf.dtype == torch.int32 and out_sf.shape == (-(-groups // 4), 384) and out_sf.is_contiguous()
+    exps = ((want_sf.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)               # [groups, H]
+    got = out_sf.view(torch.uint8).view(-(-groups // 4), 384, 4).permute(0, 2, 1).reshape(-1, 384)[:groups]
+    bits_equal(got, exps)
+    with pytest.raises(NotImplementedError, match="round_sf=False"):
+        tk.quant.per_channel_cast(x, "e4m3", npt, False, None, True)
+
+
+# --- the first release's transpose of a row-strided input ---------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float8_e4m3fn])
+@pytest.mark.parametrize("row_stride", [2 * 192, 192 + 64, 196])
+def test_v1_transpose_of_a_row_strided_input(dtype, row_stride):
+    """operators-v1.md 5.1: out[j, i] = x[i, j], contiguous, bit for bit, for x with padded rows (its tests use a
+    row stride of 2N); the bytes include NaN, inf, -0 and subnormals."""
+    g = torch.Generator().manual_seed(row_stride)
+    base = torch.randn(70, row_stride, generator=g)
+    base[3, :4] = torch.tensor([float("nan"), float("inf"), -0.0, 1e-40])
+    base = base.clamp(-400, 400).to(dtype) if dtype == torch.float8_e4m3fn else base.to(dtype)
+    x = base[:, :192]
+    assert not x.is_contiguous()
+    got = tk1.transpose.transpose(x)
+    assert got.is_contiguous() and got.shape == (192, 70)
+    bits_equal(got, torch.stack([x[:, j] for j in range(192)]))
+
+
+# --- 2.1.0's per_token_cast_with_precomputed_sf with e4m3 scales (use_e4m3_sf) ------------------------------------
+
+@pytest.mark.parametrize("fmt, npc, dtype", [("e4m3", 128, torch.bfloat16), ("e4m3", 32, torch.float32),
+                                             ("e2m1", 32, torch.bfloat16)])
+def test_per_token_cast_with_precomputed_e4m3_sf(fmt, npc, dtype):
+    """operators-v2.md 2.9 and its E4M3 SF rule: the quantization factor is 1 / float(sf), a float32 division;
+    q = cvt(x * that). The scales: a per_token_cast's own, then random e4m3 codes (subnormal ones and 448)."""
+    x = edgy(40, 256, dtype=dtype, seed=npc)
+    _, sf = tk.quant.per_token_cast(x, fmt, npc, use_e4m3_sf=True)
+    g = torch.Generator().manual_seed(7)
+    rand_sf = (torch.rand(sf.shape, generator=g) * 3).clamp(min=2.0 ** -9).to(torch.float8_e4m3fn)   # no 0: inv inf
+    rand_sf[0, :2] = torch.tensor([2.0 ** -9, 448.0])
+    for scales in (sf, rand_sf):
+        inv = torch.full(scales.shape, 1.0) / scales.float()
+        y = x.float() * inv.repeat_interleave(npc, 1)
+        want = to_e4m3(y) if fmt == "e4m3" else encode_e2m1(y)
+        bits_equal(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, scales, use_e4m3_sf=True), want)
+    with pytest.raises(TypeError, match="use_e4m3_sf"):
+        tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf)
