@@ -29,3 +29,30 @@ def catalog():
 
 def op_names():
     return sorted(shipped_catalog().ops)
+
+
+@pytest.fixture(scope="session")
+def unformatted_files(request, tmp_path_factory, catalog):
+    """Every generated file as the printers write it (`render_all(formatted=False)`), rendered once per run:
+    under pytest-xdist the first worker that asks renders it (about 20 seconds) and leaves it in the run's
+    temporary directory, and the other workers read that."""
+    from tkgen.codegen.generate import render_all
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    if worker is None:                 # one process: nothing to share
+        return render_all(catalog, formatted=False)
+    import pickle
+    from filelock import FileLock
+    shared = tmp_path_factory.getbasetemp().parent / "unformatted_files.pickle"    # this run's, all workers'
+    with FileLock(str(shared) + ".lock"):
+        if shared.exists():
+            return pickle.loads(shared.read_bytes())
+        files = render_all(catalog, formatted=False)
+        shared.write_bytes(pickle.dumps(files))
+        return files
+
+
+@pytest.fixture(scope="session")
+def rendered_files(unformatted_files):
+    """Every generated file as `generate` writes it: the printers' lines broken within the width."""
+    from tkgen.codegen.format_source import format_source
+    return {path: format_source(text) for path, text in unformatted_files.items()}

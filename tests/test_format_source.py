@@ -5,12 +5,11 @@ import ast
 import pytest
 
 from tkgen.codegen.format_source import WIDTH, format_source
-from tkgen.codegen.generate import render_all
 
 
 @pytest.fixture(scope="module")
-def unformatted(catalog):
-    return render_all(catalog, formatted=False)
+def unformatted(unformatted_files):
+    return unformatted_files
 
 
 def test_every_generated_module_keeps_its_ast_and_fits_the_width(unformatted):
