@@ -168,11 +168,46 @@ def test_statements_are_aligned_within_nested_blocks():
     assert len(functions) == 1
     src = functions[0]
     assert "            if with_q:\n                out.append('b')" in src            # inside the inner loop
-    assert "        if (with_p, with_q) == (True, True):\n            for j in range(k):" in src
+    assert "        if with_p and with_q:\n            for j in range(k):" in src
     assert "    if with_q:\n        if n > 2:\n            out.append('big')\n        else:" in src
     for fn in fns:
         for n in (1, 3):
             assert merged[fn.name](n, k=2) == own[fn.name](n, k=2), fn.name
+
+
+def _kernel(name, variant, params, body):
+    """A kernel factory of TileLang source: `params` (name, annotation) of the prim_func, `body` its statements
+    within the kernel's launch."""
+    return Printed(variant, name, [f"def {name}(N, *, threads):", "    @T.prim_func", "    def kernel(",
+                                   *[f"        {p}: {a}," for p, a in params], "    ):",
+                                   "        with T.Kernel(1, threads=threads) as (pid,):",
+                                   "            x = T.alloc_fragment((N,), 'float32')",
+                                   *[f"            {line}" for line in body], "    return kernel"])
+
+
+def test_kernels_whose_parameters_differ_share_one_factory(tmp_path):
+    """An optional input present or absent: one prim_func lists every parameter, an absent one annotated
+    `None` (not a kernel parameter), and the statements that read it sit in an `if` on its presence."""
+    a, b, c = ("a", "T.Tensor((N,), 'float32')"), ("b", "T.Tensor((N,), 'float32')"), ("c", "T.Tensor((N,), 'float32')")
+    load = ["for i in T.Parallel(N):", "    x[i] = a[i]"]
+    add = ["for i in T.Parallel(N):", "    x[i] = x[i] + b[i]"]
+    store = ["for i in T.Parallel(N):", "    c[i] = x[i] * T.float32(2.0)", "for i in T.Parallel(N):",
+             "    c[i] = c[i] + T.float32(1.0)"]
+    fns = [_kernel("build_base", {"?b": False}, [a, c], load + store),
+           _kernel("build_with_b", {"?b": True}, [a, b, c], load + add + store)]
+    functions, aliases = merge(fns, lambda v: "with_b" if v["?b"] else "base")
+    assert len(functions) == 1 and len(aliases) == 2
+    assert "        b: T.Tensor((N,), 'float32') if with_b else None," in functions[0]
+    assert "            if with_b:\n                for i in T.Parallel(N):" in functions[0]
+    head = "import tilelang.language as T\nfrom tkgen.runtime.schedule import specialize  # noqa: F401\n\n"
+    own = _module(tmp_path, "own_k", head, ["\n".join(p.lines) for p in fns])
+    merged = _module(tmp_path, "merged_k", head, functions, aliases)
+    for fn in fns:
+        want, got = getattr(own, fn.name)(64, threads=64), getattr(merged, fn.name)(64, threads=64)
+        assert got.script() == want.script() and len(got.params) == len(want.params), fn.name
+    # parameters in two orders cannot share one list
+    fns[1] = _kernel("build_with_b", {"?b": True}, [c, a, b], load + add + store)
+    assert len(merge(fns, lambda v: "with_b" if v["?b"] else "base")[0]) == 2
 
 
 @pytest.mark.parametrize("first, second, why", [

@@ -157,16 +157,19 @@ def _kernel(name, variant, param, body):
                                    "    ):", *[f"        {line}" for line in body], "    return kernel"])
 
 
-def test_kernels_whose_parameters_differ_in_name_are_not_merged():
-    """Parameters of different names stay in their own functions; of one name and different
-    annotations they are still merged, the annotation chosen before the prim_func."""
+def test_kernels_whose_parameters_differ_in_name_share_one_prim_func():
+    """Parameters of different names (an optional input present or absent) are listed together, each
+    annotated `None` where its variant lacks it; of one name and different annotations the annotation is
+    chosen before the prim_func."""
     def name(v):
         return "_".join(f"{k}{v[k]}" for k in sorted(v)) or "base"
     body = ["y = 1", "z = 2", "w = 3", "v = 4", "u = 5"]
     apart = [_kernel("build_with_a", {"?a": True, "?b": False}, "a", body),
              _kernel("build_with_b", {"?a": False, "?b": True}, "b", body)]
     functions, aliases = merge(apart, name)
-    assert aliases == [] and len(functions) == 2
+    assert len(aliases) == 2 and len(functions) == 1
+    assert "        a: T.Tensor((H,), 'float32') if with_a else None,\n" in functions[0]
+    assert "        b: T.Tensor((H,), 'float32') if with_b else None,\n" in functions[0]
     together = [_kernel("build_p1", {"p": 1}, "a", body),
                 _kernel("build_p2", {"p": 2}, "a", body[:-1] + ["u = 6"])]
     together[1].lines[4] = "        a: T.Tensor((2 * H,), 'float32'),"

@@ -4,8 +4,7 @@ The printers write one function per variant (a kernel factory, a reference). Var
 differ in a few statements only: a scale rule's expression (fp32 or pow2 scales), the subscript of a store
 (row- or column-major scales), a dtype name, or steps one variant has and another has not (the packing of
 ue8m0 scales, an optional input's load). This module merges such functions: where variants have the same
-signature (and, for a kernel, parameters of the same names), one function `make_<fixed params>` takes the
-params that vary as its first arguments; its statements are the variants' statements aligned block by block
+signature, one function `make_<fixed params>` takes the params that vary as its first arguments; its statements are the variants' statements aligned block by block
 (difflib over each block's statements, the bodies of blocks of one header aligned in turn), and a run of
 statements that not every variant has sits in an `if` on those params. Each variant keeps its name as a
 specialization of that function (`build_e4m3_fp32_row = specialize(make_e4m3, 'fp32', 'row')`,
@@ -16,7 +15,10 @@ Inside a TileLang `@T.prim_func` the `if` is on a Python value, so the parser ta
 time: the PrimFunc of each variant is the one its own function built (a name bound in the `if`, a buffer,
 is seen after it as it was without it). A differing kernel parameter (the shape of a column-major scale tensor) cannot sit under an `if`; its
 annotation is chosen before the prim_func, as `PARAM_<tensor>`. Kernels whose parameters differ in name
-(an optional input present or absent) have different signatures and stay apart.
+(an optional input present or absent) share one prim_func that lists every variant's parameters: one a
+variant lacks is annotated `None` for it (`mask: T.Tensor((T_,), 'int32') if with_mask else None`), which
+TileLang's prim_func binds as that Python value, not as a kernel parameter, so each variant's kernel has
+the parameters it had, in its order; the statements that read it are in an `if` on its presence.
 """
 from __future__ import annotations
 
@@ -61,8 +63,8 @@ class _Node:
 
     @property
     def key(self) -> str:
-        if _is_kernel(self.lines):      # parameters of one name match; their annotations may differ
-            return "\n".join(l for l in self.lines if l.lstrip().startswith("@")) + "kernel" + str(_params(self.lines))
+        if _is_kernel(self.lines):      # kernels match: their parameters and annotations may differ
+            return "\n".join(l for l in self.lines if l.lstrip().startswith("@")) + "kernel"
         return "\n".join(self.lines)
 
     def all_lines(self) -> List[str]:
@@ -250,25 +252,76 @@ class _Emitter:
 
     def node(self, n: _Node, context, add) -> List[str]:
         head, hoisted = n.lines, []
-        if n.own:                        # a kernel header: the annotations that differ are chosen before it
-            head = list(n.lines)
-            own = {i: n.own.get(i, n.lines) for i in sorted(n.members)}
-            for k, line in enumerate(n.lines):
-                texts = {i: own[i][k] for i in own}
-                if len(set(texts.values())) == 1:
-                    continue
-                name = line.strip().split(":", 1)[0]
-                head[k] = f"{_indent(line)}{name}: {PARAM_PREFIX}{name},"
-                within = [self.values[i] for i in own]
-                for text in dict.fromkeys(texts.values()):
-                    chosen = [self.values[i] for i in own if texts[i] == text]
-                    annotation = text.strip().split(":", 1)[1].strip().rstrip(",")
-                    hoisted += [f"{add}{_indent(n.lines[0])}if {_condition(self.keys, within, chosen)}:",
-                                f"{add}{_indent(n.lines[0])}    {PARAM_PREFIX}{name} = {annotation}"]
+        if n.own:                        # a kernel header: the parameters that differ are chosen before it
+            head, hoisted = self.kernel_head(n, add)
         out = hoisted + [add + l if l.strip() else "" for l in head]
         if n.body is not None:
             out += self.block(n.body, context, add)
         return out
+
+    def kernel_head(self, n: _Node, add) -> Tuple[List[str], List[str]]:
+        """(header, lines before it) of a kernel whose variants' parameters differ: every parameter of any
+        variant in one list. A parameter some variants lack is annotated `None` for them (TileLang's
+        prim_func binds it to that Python value, not to a kernel parameter, so the kernel of each variant
+        has the parameters it had); one whose annotation differs is annotated `PARAM_<name>`, chosen in
+        `if`s before the kernel."""
+        own = {i: n.own.get(i, n.lines) for i in sorted(n.members)}
+        at = next(k for k, l in enumerate(n.lines) if l.strip().startswith("def kernel("))
+        params = {}
+        for i, lines in own.items():
+            if lines[:at + 1] != n.lines[:at + 1] or lines[-1] != n.lines[-1]:
+                raise _Apart("kernel headers differ outside the parameters")
+            params[i] = {l.strip().split(":", 1)[0]: l for l in lines[at + 1:-1]}
+        within = [self.values[i] for i in own]
+        indent = _indent(n.lines[at + 1]) if at + 2 < len(n.lines) else _indent(n.lines[at]) + "    "
+        head, hoisted = list(n.lines[:at + 1]), []
+        for name in _union([list(p) for p in params.values()]):
+            texts = {i: params[i].get(name) for i in own}
+            present = dict.fromkeys(t for t in texts.values() if t is not None)
+            if len(set(texts.values())) == 1:
+                head.append(next(iter(present)))
+                continue
+            if len(present) == 1:               # present or absent: `x: T.Tensor(...) if with_x else None`
+                chosen = [self.values[i] for i in own if texts[i] is not None]
+                flag = self.keys.index(f"?{name}") if f"?{name}" in self.keys else None
+                if flag is not None and all(self.values[i][flag] == (texts[i] is not None) for i in own):
+                    cond = arg_name(f"?{name}")     # the input's own presence, where that tells
+                else:
+                    cond = _condition(self.keys, within, chosen)
+                head.append(f"{indent}{name}: {_annotation(next(iter(present)))} if {cond} else None,")
+                continue
+            head.append(f"{indent}{name}: {PARAM_PREFIX}{name},")
+            for text in dict.fromkeys(texts.values()):
+                chosen = [self.values[i] for i in own if texts[i] == text]
+                annotation = "None" if text is None else _annotation(text)
+                hoisted += [f"{add}{_indent(n.lines[0])}if {_condition(self.keys, within, chosen)}:",
+                            f"{add}{_indent(n.lines[0])}    {PARAM_PREFIX}{name} = {annotation}"]
+        return head + [n.lines[-1]], hoisted
+
+
+class _Apart(Exception):
+    """Variants that cannot share one function."""
+
+
+def _annotation(param_line: str) -> str:
+    return param_line.strip().split(":", 1)[1].strip().rstrip(",")
+
+
+def _union(orders: List[List[str]]) -> List[str]:
+    """The names of every list in one order that keeps each list's order (at a choice, the name seen
+    first); `_Apart` where the lists order two names both ways."""
+    first = list(dict.fromkeys(x for order in orders for x in order))
+    after = {x: set() for x in first}
+    for order in orders:
+        for a, b in zip(order, order[1:]):
+            after[b].add(a)
+    out = []
+    while len(out) < len(first):
+        ready = next((x for x in first if x not in out and after[x] <= set(out)), None)
+        if ready is None:
+            raise _Apart("parameters in two orders")
+        out.append(ready)
+    return out
 
 
 def _trivia(n: _Node) -> bool:
@@ -276,7 +329,8 @@ def _trivia(n: _Node) -> bool:
 
 
 def _group_key(fn: Printed):
-    """What functions that may share one have in common: the signature, the kernel's parameter names."""
+    """What functions that may share one have in common: the signature; and, tried where those do not
+    share one, the kernel's parameter names."""
     try:
         tree = _tree(fn.lines, 0)
     except ValueError:
@@ -291,10 +345,10 @@ def merge(functions: Sequence[Printed], variant_name, prefix: str = MERGED_PREFI
     names a set of fixed params. Functions of one signature (and kernel parameters) are merged; where that
     does not pay or cannot be (an argument would meet a name), those of one shape (line count and block
     headers) are tried."""
-    groups: Dict[tuple, List[Printed]] = {}
+    groups: Dict[tuple, Dict[tuple, List[Printed]]] = {}      # signature: kernel parameters: functions
     for fn in functions:
-        key = _group_key(fn)
-        groups.setdefault((key, id(fn)) if key is None else key, []).append(fn)
+        signature, params = _group_key(fn) or ((None, id(fn)), None)
+        groups.setdefault(signature, {}).setdefault(params, []).append(fn)
     out, aliases, taken = [], [], set()
     merged_of = {}
 
@@ -309,8 +363,13 @@ def merge(functions: Sequence[Printed], variant_name, prefix: str = MERGED_PREFI
             merged_of[id(fn)] = None
         return True
 
-    for members in groups.values():
-        if not take(members):
+    for by_params in groups.values():
+        ids = {id(fn) for members in by_params.values() for fn in members}
+        if len(by_params) > 1 and take([fn for fn in functions if id(fn) in ids]):
+            continue
+        for members in by_params.values():
+            if take(members):
+                continue
             shapes: Dict[tuple, List[Printed]] = {}
             for fn in members:
                 shapes.setdefault((len(fn.lines), tuple((i, l) for i, l in enumerate(fn.lines) if i and
@@ -365,7 +424,10 @@ def _merged(members: List[Printed], variant_name, prefix, taken):
     root = tree[0]
     if len(tree) != 1 or root.own or len(root.members) != len(members):
         return None
-    body = _Emitter(keys, values).block(root.body, frozenset(range(len(members))), "")
+    try:
+        body = _Emitter(keys, values).block(root.body, frozenset(range(len(members))), "")
+    except _Apart:
+        return None
     head = root.lines[0]
     sig = head[head.index("(") + 1:]
     lines = [f"def {name}({', '.join(args)}{', ' if not sig.startswith(')') else ''}{sig}", *root.lines[1:], *body]
@@ -385,6 +447,8 @@ def _condition(keys, values, chosen) -> str:
             if inside & outside:
                 continue
             names = [arg_name(keys[c]) for c in cols]
+            if len(cols) <= 6 and all(isinstance(v[c], bool) for v in values for c in cols):
+                return _either(tuple(names), frozenset(inside), frozenset(outside))
             picks = sorted(inside, key=lambda t: [values.index(v) for v in values
                                                   if tuple(v[c] for c in cols) == t][0])
             if size == 1:
@@ -398,3 +462,35 @@ def _condition(keys, values, chosen) -> str:
                 return f"{lhs} == {picks[0]!r}"
             return f"{lhs} in ({', '.join(repr(p) for p in picks)})"
     raise AssertionError("distinct variants have distinct keys")
+
+
+@functools.lru_cache(maxsize=None)
+def _either(names, inside, outside) -> str:
+    """A short `or` of `and`s of flags (`name`, `not name`) true for the flag tuples `inside` and false
+    for those `outside` (on a tuple no variant has, either): the fewest terms where two terms do, else
+    terms taken greedily, the one that holds for the most tuples left first."""
+    terms = [t for t in itertools.product((None, True, False), repeat=len(names))
+             if not any(_covers(t, v) for v in outside) and any(_covers(t, v) for v in inside)]
+    primes = [t for t in terms if not any(u != t and _covers(u, t) for u in terms)]
+    primes.sort(key=lambda t: sum(a is not None for a in t))
+    best = None
+    for size in (1, 2):
+        covers = [c for c in itertools.combinations(primes, size)
+                  if all(any(_covers(t, v) for t in c) for v in inside)]
+        if covers:
+            best = min(covers, key=lambda c: sum(a is not None for t in c for a in t))
+            break
+    if best is None:
+        best, left = [], set(inside)
+        while left:
+            t = max(primes, key=lambda t: (sum(_covers(t, v) for v in left), -sum(a is not None for a in t)))
+            best.append(t)
+            left = {v for v in left if not _covers(t, v)}
+    words = [[name if a else f"not {name}" for name, a in zip(names, t) if a is not None] for t in best]
+    if len(words) == 1:
+        return " and ".join(words[0])
+    return " or ".join(" and ".join(w) if len(w) == 1 else "(" + " and ".join(w) + ")" for w in words)
+
+
+def _covers(term, flags) -> bool:
+    return all(a is None or a == b for a, b in zip(term, flags))

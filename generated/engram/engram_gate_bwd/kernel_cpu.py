@@ -21,7 +21,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
+def make_variants(with_image_token_mask, HC, D, clamp_value, *, threads, block_t, blocks):
     T_ = T.dynamic("T")
     S_k_0 = T.dynamic("S_k_0")
     S_k_1 = T.dynamic("S_k_1")
@@ -34,15 +34,26 @@ def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
     B_d = N_d
     B_t = block_t
     B_blocksum_grad_w = min(128, threads)
-    if not ((((((((((((((((((((((4 * B_t) * B_d) + ((4 * B_t) * B_d)) + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h))
-                                + ((4 * B_t) * B_h)) + ((4 * B_h) * B_d)) + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h))
-                                + ((4 * B_t) * B_h)) + (((4 * B_t) * B_h) * B_d)) + ((4 * B_h) * B_d))
-                                + (((4 * B_t) * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d)) + ((4 * B_t) * B_h))
-                                + (((4 * B_t) * B_h) * B_d)) + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h))
-                        + ((4 * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d)) <= 8388608)):
-        raise ValueError(
-            "engram_gate_bwd: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
-            "profile's max_tile_bytes")
+    if not with_image_token_mask:
+        if not ((((((((((((((((((((((4 * B_t) * B_d) + ((4 * B_t) * B_d)) + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h))
+                                    + ((4 * B_t) * B_h)) + ((4 * B_h) * B_d)) + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h))
+                                    + ((4 * B_t) * B_h)) + (((4 * B_t) * B_h) * B_d)) + ((4 * B_h) * B_d))
+                                    + (((4 * B_t) * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d)) + ((4 * B_t) * B_h))
+                                    + (((4 * B_t) * B_h) * B_d)) + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h))
+                            + ((4 * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d)) <= 8388608)):
+            raise ValueError(
+                "engram_gate_bwd: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
+    if with_image_token_mask:
+        if not ((((((((((((((((((((((((4 * B_t) * B_d) + (4 * B_t)) + ((4 * B_t) * B_d)) + ((4 * B_t) * B_h))
+                                    + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h)) + ((4 * B_h) * B_d)) + ((4 * B_t) * B_h))
+                                    + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h)) + (((4 * B_t) * B_h) * B_d))
+                                    + ((4 * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d))
+                                    + ((4 * B_t) * B_h)) + (1 * B_t)) + (((4 * B_t) * B_h) * B_d)) + ((4 * B_t) * B_h))
+                                + ((4 * B_t) * B_h)) + ((4 * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d)) <= 8388608)):
+            raise ValueError(
+                "engram_gate_bwd: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
+                "profile's max_tile_bytes")
     S_k_g = vector_granule('uint16', D)
     S_v_g = vector_granule('uint16', D)
 
@@ -57,6 +68,7 @@ def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
         gate_score: T.Tensor((T_, HC), 'float32'),
         rstd_x: T.Tensor((T_, HC), 'float32'),
         rstd_k: T.Tensor((T_, HC), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32') if with_image_token_mask else None,
         grad_x: T.Tensor((T_, HC, D), 'uint16'),
         grad_k: T.Tensor((T_, HC, D), 'uint16'),
         grad_v: T.Tensor((T_, D), 'uint16'),
@@ -82,6 +94,9 @@ def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
             c = T.alloc_local((B_t, B_h), 'float32')
             ad = T.alloc_local((B_t, B_h), 'float32')
             big = T.alloc_local((B_t, B_h), 'float32')
+            if with_image_token_mask:
+                _t1 = T.alloc_local((B_t,), 'int32')
+                img = T.alloc_local((B_t,), 'bool')
             gz = T.alloc_local((B_t, B_h), 'float32')
             _t2 = T.alloc_local((B_t, B_d), 'float32')
             gxk = T.alloc_local((B_t, B_h, B_d), 'float32')
@@ -125,201 +140,52 @@ def build_base(HC, D, clamp_value, *, threads, block_t, blocks):
                     ad[i_t, i_h] = T.max(dt[i_t, i_h], (-dt[i_t, i_h]))
                     big[i_t, i_h] = ((((dgate[i_t, i_h] * g[i_t, i_h]) * (T.float32(1.0) - g[i_t, i_h]))
                             * T.float32(0.5)) * T.sqrt((c[i_t, i_h] / ad[i_t, i_h])))
-                    gz[i_t, i_h] = T.Select(((ad[i_t, i_h] * c[i_t, i_h])
-                            < T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")), T.float32(0.0), big[i_t, i_h])
+                    if not with_image_token_mask:
+                        gz[i_t, i_h] = T.Select(((ad[i_t, i_h] * c[i_t, i_h])
+                                < T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")), T.float32(0.0),
+                            big[i_t, i_h])
+                if with_image_token_mask:
+                    for i_t in T.grid(B_t):
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    for i_t in T.grid(B_t):
+                        img[i_t] = (_t1[i_t] != T.int32(0))
+                    for i_t, i_h in T.grid(B_t, B_h):
+                        gz[i_t, i_h] = T.Select((img[i_t]
+                                | ((ad[i_t, i_h] * c[i_t, i_h])
+                                    < T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32"))), T.float32(0.0),
+                            big[i_t, i_h])
                 for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
                     if (((b_t * B_t) + i_t) < N_t):
-                        grad_x[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
-                            encode_bf16((go[i_t, i_h, i_d]
-                                    + (gz[i_t, i_h]
-                                        * ((kf[i_t, i_h, i_d] * w[i_h, i_d])
-                                            - (((xf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rx[i_t, i_h] * rx[i_t, i_h]))
-                                                / T.reinterpret(T.uint32(f32_bits(D)), "float32")))))), "uint16")
-                        grad_k[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
-                            encode_bf16((gz[i_t, i_h]
-                                    * ((xf[i_t, i_h, i_d] * w[i_h, i_d])
-                                        - (((kf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rk[i_t, i_h] * rk[i_t, i_h]))
-                                            / T.reinterpret(T.uint32(f32_bits(D)), "float32"))))), "uint16")
-                for i_t, i_d in T.grid(B_t, B_d):
-                    _t2[i_t, i_d] = T.float32(-0.0)
-                for r_h in T.serial(N_h):
-                    for i_t, i_d in T.grid(B_t, B_d):
-                        _t2[i_t, i_d] = (_t2[i_t, i_d]
-                            + (
-                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                    decode_bf16(T.cast(grad_out[((b_t * B_t) + i_t), r_h, i_d], "uint32")),
-                                    T.float32(0.0))
-                                * T.if_then_else((((b_t * B_t) + i_t) < N_t), gate_score[((b_t * B_t) + i_t), r_h],
-                                    T.float32(0.0))))
-                for i_t, i_d in T.grid(B_t, B_d):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        grad_v[((b_t * B_t) + i_t), i_d] = T.cast(encode_bf16(_t2[i_t, i_d]), "uint16")
-                for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                    gxk[i_t, i_h, i_d] = T.Select((((b_t * B_t) + i_t) < N_t),
-                        ((gz[i_t, i_h] * xf[i_t, i_h, i_d]) * kf[i_t, i_h, i_d]), T.float32(0.0))
-                T.reduce_sum(gxk, grad_w_tile, dim=0)
-                for i_h, i_d in T.grid(B_h, B_d):
-                    carry_grad_w[i_h, i_d] = (carry_grad_w[i_h, i_d] + grad_w_tile[i_h, i_d])
-            for i_h, i_d in T.grid(B_h, B_d):
-                scratch_grad_w[bid, ((i_h * D) + i_d)] = carry_grad_w[i_h, i_d]
-        with T.Kernel(T.ceildiv(N_blocksum_grad_w, B_blocksum_grad_w), threads=B_blocksum_grad_w) as (
-                b_blocksum_grad_w,):
-            T.assume(S_k_0 % S_k_g == 0)
-            T.assume(S_k_1 % S_k_g == 0)
-            T.assume(S_v_0 % S_v_g == 0)
-            carry_grad_w = T.alloc_local((B_blocksum_grad_w,), 'float32')
-            T.fill(carry_grad_w, T.float32(0.0))
-            for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
-                for i_blocksum_grad_w in T.grid(B_blocksum_grad_w):
-                    carry_grad_w[i_blocksum_grad_w] = (carry_grad_w[i_blocksum_grad_w]
-                        + T.if_then_else((((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w)
-                                < N_blocksum_grad_w),
-                            scratch_grad_w[part, ((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w)],
-                            T.float32(0.0)))
-            for i_blocksum_grad_w in T.grid(B_blocksum_grad_w):
-                if (((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w) < N_blocksum_grad_w):
-                    T.atomic_add(
-                        grad_w[T.floordiv(((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w), D),
-                            T.floormod(((b_blocksum_grad_w * B_blocksum_grad_w) + i_blocksum_grad_w), D)],
-                        carry_grad_w[i_blocksum_grad_w])
-
-    return kernel
-
-
-def build_with_image_token_mask(HC, D, clamp_value, *, threads, block_t, blocks):
-    T_ = T.dynamic("T")
-    S_k_0 = T.dynamic("S_k_0")
-    S_k_1 = T.dynamic("S_k_1")
-    S_v_0 = T.dynamic("S_v_0")
-    N_t = T_
-    N_h = HC
-    N_d = D
-    N_blocksum_grad_w = (HC * D)
-    B_h = N_h
-    B_d = N_d
-    B_t = block_t
-    B_blocksum_grad_w = min(128, threads)
-    if not ((((((((((((((((((((((((4 * B_t) * B_d) + (4 * B_t)) + ((4 * B_t) * B_d)) + ((4 * B_t) * B_h))
-                                + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h)) + ((4 * B_h) * B_d)) + ((4 * B_t) * B_h))
-                                + ((4 * B_t) * B_h)) + ((4 * B_t) * B_h)) + (((4 * B_t) * B_h) * B_d))
-                                + ((4 * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d))
-                                + ((4 * B_t) * B_h)) + (1 * B_t)) + (((4 * B_t) * B_h) * B_d)) + ((4 * B_t) * B_h))
-                            + ((4 * B_t) * B_h)) + ((4 * B_h) * B_d)) + (((4 * B_t) * B_h) * B_d)) <= 8388608)):
-        raise ValueError(
-            "engram_gate_bwd: at these sizes the tiles of a block would take more than 8388608 bytes, the cpu "
-            "profile's max_tile_bytes")
-    S_k_g = vector_granule('uint16', D)
-    S_v_g = vector_granule('uint16', D)
-
-    @T.prim_func
-    def kernel(
-        grad_out: T.Tensor((T_, HC, D), 'uint16'),
-        hidden_states: T.Tensor((T_, HC, D), 'uint16'),
-        k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'uint16'),
-        v: T.StridedTensor((T_, D), (S_v_0, 1), 'uint16'),
-        weight_fused: T.Tensor((HC, D), 'float32'),
-        dot: T.Tensor((T_, HC), 'float32'),
-        gate_score: T.Tensor((T_, HC), 'float32'),
-        rstd_x: T.Tensor((T_, HC), 'float32'),
-        rstd_k: T.Tensor((T_, HC), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        grad_x: T.Tensor((T_, HC, D), 'uint16'),
-        grad_k: T.Tensor((T_, HC, D), 'uint16'),
-        grad_v: T.Tensor((T_, D), 'uint16'),
-        grad_w: T.Tensor((HC, D), 'float32'),
-        scratch_grad_w: T.Tensor((blocks, (HC * D)), 'float32'),
-    ):
-        with T.Kernel(blocks, threads=threads) as (bid,):
-            T.assume(S_k_0 % S_k_g == 0)
-            T.assume(S_k_1 % S_k_g == 0)
-            T.assume(S_v_0 % S_v_g == 0)
-            w = T.alloc_local((B_h, B_d), 'float32')
-            carry_grad_w = T.alloc_local((B_h, B_d), 'float32')
-            go = T.alloc_local((B_t, B_h, B_d), 'float32')
-            xf = T.alloc_local((B_t, B_h, B_d), 'float32')
-            kf = T.alloc_local((B_t, B_h, B_d), 'float32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            rx = T.alloc_local((B_t, B_h), 'float32')
-            rk = T.alloc_local((B_t, B_h), 'float32')
-            dt = T.alloc_local((B_t, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_d), 'float32')
-            gv = T.alloc_local((B_t, B_h, B_d), 'float32')
-            dgate = T.alloc_local((B_t, B_h), 'float32')
-            c = T.alloc_local((B_t, B_h), 'float32')
-            ad = T.alloc_local((B_t, B_h), 'float32')
-            big = T.alloc_local((B_t, B_h), 'float32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            img = T.alloc_local((B_t,), 'bool')
-            gz = T.alloc_local((B_t, B_h), 'float32')
-            _t2 = T.alloc_local((B_t, B_d), 'float32')
-            gxk = T.alloc_local((B_t, B_h, B_d), 'float32')
-            grad_w_tile = T.alloc_local((B_h, B_d), 'float32')
-            for i_h, i_d in T.grid(B_h, B_d):
-                w[i_h, i_d] = weight_fused[i_h, i_d]
-            T.fill(carry_grad_w, T.float32(0.0))
-            for tile in T.serial(
-                    T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
-                b_t = (bid + (tile * blocks))
-                for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                    go[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        decode_bf16(T.cast(grad_out[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-                for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                    xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        decode_bf16(T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-                for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                    kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        decode_bf16(T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-                for i_t, i_h in T.grid(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), gate_score[((b_t * B_t) + i_t), i_h],
-                        T.float32(0.0))
-                for i_t, i_h in T.grid(B_t, B_h):
-                    rx[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd_x[((b_t * B_t) + i_t), i_h],
-                        T.float32(0.0))
-                for i_t, i_h in T.grid(B_t, B_h):
-                    rk[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd_k[((b_t * B_t) + i_t), i_h],
-                        T.float32(0.0))
-                for i_t, i_h in T.grid(B_t, B_h):
-                    dt[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), dot[((b_t * B_t) + i_t), i_h],
-                        T.float32(0.0))
-                for i_t, i_d in T.grid(B_t, B_d):
-                    _t0[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
-                for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                    gv[i_t, i_h, i_d] = (go[i_t, i_h, i_d] * _t0[i_t, i_d])
-                T.reduce_sum(gv, dgate, dim=2)
-                for i_t, i_h in T.grid(B_t, B_h):
-                    c[i_t, i_h] = (((T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32")))
-                            * rx[i_t, i_h]) * rk[i_t, i_h])
-                    ad[i_t, i_h] = T.max(dt[i_t, i_h], (-dt[i_t, i_h]))
-                    big[i_t, i_h] = ((((dgate[i_t, i_h] * g[i_t, i_h]) * (T.float32(1.0) - g[i_t, i_h]))
-                            * T.float32(0.5)) * T.sqrt((c[i_t, i_h] / ad[i_t, i_h])))
-                for i_t in T.grid(B_t):
-                    _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-                for i_t in T.grid(B_t):
-                    img[i_t] = (_t1[i_t] != T.int32(0))
-                for i_t, i_h in T.grid(B_t, B_h):
-                    gz[i_t, i_h] = T.Select((img[i_t]
-                            | ((ad[i_t, i_h] * c[i_t, i_h])
-                                < T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32"))), T.float32(0.0),
-                        big[i_t, i_h])
-                for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        grad_x[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
-                            encode_bf16(
-                                T.Select(img[i_t], go[i_t, i_h, i_d],
-                                    (go[i_t, i_h, i_d]
+                        if not with_image_token_mask:
+                            grad_x[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
+                                encode_bf16((go[i_t, i_h, i_d]
                                         + (gz[i_t, i_h]
                                             * ((kf[i_t, i_h, i_d] * w[i_h, i_d])
                                                 - (((xf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rx[i_t, i_h] * rx[i_t, i_h]))
-                                                / T.reinterpret(T.uint32(f32_bits(D)), "float32"))))))), "uint16")
-                        grad_k[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
-                            encode_bf16(
-                                T.Select(img[i_t], T.float32(0.0),
-                                    (gz[i_t, i_h]
+                                                    / T.reinterpret(T.uint32(f32_bits(D)), "float32")))))), "uint16")
+                            grad_k[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
+                                encode_bf16((gz[i_t, i_h]
                                         * ((xf[i_t, i_h, i_d] * w[i_h, i_d])
                                             - (((kf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rk[i_t, i_h] * rk[i_t, i_h]))
-                                                / T.reinterpret(T.uint32(f32_bits(D)), "float32")))))), "uint16")
+                                                / T.reinterpret(T.uint32(f32_bits(D)), "float32"))))), "uint16")
+                        if with_image_token_mask:
+                            grad_x[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
+                                encode_bf16(
+                                    T.Select(img[i_t], go[i_t, i_h, i_d],
+                                        (go[i_t, i_h, i_d]
+                                            + (gz[i_t, i_h]
+                                                * ((kf[i_t, i_h, i_d] * w[i_h, i_d])
+                                                    - (((xf[i_t, i_h, i_d] * dt[i_t, i_h])
+                                                    * (rx[i_t, i_h] * rx[i_t, i_h]))
+                                                    / T.reinterpret(T.uint32(f32_bits(D)), "float32"))))))), "uint16")
+                            grad_k[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
+                                encode_bf16(
+                                    T.Select(img[i_t], T.float32(0.0),
+                                        (gz[i_t, i_h]
+                                            * ((xf[i_t, i_h, i_d] * w[i_h, i_d])
+                                                - (((kf[i_t, i_h, i_d] * dt[i_t, i_h]) * (rk[i_t, i_h] * rk[i_t, i_h]))
+                                                    / T.reinterpret(T.uint32(f32_bits(D)), "float32")))))), "uint16")
                 for i_t, i_d in T.grid(B_t, B_d):
                     _t2[i_t, i_d] = T.float32(-0.0)
                 for r_h in T.serial(N_h):
@@ -333,12 +199,19 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads, block_t, blocks)
                                     T.float32(0.0))))
                 for i_t, i_d in T.grid(B_t, B_d):
                     if (((b_t * B_t) + i_t) < N_t):
-                        grad_v[((b_t * B_t) + i_t), i_d] = T.cast(
-                            encode_bf16(T.Select(img[i_t], T.float32(0.0), _t2[i_t, i_d])), "uint16")
+                        if not with_image_token_mask:
+                            grad_v[((b_t * B_t) + i_t), i_d] = T.cast(encode_bf16(_t2[i_t, i_d]), "uint16")
+                        if with_image_token_mask:
+                            grad_v[((b_t * B_t) + i_t), i_d] = T.cast(
+                                encode_bf16(T.Select(img[i_t], T.float32(0.0), _t2[i_t, i_d])), "uint16")
                 for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                    gxk[i_t, i_h, i_d] = T.Select((((b_t * B_t) + i_t) < N_t),
-                        T.Select(img[i_t], T.float32(0.0), ((gz[i_t, i_h] * xf[i_t, i_h, i_d]) * kf[i_t, i_h, i_d])),
-                        T.float32(0.0))
+                    if not with_image_token_mask:
+                        gxk[i_t, i_h, i_d] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            ((gz[i_t, i_h] * xf[i_t, i_h, i_d]) * kf[i_t, i_h, i_d]), T.float32(0.0))
+                    if with_image_token_mask:
+                        gxk[i_t, i_h, i_d] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select(img[i_t], T.float32(0.0),
+                                ((gz[i_t, i_h] * xf[i_t, i_h, i_d]) * kf[i_t, i_h, i_d])), T.float32(0.0))
                 T.reduce_sum(gxk, grad_w_tile, dim=0)
                 for i_h, i_d in T.grid(B_h, B_d):
                     carry_grad_w[i_h, i_d] = (carry_grad_w[i_h, i_d] + grad_w_tile[i_h, i_d])
@@ -366,3 +239,8 @@ def build_with_image_token_mask(HC, D, clamp_value, *, threads, block_t, blocks)
                         carry_grad_w[i_blocksum_grad_w])
 
     return kernel
+
+
+# the variants of the shared factories
+build_base = specialize(make_variants, False)
+build_with_image_token_mask = specialize(make_variants, True)

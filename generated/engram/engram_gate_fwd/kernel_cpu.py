@@ -21,7 +21,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def build_false(HC, D, eps, clamp_value, *, threads, block_t):
+def make_variants(save_for_backward, with_image_token_mask, HC, D, eps, clamp_value, *, threads, block_t):
     T_ = T.dynamic("T")
     S_k_0 = T.dynamic("S_k_0")
     S_k_1 = T.dynamic("S_k_1")
@@ -41,7 +41,12 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t):
         k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'uint16'),
         v: T.StridedTensor((T_, D), (S_v_0, 1), 'uint16'),
         weight_fused: T.Tensor((HC, D), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32') if with_image_token_mask else None,
         output: T.Tensor((T_, HC, D), 'uint16'),
+        dot: T.Tensor((T_, HC), 'float32') if save_for_backward else None,
+        gate_score: T.Tensor((T_, HC), 'float32') if save_for_backward else None,
+        rstd_x: T.Tensor((T_, HC), 'float32') if save_for_backward else None,
+        rstd_k: T.Tensor((T_, HC), 'float32') if save_for_backward else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             T.assume(S_k_0 % S_k_g == 0)
@@ -62,6 +67,8 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t):
             az = T.alloc_local((B_t, B_h), 'float32')
             a = T.alloc_local((B_t, B_h), 'float32')
             gate_score_tile = T.alloc_local((B_t, B_h), 'float32')
+            if with_image_token_mask:
+                _t3 = T.alloc_local((B_t,), 'int32')
             _t4 = T.alloc_local((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
                 xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
@@ -80,12 +87,21 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t):
             for i_t, i_h in T.grid(B_t, B_h):
                 rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
+                if save_for_backward:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        rstd_x[((b_t * B_t) + i_t), i_h] = rstd_x_tile[i_t, i_h]
             T.reduce_sum(k2, _t2, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
                 rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
+                if save_for_backward:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        rstd_k[((b_t * B_t) + i_t), i_h] = rstd_k_tile[i_t, i_h]
             T.reduce_sum(xwk, dot_tile, dim=2)
             for i_t, i_h in T.grid(B_t, B_h):
+                if save_for_backward:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        dot[((b_t * B_t) + i_t), i_h] = dot_tile[i_t, i_h]
                 z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
                     * (T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))))
                 az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
@@ -95,305 +111,32 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t):
                 gate_score_tile[i_t, i_h] = (T.float32(1.0)
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
+                if save_for_backward:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        gate_score[((b_t * B_t) + i_t), i_h] = gate_score_tile[i_t, i_h]
+            if with_image_token_mask:
+                for i_t in T.grid(B_t):
+                    _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t, i_d in T.grid(B_t, B_d):
                 _t4[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                     decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
             for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
                 if (((b_t * B_t) + i_t) < N_t):
-                    output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
-                        encode_bf16((xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "uint16")
+                    if not with_image_token_mask:
+                        output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
+                            encode_bf16((xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "uint16")
+                    if with_image_token_mask:
+                        output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
+                            encode_bf16(
+                                T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
+                                    (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])))), "uint16")
 
     return kernel
 
 
-def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_t):
-    T_ = T.dynamic("T")
-    S_k_0 = T.dynamic("S_k_0")
-    S_k_1 = T.dynamic("S_k_1")
-    S_v_0 = T.dynamic("S_v_0")
-    N_t = T_
-    N_h = HC
-    N_d = D
-    B_h = N_h
-    B_d = N_d
-    B_t = block_t
-    S_k_g = vector_granule('uint16', D)
-    S_v_g = vector_granule('uint16', D)
-
-    @T.prim_func
-    def kernel(
-        hidden_states: T.Tensor((T_, HC, D), 'uint16'),
-        k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'uint16'),
-        v: T.StridedTensor((T_, D), (S_v_0, 1), 'uint16'),
-        weight_fused: T.Tensor((HC, D), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        output: T.Tensor((T_, HC, D), 'uint16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            T.assume(S_k_0 % S_k_g == 0)
-            T.assume(S_k_1 % S_k_g == 0)
-            T.assume(S_v_0 % S_v_g == 0)
-            xf = T.alloc_local((B_t, B_h, B_d), 'float32')
-            kf = T.alloc_local((B_t, B_h, B_d), 'float32')
-            x2 = T.alloc_local((B_t, B_h, B_d), 'float32')
-            k2 = T.alloc_local((B_t, B_h, B_d), 'float32')
-            _t0 = T.alloc_local((B_h, B_d), 'float32')
-            xwk = T.alloc_local((B_t, B_h, B_d), 'float32')
-            _t1 = T.alloc_local((B_t, B_h), 'float32')
-            rstd_x_tile = T.alloc_local((B_t, B_h), 'float32')
-            _t2 = T.alloc_local((B_t, B_h), 'float32')
-            rstd_k_tile = T.alloc_local((B_t, B_h), 'float32')
-            dot_tile = T.alloc_local((B_t, B_h), 'float32')
-            z = T.alloc_local((B_t, B_h), 'float32')
-            az = T.alloc_local((B_t, B_h), 'float32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            gate_score_tile = T.alloc_local((B_t, B_h), 'float32')
-            _t3 = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((B_t, B_d), 'float32')
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                x2[i_t, i_h, i_d] = (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d])
-                k2[i_t, i_h, i_d] = (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d])
-            for i_h, i_d in T.grid(B_h, B_d):
-                _t0[i_h, i_d] = weight_fused[i_h, i_d]
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xwk[i_t, i_h, i_d] = ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d])
-            T.reduce_sum(x2, _t1, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-            T.reduce_sum(k2, _t2, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-            T.reduce_sum(xwk, dot_tile, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
-                    * (T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))))
-                az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
-                a[i_t, i_h] = T.sqrt(
-                    T.Select((az[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")), az[i_t, i_h],
-                        T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")))
-                gate_score_tile[i_t, i_h] = (T.float32(1.0)
-                    / (T.float32(1.0)
-                        + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-            for i_t in T.grid(B_t):
-                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t, i_d in T.grid(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                if (((b_t * B_t) + i_t) < N_t):
-                    output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
-                        encode_bf16(
-                            T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
-                                (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])))), "uint16")
-
-    return kernel
-
-
-def build_true(HC, D, eps, clamp_value, *, threads, block_t):
-    T_ = T.dynamic("T")
-    S_k_0 = T.dynamic("S_k_0")
-    S_k_1 = T.dynamic("S_k_1")
-    S_v_0 = T.dynamic("S_v_0")
-    N_t = T_
-    N_h = HC
-    N_d = D
-    B_h = N_h
-    B_d = N_d
-    B_t = block_t
-    S_k_g = vector_granule('uint16', D)
-    S_v_g = vector_granule('uint16', D)
-
-    @T.prim_func
-    def kernel(
-        hidden_states: T.Tensor((T_, HC, D), 'uint16'),
-        k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'uint16'),
-        v: T.StridedTensor((T_, D), (S_v_0, 1), 'uint16'),
-        weight_fused: T.Tensor((HC, D), 'float32'),
-        output: T.Tensor((T_, HC, D), 'uint16'),
-        dot: T.Tensor((T_, HC), 'float32'),
-        gate_score: T.Tensor((T_, HC), 'float32'),
-        rstd_x: T.Tensor((T_, HC), 'float32'),
-        rstd_k: T.Tensor((T_, HC), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            T.assume(S_k_0 % S_k_g == 0)
-            T.assume(S_k_1 % S_k_g == 0)
-            T.assume(S_v_0 % S_v_g == 0)
-            xf = T.alloc_local((B_t, B_h, B_d), 'float32')
-            kf = T.alloc_local((B_t, B_h, B_d), 'float32')
-            x2 = T.alloc_local((B_t, B_h, B_d), 'float32')
-            k2 = T.alloc_local((B_t, B_h, B_d), 'float32')
-            _t0 = T.alloc_local((B_h, B_d), 'float32')
-            xwk = T.alloc_local((B_t, B_h, B_d), 'float32')
-            _t1 = T.alloc_local((B_t, B_h), 'float32')
-            rstd_x_tile = T.alloc_local((B_t, B_h), 'float32')
-            _t2 = T.alloc_local((B_t, B_h), 'float32')
-            rstd_k_tile = T.alloc_local((B_t, B_h), 'float32')
-            dot_tile = T.alloc_local((B_t, B_h), 'float32')
-            z = T.alloc_local((B_t, B_h), 'float32')
-            az = T.alloc_local((B_t, B_h), 'float32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            gate_score_tile = T.alloc_local((B_t, B_h), 'float32')
-            _t4 = T.alloc_local((B_t, B_d), 'float32')
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                x2[i_t, i_h, i_d] = (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d])
-                k2[i_t, i_h, i_d] = (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d])
-            for i_h, i_d in T.grid(B_h, B_d):
-                _t0[i_h, i_d] = weight_fused[i_h, i_d]
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xwk[i_t, i_h, i_d] = ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d])
-            T.reduce_sum(x2, _t1, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd_x[((b_t * B_t) + i_t), i_h] = rstd_x_tile[i_t, i_h]
-            T.reduce_sum(k2, _t2, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd_k[((b_t * B_t) + i_t), i_h] = rstd_k_tile[i_t, i_h]
-            T.reduce_sum(xwk, dot_tile, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    dot[((b_t * B_t) + i_t), i_h] = dot_tile[i_t, i_h]
-                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
-                    * (T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))))
-                az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
-                a[i_t, i_h] = T.sqrt(
-                    T.Select((az[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")), az[i_t, i_h],
-                        T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")))
-                gate_score_tile[i_t, i_h] = (T.float32(1.0)
-                    / (T.float32(1.0)
-                        + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-                if (((b_t * B_t) + i_t) < N_t):
-                    gate_score[((b_t * B_t) + i_t), i_h] = gate_score_tile[i_t, i_h]
-            for i_t, i_d in T.grid(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                if (((b_t * B_t) + i_t) < N_t):
-                    output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
-                        encode_bf16((xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "uint16")
-
-    return kernel
-
-
-def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_t):
-    T_ = T.dynamic("T")
-    S_k_0 = T.dynamic("S_k_0")
-    S_k_1 = T.dynamic("S_k_1")
-    S_v_0 = T.dynamic("S_v_0")
-    N_t = T_
-    N_h = HC
-    N_d = D
-    B_h = N_h
-    B_d = N_d
-    B_t = block_t
-    S_k_g = vector_granule('uint16', D)
-    S_v_g = vector_granule('uint16', D)
-
-    @T.prim_func
-    def kernel(
-        hidden_states: T.Tensor((T_, HC, D), 'uint16'),
-        k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'uint16'),
-        v: T.StridedTensor((T_, D), (S_v_0, 1), 'uint16'),
-        weight_fused: T.Tensor((HC, D), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        output: T.Tensor((T_, HC, D), 'uint16'),
-        dot: T.Tensor((T_, HC), 'float32'),
-        gate_score: T.Tensor((T_, HC), 'float32'),
-        rstd_x: T.Tensor((T_, HC), 'float32'),
-        rstd_k: T.Tensor((T_, HC), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            T.assume(S_k_0 % S_k_g == 0)
-            T.assume(S_k_1 % S_k_g == 0)
-            T.assume(S_v_0 % S_v_g == 0)
-            xf = T.alloc_local((B_t, B_h, B_d), 'float32')
-            kf = T.alloc_local((B_t, B_h, B_d), 'float32')
-            x2 = T.alloc_local((B_t, B_h, B_d), 'float32')
-            k2 = T.alloc_local((B_t, B_h, B_d), 'float32')
-            _t0 = T.alloc_local((B_h, B_d), 'float32')
-            xwk = T.alloc_local((B_t, B_h, B_d), 'float32')
-            _t1 = T.alloc_local((B_t, B_h), 'float32')
-            rstd_x_tile = T.alloc_local((B_t, B_h), 'float32')
-            _t2 = T.alloc_local((B_t, B_h), 'float32')
-            rstd_k_tile = T.alloc_local((B_t, B_h), 'float32')
-            dot_tile = T.alloc_local((B_t, B_h), 'float32')
-            z = T.alloc_local((B_t, B_h), 'float32')
-            az = T.alloc_local((B_t, B_h), 'float32')
-            a = T.alloc_local((B_t, B_h), 'float32')
-            gate_score_tile = T.alloc_local((B_t, B_h), 'float32')
-            _t3 = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((B_t, B_d), 'float32')
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(hidden_states[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(k[((b_t * B_t) + i_t), i_h, i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                x2[i_t, i_h, i_d] = (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d])
-                k2[i_t, i_h, i_d] = (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d])
-            for i_h, i_d in T.grid(B_h, B_d):
-                _t0[i_h, i_d] = weight_fused[i_h, i_d]
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                xwk[i_t, i_h, i_d] = ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d])
-            T.reduce_sum(x2, _t1, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd_x[((b_t * B_t) + i_t), i_h] = rstd_x_tile[i_t, i_h]
-            T.reduce_sum(k2, _t2, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.reinterpret(T.uint32(f32_bits(D)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd_k[((b_t * B_t) + i_t), i_h] = rstd_k_tile[i_t, i_h]
-            T.reduce_sum(xwk, dot_tile, dim=2)
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    dot[((b_t * B_t) + i_t), i_h] = dot_tile[i_t, i_h]
-                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
-                    * (T.float32(1.0) / T.sqrt(T.reinterpret(T.uint32(f32_bits(D)), "float32"))))
-                az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
-                a[i_t, i_h] = T.sqrt(
-                    T.Select((az[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")), az[i_t, i_h],
-                        T.reinterpret(T.uint32(f32_bits(clamp_value)), "float32")))
-                gate_score_tile[i_t, i_h] = (T.float32(1.0)
-                    / (T.float32(1.0)
-                        + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-                if (((b_t * B_t) + i_t) < N_t):
-                    gate_score[((b_t * B_t) + i_t), i_h] = gate_score_tile[i_t, i_h]
-            for i_t in T.grid(B_t):
-                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t, i_d in T.grid(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(v[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
-            for i_t, i_h, i_d in T.grid(B_t, B_h, B_d):
-                if (((b_t * B_t) + i_t) < N_t):
-                    output[((b_t * B_t) + i_t), i_h, i_d] = T.cast(
-                        encode_bf16(
-                            T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
-                                (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])))), "uint16")
-
-    return kernel
+# the variants of the shared factories
+build_false = specialize(make_variants, False, False)
+build_false_with_image_token_mask = specialize(make_variants, False, True)
+build_true = specialize(make_variants, True, False)
+build_true_with_image_token_mask = specialize(make_variants, True, True)

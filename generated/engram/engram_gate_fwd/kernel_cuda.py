@@ -19,7 +19,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def build_false(HC, D, eps, clamp_value, *, threads, block_t, block_h):
+def make_variants(save_for_backward, with_image_token_mask, HC, D, eps, clamp_value, *, threads, block_t, block_h):
     T_ = T.dynamic("T")
     S_k_0 = T.dynamic("S_k_0")
     S_k_1 = T.dynamic("S_k_1")
@@ -41,7 +41,12 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t, block_h):
         k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'bfloat16'),
         v: T.StridedTensor((T_, D), (S_v_0, 1), 'bfloat16'),
         weight_fused: T.Tensor((HC, D), 'float32'),
+        image_token_mask: T.Tensor((T_,), 'int32') if with_image_token_mask else None,
         output: T.Tensor((T_, HC, D), 'bfloat16'),
+        dot: T.Tensor((T_, HC), 'float32') if save_for_backward else None,
+        gate_score: T.Tensor((T_, HC), 'float32') if save_for_backward else None,
+        rstd_x: T.Tensor((T_, HC), 'float32') if save_for_backward else None,
+        rstd_k: T.Tensor((T_, HC), 'float32') if save_for_backward else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
@@ -64,6 +69,8 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t, block_h):
             az = T.alloc_fragment((B_t, B_h), 'float32')
             a = T.alloc_fragment((B_t, B_h), 'float32')
             gate_score_tile = T.alloc_fragment((B_t, B_h), 'float32')
+            if with_image_token_mask:
+                _t3 = T.alloc_fragment((B_t,), 'int32')
             _t4 = T.alloc_fragment((B_t, B_d), 'float32')
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
@@ -82,11 +89,20 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t, block_h):
             T.reduce_sum(x2, _t1, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
                 rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.float32(D)) + T.float32(eps)))
+                if save_for_backward:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        rstd_x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_x_tile[i_t, i_h]
             T.reduce_sum(k2, _t2, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
                 rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.float32(D)) + T.float32(eps)))
+                if save_for_backward:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        rstd_k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_k_tile[i_t, i_h]
             T.reduce_sum(xwk, dot_tile, dim=2)
             for i_t, i_h in T.Parallel(B_t, B_h):
+                if save_for_backward:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        dot[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = dot_tile[i_t, i_h]
                 z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
                     * (T.float32(1.0) / T.sqrt(T.float32(D))))
                 az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
@@ -95,309 +111,31 @@ def build_false(HC, D, eps, clamp_value, *, threads, block_t, block_h):
                 gate_score_tile[i_t, i_h] = (T.float32(1.0)
                     / (T.float32(1.0)
                         + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
+                if save_for_backward:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        gate_score[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = gate_score_tile[i_t, i_h]
+            if with_image_token_mask:
+                for i_t in T.Parallel(B_t):
+                    _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_t, i_d in T.Parallel(B_t, B_d):
                 _t4[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
                     T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
             for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
                 if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
-                    output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast((xf[i_t, i_h, i_d]
-                            + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])), "bfloat16")
+                    if not with_image_token_mask:
+                        output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast((xf[i_t, i_h, i_d]
+                                + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])), "bfloat16")
+                    if with_image_token_mask:
+                        output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast(
+                            T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
+                                (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "bfloat16")
 
     return kernel
 
 
-def build_false_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_t, block_h):
-    T_ = T.dynamic("T")
-    S_k_0 = T.dynamic("S_k_0")
-    S_k_1 = T.dynamic("S_k_1")
-    S_v_0 = T.dynamic("S_v_0")
-    N_t = T_
-    N_h = HC
-    N_d = D
-    B_d = pad_pow2(N_d)
-    B_t = block_t
-    B_h = block_h
-    if not (((N_h % B_h) == 0)):
-        raise ValueError('block size of axis h must divide its extent')
-    S_k_g = vector_granule('bfloat16', D)
-    S_v_g = vector_granule('bfloat16', D)
-
-    @T.prim_func
-    def kernel(
-        hidden_states: T.Tensor((T_, HC, D), 'bfloat16'),
-        k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'bfloat16'),
-        v: T.StridedTensor((T_, D), (S_v_0, 1), 'bfloat16'),
-        weight_fused: T.Tensor((HC, D), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        output: T.Tensor((T_, HC, D), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            T.assume(S_k_0 % S_k_g == 0)
-            T.assume(S_k_1 % S_k_g == 0)
-            T.assume(S_v_0 % S_v_g == 0)
-            xf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            kf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            x2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            k2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            _t0 = T.alloc_fragment((B_h, B_d), 'float32')
-            xwk = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
-            rstd_x_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_h), 'float32')
-            rstd_k_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            dot_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            z = T.alloc_fragment((B_t, B_h), 'float32')
-            az = T.alloc_fragment((B_t, B_h), 'float32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            gate_score_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            _t3 = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((B_t, B_d), 'float32')
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(hidden_states[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                x2[i_t, i_h, i_d] = T.Select((i_d < N_d), (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d]), T.float32(0.0))
-                k2[i_t, i_h, i_d] = T.Select((i_d < N_d), (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d]), T.float32(0.0))
-            for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[((b_h * B_h) + i_h), i_d], T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xwk[i_t, i_h, i_d] = T.Select((i_d < N_d), ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d]),
-                    T.float32(0.0))
-            T.reduce_sum(x2, _t1, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-            T.reduce_sum(k2, _t2, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-            T.reduce_sum(xwk, dot_tile, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
-                    * (T.float32(1.0) / T.sqrt(T.float32(D))))
-                az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
-                a[i_t, i_h] = T.sqrt(
-                    T.Select((az[i_t, i_h] > T.float32(clamp_value)), az[i_t, i_h], T.float32(clamp_value)))
-                gate_score_tile[i_t, i_h] = (T.float32(1.0)
-                    / (T.float32(1.0)
-                        + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-            for i_t in T.Parallel(B_t):
-                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t, i_d in T.Parallel(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
-                    output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast(
-                        T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
-                            (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "bfloat16")
-
-    return kernel
-
-
-def build_true(HC, D, eps, clamp_value, *, threads, block_t, block_h):
-    T_ = T.dynamic("T")
-    S_k_0 = T.dynamic("S_k_0")
-    S_k_1 = T.dynamic("S_k_1")
-    S_v_0 = T.dynamic("S_v_0")
-    N_t = T_
-    N_h = HC
-    N_d = D
-    B_d = pad_pow2(N_d)
-    B_t = block_t
-    B_h = block_h
-    if not (((N_h % B_h) == 0)):
-        raise ValueError('block size of axis h must divide its extent')
-    S_k_g = vector_granule('bfloat16', D)
-    S_v_g = vector_granule('bfloat16', D)
-
-    @T.prim_func
-    def kernel(
-        hidden_states: T.Tensor((T_, HC, D), 'bfloat16'),
-        k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'bfloat16'),
-        v: T.StridedTensor((T_, D), (S_v_0, 1), 'bfloat16'),
-        weight_fused: T.Tensor((HC, D), 'float32'),
-        output: T.Tensor((T_, HC, D), 'bfloat16'),
-        dot: T.Tensor((T_, HC), 'float32'),
-        gate_score: T.Tensor((T_, HC), 'float32'),
-        rstd_x: T.Tensor((T_, HC), 'float32'),
-        rstd_k: T.Tensor((T_, HC), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            T.assume(S_k_0 % S_k_g == 0)
-            T.assume(S_k_1 % S_k_g == 0)
-            T.assume(S_v_0 % S_v_g == 0)
-            xf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            kf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            x2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            k2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            _t0 = T.alloc_fragment((B_h, B_d), 'float32')
-            xwk = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
-            rstd_x_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_h), 'float32')
-            rstd_k_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            dot_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            z = T.alloc_fragment((B_t, B_h), 'float32')
-            az = T.alloc_fragment((B_t, B_h), 'float32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            gate_score_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            _t4 = T.alloc_fragment((B_t, B_d), 'float32')
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(hidden_states[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                x2[i_t, i_h, i_d] = T.Select((i_d < N_d), (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d]), T.float32(0.0))
-                k2[i_t, i_h, i_d] = T.Select((i_d < N_d), (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d]), T.float32(0.0))
-            for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[((b_h * B_h) + i_h), i_d], T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xwk[i_t, i_h, i_d] = T.Select((i_d < N_d), ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d]),
-                    T.float32(0.0))
-            T.reduce_sum(x2, _t1, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd_x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_x_tile[i_t, i_h]
-            T.reduce_sum(k2, _t2, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd_k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_k_tile[i_t, i_h]
-            T.reduce_sum(xwk, dot_tile, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    dot[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = dot_tile[i_t, i_h]
-                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
-                    * (T.float32(1.0) / T.sqrt(T.float32(D))))
-                az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
-                a[i_t, i_h] = T.sqrt(
-                    T.Select((az[i_t, i_h] > T.float32(clamp_value)), az[i_t, i_h], T.float32(clamp_value)))
-                gate_score_tile[i_t, i_h] = (T.float32(1.0)
-                    / (T.float32(1.0)
-                        + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-                if (((b_t * B_t) + i_t) < N_t):
-                    gate_score[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = gate_score_tile[i_t, i_h]
-            for i_t, i_d in T.Parallel(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
-                    output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast((xf[i_t, i_h, i_d]
-                            + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d])), "bfloat16")
-
-    return kernel
-
-
-def build_true_with_image_token_mask(HC, D, eps, clamp_value, *, threads, block_t, block_h):
-    T_ = T.dynamic("T")
-    S_k_0 = T.dynamic("S_k_0")
-    S_k_1 = T.dynamic("S_k_1")
-    S_v_0 = T.dynamic("S_v_0")
-    N_t = T_
-    N_h = HC
-    N_d = D
-    B_d = pad_pow2(N_d)
-    B_t = block_t
-    B_h = block_h
-    if not (((N_h % B_h) == 0)):
-        raise ValueError('block size of axis h must divide its extent')
-    S_k_g = vector_granule('bfloat16', D)
-    S_v_g = vector_granule('bfloat16', D)
-
-    @T.prim_func
-    def kernel(
-        hidden_states: T.Tensor((T_, HC, D), 'bfloat16'),
-        k: T.StridedTensor((T_, HC, D), (S_k_0, S_k_1, 1), 'bfloat16'),
-        v: T.StridedTensor((T_, D), (S_v_0, 1), 'bfloat16'),
-        weight_fused: T.Tensor((HC, D), 'float32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        output: T.Tensor((T_, HC, D), 'bfloat16'),
-        dot: T.Tensor((T_, HC), 'float32'),
-        gate_score: T.Tensor((T_, HC), 'float32'),
-        rstd_x: T.Tensor((T_, HC), 'float32'),
-        rstd_k: T.Tensor((T_, HC), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            T.assume(S_k_0 % S_k_g == 0)
-            T.assume(S_k_1 % S_k_g == 0)
-            T.assume(S_v_0 % S_v_g == 0)
-            xf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            kf = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            x2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            k2 = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            _t0 = T.alloc_fragment((B_h, B_d), 'float32')
-            xwk = T.alloc_fragment((B_t, B_h, B_d), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
-            rstd_x_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_h), 'float32')
-            rstd_k_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            dot_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            z = T.alloc_fragment((B_t, B_h), 'float32')
-            az = T.alloc_fragment((B_t, B_h), 'float32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            gate_score_tile = T.alloc_fragment((B_t, B_h), 'float32')
-            _t3 = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((B_t, B_d), 'float32')
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(hidden_states[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                kf[i_t, i_h, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                x2[i_t, i_h, i_d] = T.Select((i_d < N_d), (xf[i_t, i_h, i_d] * xf[i_t, i_h, i_d]), T.float32(0.0))
-                k2[i_t, i_h, i_d] = T.Select((i_d < N_d), (kf[i_t, i_h, i_d] * kf[i_t, i_h, i_d]), T.float32(0.0))
-            for i_h, i_d in T.Parallel(B_h, B_d):
-                _t0[i_h, i_d] = T.if_then_else((i_d < N_d), weight_fused[((b_h * B_h) + i_h), i_d], T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                xwk[i_t, i_h, i_d] = T.Select((i_d < N_d), ((xf[i_t, i_h, i_d] * _t0[i_h, i_d]) * kf[i_t, i_h, i_d]),
-                    T.float32(0.0))
-            T.reduce_sum(x2, _t1, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                rstd_x_tile[i_t, i_h] = T.rsqrt(((_t1[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd_x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_x_tile[i_t, i_h]
-            T.reduce_sum(k2, _t2, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                rstd_k_tile[i_t, i_h] = T.rsqrt(((_t2[i_t, i_h] / T.float32(D)) + T.float32(eps)))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd_k[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = rstd_k_tile[i_t, i_h]
-            T.reduce_sum(xwk, dot_tile, dim=2)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    dot[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = dot_tile[i_t, i_h]
-                z[i_t, i_h] = (((dot_tile[i_t, i_h] * rstd_x_tile[i_t, i_h]) * rstd_k_tile[i_t, i_h])
-                    * (T.float32(1.0) / T.sqrt(T.float32(D))))
-                az[i_t, i_h] = T.max(z[i_t, i_h], (-z[i_t, i_h]))
-                a[i_t, i_h] = T.sqrt(
-                    T.Select((az[i_t, i_h] > T.float32(clamp_value)), az[i_t, i_h], T.float32(clamp_value)))
-                gate_score_tile[i_t, i_h] = (T.float32(1.0)
-                    / (T.float32(1.0)
-                        + T.exp((-T.Select((z[i_t, i_h] < T.float32(0.0)), (-a[i_t, i_h]), a[i_t, i_h])))))
-                if (((b_t * B_t) + i_t) < N_t):
-                    gate_score[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = gate_score_tile[i_t, i_h]
-            for i_t in T.Parallel(B_t):
-                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t, i_d in T.Parallel(B_t, B_d):
-                _t4[i_t, i_d] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)),
-                    T.cast(v[((b_t * B_t) + i_t), i_d], "float32"), T.float32(0.0))
-            for i_t, i_h, i_d in T.Parallel(B_t, B_h, B_d):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
-                    output[((b_t * B_t) + i_t), ((b_h * B_h) + i_h), i_d] = T.cast(
-                        T.Select((_t3[i_t] != T.int32(0)), xf[i_t, i_h, i_d],
-                            (xf[i_t, i_h, i_d] + (gate_score_tile[i_t, i_h] * _t4[i_t, i_d]))), "bfloat16")
-
-    return kernel
+# the variants of the shared factories
+build_false = specialize(make_variants, False, False)
+build_false_with_image_token_mask = specialize(make_variants, False, True)
+build_true = specialize(make_variants, True, False)
+build_true_with_image_token_mask = specialize(make_variants, True, True)

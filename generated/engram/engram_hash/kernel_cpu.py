@@ -19,7 +19,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def build_base(L, N, M, *, threads, block_t, tile_elems):
+def make_variants(with_image_token_mask, L, N, M, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_l = L
@@ -38,6 +38,7 @@ def build_base(L, N, M, *, threads, block_t, tile_elems):
         multipliers: T.Tensor((L, N), 'int64'),
         vocab_sizes: T.Tensor((L, (N - 1), M), 'int32'),
         offsets: T.Tensor((L, ((N - 1) * M)), 'int32'),
+        image_token_mask: T.Tensor((T_,), 'int32') if with_image_token_mask else None,
         indices: T.Tensor((L, T_, ((N - 1) * M)), 'int32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_l, B_l) * T.ceildiv(N_n, B_n), threads=threads) as (pid,):
@@ -47,6 +48,8 @@ def build_base(L, N, M, *, threads, block_t, tile_elems):
             h = T.alloc_local((B_t, B_l, B_n), 'int64')
             _t2 = T.alloc_local((B_l, B_n, B_j), 'int32')
             r = T.alloc_local((B_t, B_l, B_n, B_j), 'int64')
+            if with_image_token_mask:
+                _t3 = T.alloc_local((B_t,), 'int32')
             _t4 = T.alloc_local((B_l, B_n, B_j), 'int32')
             for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
                 h[i_t, i_l, i_n] = T.int64(0)
@@ -68,76 +71,26 @@ def build_base(L, N, M, *, threads, block_t, tile_elems):
                         T.Select(((T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(0))
                                 | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(1),
                             T.cast(_t2[i_l, i_n, i_j], "int64"))))
+            if with_image_token_mask:
+                for i_t in T.grid(B_t):
+                    _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
             for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
                 _t4[i_l, i_n, i_j] = T.cast(offsets[((b_l * B_l) + i_l), ((((b_n * B_n) + i_n) * N_j) + i_j)], "int32")
             for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):
                 if (((b_t * B_t) + i_t) < N_t):
-                    indices[((b_l * B_l) + i_l), ((b_t * B_t) + i_t), ((((b_n * B_n) + i_n) * N_j) + i_j)] = T.cast(
-                        T.cast((r[i_t, i_l, i_n, i_j] + T.cast(_t4[i_l, i_n, i_j], "int64")), "int32"), "int32")
+                    if not with_image_token_mask:
+                        indices[((b_l * B_l) + i_l), ((b_t * B_t) + i_t), ((((b_n * B_n) + i_n) * N_j) + i_j)] = T.cast(
+                            T.cast((r[i_t, i_l, i_n, i_j] + T.cast(_t4[i_l, i_n, i_j], "int64")), "int32"), "int32")
+                    if with_image_token_mask:
+                        indices[((b_l * B_l) + i_l), ((b_t * B_t) + i_t), ((((b_n * B_n) + i_n) * N_j) + i_j)] = T.cast(
+                            T.Select((_t3[i_t] != T.int32(0)), T.int32(-1),
+                                T.cast((r[i_t, i_l, i_n, i_j] + T.cast(_t4[i_l, i_n, i_j], "int64")), "int32")),
+                            "int32")
 
     return kernel
 
 
-def build_with_image_token_mask(L, N, M, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_l = L
-    N_i = N
-    N_n = (N - 1)
-    N_j = M
-    B_i = N_i
-    B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, B_j)
-    B_l = pick_block(N_l, max(1, (tile_elems // (B_t * B_j))), 1)
-    B_n = pick_block(N_n, max(1, (tile_elems // ((B_t * B_l) * B_j))), 1)
-
-    @T.prim_func
-    def kernel(
-        ngram_token_ids: T.Tensor((T_, N), 'int32'),
-        multipliers: T.Tensor((L, N), 'int64'),
-        vocab_sizes: T.Tensor((L, (N - 1), M), 'int32'),
-        offsets: T.Tensor((L, ((N - 1) * M)), 'int32'),
-        image_token_mask: T.Tensor((T_,), 'int32'),
-        indices: T.Tensor((L, T_, ((N - 1) * M)), 'int32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_l, B_l) * T.ceildiv(N_n, B_n), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_l, B_l) * T.ceildiv(N_n, B_n))
-            b_l = pid // (T.ceildiv(N_n, B_n)) % T.ceildiv(N_l, B_l)
-            b_n = pid % T.ceildiv(N_n, B_n)
-            h = T.alloc_local((B_t, B_l, B_n), 'int64')
-            _t2 = T.alloc_local((B_l, B_n, B_j), 'int32')
-            r = T.alloc_local((B_t, B_l, B_n, B_j), 'int64')
-            _t3 = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((B_l, B_n, B_j), 'int32')
-            for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
-                h[i_t, i_l, i_n] = T.int64(0)
-            for r_i in T.serial(N_i):
-                for i_t, i_l, i_n in T.grid(B_t, B_l, B_n):
-                    h[i_t, i_l, i_n] = (h[i_t, i_l, i_n]
-                        ^ T.Select((r_i <= (((b_n * B_n) + i_n) + T.int32(1))),
-                            (
-                                T.cast(
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(ngram_token_ids[((b_t * B_t) + i_t), r_i], "int32"), T.int32(0)),
-                                    "int64") * T.cast(multipliers[((b_l * B_l) + i_l), r_i], "int64")), T.int64(0)))
-            for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
-                _t2[i_l, i_n, i_j] = T.cast(vocab_sizes[((b_l * B_l) + i_l), ((b_n * B_n) + i_n), i_j], "int32")
-            for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):
-                r[i_t, i_l, i_n, i_j] = T.Select(((T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(0))
-                        | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(0),
-                    T.floormod(h[i_t, i_l, i_n],
-                        T.Select(((T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(0))
-                                | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(1),
-                            T.cast(_t2[i_l, i_n, i_j], "int64"))))
-            for i_t in T.grid(B_t):
-                _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(image_token_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_l, i_n, i_j in T.grid(B_l, B_n, B_j):
-                _t4[i_l, i_n, i_j] = T.cast(offsets[((b_l * B_l) + i_l), ((((b_n * B_n) + i_n) * N_j) + i_j)], "int32")
-            for i_t, i_l, i_n, i_j in T.grid(B_t, B_l, B_n, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    indices[((b_l * B_l) + i_l), ((b_t * B_t) + i_t), ((((b_n * B_n) + i_n) * N_j) + i_j)] = T.cast(
-                        T.Select((_t3[i_t] != T.int32(0)), T.int32(-1),
-                            T.cast((r[i_t, i_l, i_n, i_j] + T.cast(_t4[i_l, i_n, i_j], "int64")), "int32")), "int32")
-
-    return kernel
+# the variants of the shared factories
+build_base = specialize(make_variants, False)
+build_with_image_token_mask = specialize(make_variants, True)

@@ -19,8 +19,12 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def make_base(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
+def make_variants(with_weights, with_pos_to_token_topk, with_topk_weights, with_pos_to_expert, with_clamp, H,
+        routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
+    if with_pos_to_token_topk:
+        n_topk_weights = T.dynamic("n_topk_weights")
+        n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
     N_t = T_
     N_s = 2
     N_h = H
@@ -35,10 +39,21 @@ def make_base(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, 
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
         grad_out: T.Tensor((T_, H), STORAGE_x),
+        weights: T.Tensor((T_,), 'float32') if with_weights else None,
+        pos_to_token_topk: T.Tensor((T_,), 'int32') if with_pos_to_token_topk else None,
+        topk_weights: T.Tensor((n_topk_weights,), 'float32') if with_topk_weights else None,
+        pos_to_expert: T.Tensor((T_,), 'int32') if with_pos_to_expert else None,
         x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
         weight_grad: T.Tensor((T_,), 'float32'),
+        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32') if with_pos_to_token_topk else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
+            if with_pos_to_expert:
+                _t0 = T.alloc_fragment((B_t,), 'int32')
+            if with_pos_to_token_topk:
+                _t1 = T.alloc_fragment((B_t,), 'int32')
+            if with_pos_to_expert or with_pos_to_token_topk:
+                pad = T.alloc_fragment((B_t,), 'bool')
             a0 = T.alloc_fragment((B_t, B_h), 'float32')
             b0 = T.alloc_fragment((B_t, B_h), 'float32')
             if with_clamp:
@@ -47,141 +62,138 @@ def make_base(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, 
                 a = T.alloc_fragment((B_t, B_h), 'float32')
                 b = T.alloc_fragment((B_t, B_h), 'float32')
             g = T.alloc_fragment((B_t, B_h), 'float32')
+            if with_pos_to_token_topk:
+                tw = T.alloc_fragment((B_t,), 'float32')
+            if with_weights:
+                wr = T.alloc_fragment((B_t,), 'float32')
             sg = T.alloc_fragment((B_t, B_h), 'float32')
             gws = T.alloc_fragment((B_t, B_h), 'float32')
             da = T.alloc_fragment((B_t, B_h), 'float32')
             db = T.alloc_fragment((B_t, B_h), 'float32')
             ga = T.alloc_fragment((B_t, B_h), 'float32')
             sa = T.alloc_fragment((B_t,), 'float32')
+            if (with_pos_to_token_topk and with_pos_to_expert and with_clamp) or (with_weights and with_pos_to_expert
+                    and not with_clamp) or (with_weights and with_pos_to_token_topk and not with_clamp):
+                for i_t in T.Parallel(B_t):
+                    if with_pos_to_expert:
+                        _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if not with_pos_to_expert:
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            if (with_pos_to_expert and with_clamp) or (not with_weights and with_pos_to_token_topk) or (
+                    with_pos_to_token_topk and with_clamp) or (with_pos_to_token_topk and with_pos_to_expert) or (
+                    not with_weights and with_pos_to_expert):
+                for i_t in T.Parallel(B_t):
+                    if not with_pos_to_token_topk or (not with_weights and with_pos_to_expert and not with_clamp):
+                        _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if (with_pos_to_token_topk and with_clamp) or not with_pos_to_expert or (with_weights
+                            and not with_clamp):
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            if (with_pos_to_expert and with_clamp) or (not with_weights and with_pos_to_token_topk) or (
+                    with_pos_to_token_topk and with_clamp) or (not with_weights and with_pos_to_expert):
+                for i_t in T.Parallel(B_t):
+                    if not with_pos_to_token_topk:
+                        pad[i_t] = (_t0[i_t] < T.int32(0))
+                    if not with_pos_to_expert:
+                        pad[i_t] = (_t1[i_t] < T.int32(0))
+                    if with_pos_to_token_topk and with_pos_to_expert and not with_clamp:
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if with_pos_to_token_topk and with_pos_to_expert and with_clamp:
+                        pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
+            if with_clamp or (not with_weights and not with_pos_to_expert):
+                for i_t, i_h in T.Parallel(B_t, B_h):
+                    a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+            if (with_pos_to_token_topk and with_pos_to_expert and not with_clamp) or (with_weights
+                    and with_pos_to_expert and not with_clamp) or (with_weights and with_pos_to_token_topk
+                    and not with_clamp):
+                for i_t in T.Parallel(B_t):
+                    if with_pos_to_token_topk and with_pos_to_expert:
+                        pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
+                    if not with_pos_to_token_topk:
+                        pad[i_t] = (_t0[i_t] < T.int32(0))
+                    if not with_pos_to_expert:
+                        pad[i_t] = (_t1[i_t] < T.int32(0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_clamp or (not with_weights and not with_pos_to_expert):
+                    b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
+                if (with_pos_to_expert and not with_clamp) or (with_weights and not with_clamp):
+                    a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
+                if not with_weights and not with_pos_to_expert and not with_clamp:
                     g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
                         LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                if with_clamp:
+                if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
                     za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
                     zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                    gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
-                    da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h])
-                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
-                    db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
-                if with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            if with_clamp:
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                    gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
-                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                        ((gws[i_t, i_h] * b[i_t, i_h])
-                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
-                        T.float32(0.0))
-                if with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
-                        T.float32(0.0))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def make_with_pos_to_expert(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            pad = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            if with_clamp:
-                za = T.alloc_fragment((B_t, B_h), 'bool')
-                zb = T.alloc_fragment((B_t, B_h), 'bool')
-                a = T.alloc_fragment((B_t, B_h), 'float32')
-                b = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            sg = T.alloc_fragment((B_t, B_h), 'float32')
-            gws = T.alloc_fragment((B_t, B_h), 'float32')
-            da = T.alloc_fragment((B_t, B_h), 'float32')
-            db = T.alloc_fragment((B_t, B_h), 'float32')
-            ga = T.alloc_fragment((B_t, B_h), 'float32')
-            sa = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                pad[i_t] = (_t0[i_t] < T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                if with_clamp:
+                if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
                     za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
                     zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
                         | pad[i_t])
+                if with_clamp:
                     a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
                     b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                    gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
-                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                        ((gws[i_t, i_h] * b0[i_t, i_h])
-                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-                if with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            if with_clamp:
+                if (with_pos_to_expert and not with_clamp) or (with_weights and not with_clamp):
+                    b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                        LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
+            if with_clamp or with_pos_to_expert or not with_pos_to_token_topk or with_weights:
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                    gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
-                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                        ((gws[i_t, i_h] * b[i_t, i_h])
-                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
+                    if not with_weights and not with_pos_to_expert and not with_clamp:
+                        sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                        gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
+                        da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h])
+                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
+                        db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
+                    if with_clamp or with_pos_to_expert or with_weights:
+                        g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                            LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+            if with_weights and with_pos_to_token_topk:
+                for i_t in T.Parallel(B_t):
+                    tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                            & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+            if with_pos_to_token_topk or with_weights:
+                for i_t in T.Parallel(B_t):
+                    if not with_weights:
+                        tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
+                                & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
+                    if with_weights:
+                        wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)],
+                            T.float32(0.0))
+            if with_clamp or with_pos_to_expert or with_pos_to_token_topk or with_weights:
+                for i_t, i_h in T.Parallel(B_t, B_h):
+                    if with_clamp:
+                        sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
+                    if not with_clamp:
+                        sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
+                    if not with_weights and not with_pos_to_token_topk:
+                        gws[i_t, i_h] = ((g[i_t, i_h] * T.float32(routed_scaling_factor)) * sg[i_t, i_h])
+                    if not with_weights and with_pos_to_token_topk:
+                        gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                    if with_weights and not with_pos_to_token_topk:
+                        gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
+                    if with_weights and with_pos_to_token_topk:
+                        gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor)))
+                            * sg[i_t, i_h])
+                    if with_clamp:
+                        da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
+                            ((gws[i_t, i_h] * b[i_t, i_h])
+                                * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                        db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
+                    if (with_pos_to_expert and not with_clamp) or (with_pos_to_token_topk and not with_clamp):
+                        da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
+                            ((gws[i_t, i_h] * b0[i_t, i_h])
+                                * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
+                        db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
+                    if not with_pos_to_token_topk and not with_pos_to_expert and not with_clamp:
+                        da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h])
+                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
+                        db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
             for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
                 if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
                     x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
@@ -196,686 +208,46 @@ def make_with_pos_to_expert(with_clamp, H, routed_scaling_factor, clamp, x_dtype
             T.reduce_sum(ga, sa, dim=1)
             for i_t in T.Parallel(B_t):
                 if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * T.float32(routed_scaling_factor)))
-
-    return kernel
-
-
-def make_with_pos_to_token_topk_with_topk_weights(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads,
-        block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            pad = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            if with_clamp:
-                za = T.alloc_fragment((B_t, B_h), 'bool')
-                zb = T.alloc_fragment((B_t, B_h), 'bool')
-                a = T.alloc_fragment((B_t, B_h), 'float32')
-                b = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            tw = T.alloc_fragment((B_t,), 'float32')
-            sg = T.alloc_fragment((B_t, B_h), 'float32')
-            gws = T.alloc_fragment((B_t, B_h), 'float32')
-            da = T.alloc_fragment((B_t, B_h), 'float32')
-            db = T.alloc_fragment((B_t, B_h), 'float32')
-            ga = T.alloc_fragment((B_t, B_h), 'float32')
-            sa = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                pad[i_t] = (_t1[i_t] < T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                if with_clamp:
-                    za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                        | pad[i_t])
-                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            if with_clamp:
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                if with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
-                if not with_clamp:
-                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                        ((gws[i_t, i_h] * b0[i_t, i_h])
-                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-                if with_clamp:
-                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                        ((gws[i_t, i_h] * b[i_t, i_h])
-                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
-                        T.float32(0.0))
-                if with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
-                        T.float32(0.0))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]],
-                        T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
-
-    return kernel
-
-
-def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(with_clamp, H, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            pad = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            if with_clamp:
-                za = T.alloc_fragment((B_t, B_h), 'bool')
-                zb = T.alloc_fragment((B_t, B_h), 'bool')
-                a = T.alloc_fragment((B_t, B_h), 'float32')
-                b = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            tw = T.alloc_fragment((B_t,), 'float32')
-            sg = T.alloc_fragment((B_t, B_h), 'float32')
-            gws = T.alloc_fragment((B_t, B_h), 'float32')
-            da = T.alloc_fragment((B_t, B_h), 'float32')
-            db = T.alloc_fragment((B_t, B_h), 'float32')
-            ga = T.alloc_fragment((B_t, B_h), 'float32')
-            sa = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                if with_clamp:
-                    za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                        | pad[i_t])
-                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            if with_clamp:
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                if with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (tw[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
-                if not with_clamp:
-                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                        ((gws[i_t, i_h] * b0[i_t, i_h])
-                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-                if with_clamp:
-                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                        ((gws[i_t, i_h] * b[i_t, i_h])
-                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
-                        T.float32(0.0))
-                if with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
-                        T.float32(0.0))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]],
-                        T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
-
-    return kernel
-
-
-def make_with_weights(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            if with_clamp:
-                za = T.alloc_fragment((B_t, B_h), 'bool')
-                zb = T.alloc_fragment((B_t, B_h), 'bool')
-                a = T.alloc_fragment((B_t, B_h), 'float32')
-                b = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            wr = T.alloc_fragment((B_t,), 'float32')
-            sg = T.alloc_fragment((B_t, B_h), 'float32')
-            gws = T.alloc_fragment((B_t, B_h), 'float32')
-            da = T.alloc_fragment((B_t, B_h), 'float32')
-            db = T.alloc_fragment((B_t, B_h), 'float32')
-            ga = T.alloc_fragment((B_t, B_h), 'float32')
-            sa = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                if with_clamp:
-                    za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
-                    zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            if with_clamp:
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                if with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
-                if not with_clamp:
-                    da[i_t, i_h] = ((gws[i_t, i_h] * b0[i_t, i_h])
-                        * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h]))))
-                    db[i_t, i_h] = (gws[i_t, i_h] * a0[i_t, i_h])
-                if with_clamp:
-                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                        ((gws[i_t, i_h] * b[i_t, i_h])
-                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
-                        T.float32(0.0))
-                if with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
-                        T.float32(0.0))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_expert(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            pad = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            if with_clamp:
-                za = T.alloc_fragment((B_t, B_h), 'bool')
-                zb = T.alloc_fragment((B_t, B_h), 'bool')
-                a = T.alloc_fragment((B_t, B_h), 'float32')
-                b = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            wr = T.alloc_fragment((B_t,), 'float32')
-            sg = T.alloc_fragment((B_t, B_h), 'float32')
-            gws = T.alloc_fragment((B_t, B_h), 'float32')
-            da = T.alloc_fragment((B_t, B_h), 'float32')
-            db = T.alloc_fragment((B_t, B_h), 'float32')
-            ga = T.alloc_fragment((B_t, B_h), 'float32')
-            sa = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                pad[i_t] = (_t0[i_t] < T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                if with_clamp:
-                    za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                        | pad[i_t])
-                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            if with_clamp:
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                if with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * (wr[i_t] * T.float32(routed_scaling_factor))) * sg[i_t, i_h])
-                if not with_clamp:
-                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                        ((gws[i_t, i_h] * b0[i_t, i_h])
-                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-                if with_clamp:
-                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                        ((gws[i_t, i_h] * b[i_t, i_h])
-                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
-                        T.float32(0.0))
-                if with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
-                        T.float32(0.0))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * T.float32(routed_scaling_factor)))
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_token_topk_with_topk_weights(with_clamp, H, routed_scaling_factor, clamp, x_dtype, *,
-        threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            pad = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            if with_clamp:
-                za = T.alloc_fragment((B_t, B_h), 'bool')
-                zb = T.alloc_fragment((B_t, B_h), 'bool')
-                a = T.alloc_fragment((B_t, B_h), 'float32')
-                b = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            tw = T.alloc_fragment((B_t,), 'float32')
-            wr = T.alloc_fragment((B_t,), 'float32')
-            sg = T.alloc_fragment((B_t, B_h), 'float32')
-            gws = T.alloc_fragment((B_t, B_h), 'float32')
-            da = T.alloc_fragment((B_t, B_h), 'float32')
-            db = T.alloc_fragment((B_t, B_h), 'float32')
-            ga = T.alloc_fragment((B_t, B_h), 'float32')
-            sa = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                pad[i_t] = (_t1[i_t] < T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                if with_clamp:
-                    za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                        | pad[i_t])
-                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            if with_clamp:
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                if with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor)))
-                    * sg[i_t, i_h])
-                if not with_clamp:
-                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                        ((gws[i_t, i_h] * b0[i_t, i_h])
-                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-                if with_clamp:
-                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                        ((gws[i_t, i_h] * b[i_t, i_h])
-                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
-                        T.float32(0.0))
-                if with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
-                        T.float32(0.0))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]],
-                        T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(with_clamp, H, routed_scaling_factor,
-        clamp, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    n_topk_weights_grad = T.dynamic("n_topk_weights_grad")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    B_s = N_s
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        grad_out: T.Tensor((T_, H), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        x_grad: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weight_grad: T.Tensor((T_,), 'float32'),
-        topk_weights_grad: T.Tensor((n_topk_weights_grad,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            pad = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            if with_clamp:
-                za = T.alloc_fragment((B_t, B_h), 'bool')
-                zb = T.alloc_fragment((B_t, B_h), 'bool')
-                a = T.alloc_fragment((B_t, B_h), 'float32')
-                b = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            tw = T.alloc_fragment((B_t,), 'float32')
-            wr = T.alloc_fragment((B_t,), 'float32')
-            sg = T.alloc_fragment((B_t, B_h), 'float32')
-            gws = T.alloc_fragment((B_t, B_h), 'float32')
-            da = T.alloc_fragment((B_t, B_h), 'float32')
-            db = T.alloc_fragment((B_t, B_h), 'float32')
-            ga = T.alloc_fragment((B_t, B_h), 'float32')
-            sa = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                pad[i_t] = ((_t0[i_t] < T.int32(0)) | (_t1[i_t] < T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                if with_clamp:
-                    za[i_t, i_h] = ((a0[i_t, i_h] > T.float32(clamp)) | pad[i_t])
-                    zb[i_t, i_h] = (((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
-                        | pad[i_t])
-                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            if with_clamp:
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                tw[i_t] = T.if_then_else((((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                wr[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a0[i_t, i_h]))))
-                if with_clamp:
-                    sg[i_t, i_h] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-a[i_t, i_h]))))
-                gws[i_t, i_h] = ((g[i_t, i_h] * ((wr[i_t] * tw[i_t]) * T.float32(routed_scaling_factor)))
-                    * sg[i_t, i_h])
-                if not with_clamp:
-                    da[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0),
-                        ((gws[i_t, i_h] * b0[i_t, i_h])
-                            * (T.float32(1.0) + (a0[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(pad[i_t], T.float32(0.0), (gws[i_t, i_h] * a0[i_t, i_h]))
-                if with_clamp:
-                    da[i_t, i_h] = T.Select(za[i_t, i_h], T.float32(0.0),
-                        ((gws[i_t, i_h] * b[i_t, i_h])
-                            * (T.float32(1.0) + (a[i_t, i_h] * (T.float32(1.0) - sg[i_t, i_h])))))
-                    db[i_t, i_h] = T.Select(zb[i_t, i_h], T.float32(0.0), (gws[i_t, i_h] * a[i_t, i_h]))
-            for i_t, i_s, i_h in T.Parallel(B_t, B_s, B_h):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                    x_grad[((b_t * B_t) + i_t), ((i_s * N_h) + i_h)] = STORE_x(
-                        T.Select((i_s == T.int32(0)), da[i_t, i_h], db[i_t, i_h]))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if not with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a0[i_t, i_h] * sg[i_t, i_h]) * b0[i_t, i_h])),
-                        T.float32(0.0))
-                if with_clamp:
-                    ga[i_t, i_h] = T.Select((i_h < N_h), (g[i_t, i_h] * ((a[i_t, i_h] * sg[i_t, i_h]) * b[i_t, i_h])),
-                        T.float32(0.0))
-            T.reduce_sum(ga, sa, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
-                        (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
-                if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    T.atomic_add(topk_weights_grad[_t1[i_t]],
-                        T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        weight_grad[((b_t * B_t) + i_t)] = (sa[i_t] * T.float32(routed_scaling_factor))
+                    if not with_pos_to_token_topk and with_pos_to_expert:
+                        weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                            (sa[i_t] * T.float32(routed_scaling_factor)))
+                    if with_pos_to_token_topk:
+                        weight_grad[((b_t * B_t) + i_t)] = T.Select(pad[i_t], T.float32(0.0),
+                            (sa[i_t] * (tw[i_t] * T.float32(routed_scaling_factor))))
+                if with_pos_to_token_topk:
+                    if (((_t1[i_t] >= T.int32(0)) & (_t1[i_t] < n_topk_weights_grad)) & (((b_t * B_t) + i_t) < N_t)):
+                        if not with_weights:
+                            T.atomic_add(topk_weights_grad[_t1[i_t]],
+                                T.Select(pad[i_t], T.float32(0.0), (sa[i_t] * T.float32(routed_scaling_factor))))
+                        if with_weights:
+                            T.atomic_add(topk_weights_grad[_t1[i_t]],
+                                T.Select(pad[i_t], T.float32(0.0),
+                                    (sa[i_t] * (wr[i_t] * T.float32(routed_scaling_factor)))))
 
     return kernel
 
 
 # the variants of the shared factories
-build_base = specialize(make_base, False)
-build_with_clamp = specialize(make_base, True)
-build_with_pos_to_expert = specialize(make_with_pos_to_expert, False)
-build_with_pos_to_expert_with_clamp = specialize(make_with_pos_to_expert, True)
-build_with_pos_to_token_topk_with_topk_weights = specialize(make_with_pos_to_token_topk_with_topk_weights, False)
-build_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights, True))
+build_base = specialize(make_variants, False, False, False, False, False)
+build_with_clamp = specialize(make_variants, False, False, False, False, True)
+build_with_pos_to_expert = specialize(make_variants, False, False, False, True, False)
+build_with_pos_to_expert_with_clamp = specialize(make_variants, False, False, False, True, True)
+build_with_pos_to_token_topk_with_topk_weights = specialize(make_variants, False, True, True, False, False)
+build_with_pos_to_token_topk_with_topk_weights_with_clamp = specialize(make_variants, False, True, True, False, True)
 build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, False))
+    specialize(make_variants, False, True, True, True, False))
 build_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, True))
-build_with_weights = specialize(make_with_weights, False)
-build_with_weights_with_clamp = specialize(make_with_weights, True)
-build_with_weights_with_pos_to_expert = specialize(make_with_weights_with_pos_to_expert, False)
-build_with_weights_with_pos_to_expert_with_clamp = specialize(make_with_weights_with_pos_to_expert, True)
-build_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, False))
+    specialize(make_variants, False, True, True, True, True))
+build_with_weights = specialize(make_variants, True, False, False, False, False)
+build_with_weights_with_clamp = specialize(make_variants, True, False, False, False, True)
+build_with_weights_with_pos_to_expert = specialize(make_variants, True, False, False, True, False)
+build_with_weights_with_pos_to_expert_with_clamp = specialize(make_variants, True, False, False, True, True)
+build_with_weights_with_pos_to_token_topk_with_topk_weights = specialize(make_variants, True, True, True, False, False)
 build_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, True))
+    specialize(make_variants, True, True, True, False, True))
 build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, False))
+    specialize(make_variants, True, True, True, True, False))
 build_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, True))
+    specialize(make_variants, True, True, True, True, True))

@@ -28,29 +28,28 @@ def make_reference_variants(with_weights, with_pos_to_token_topk, with_topk_weig
     with torch.device(_dev):
         _s_x_grad = torch.zeros((T_, (2 * H)), dtype=x.dtype, device=_dev)
         _s_weight_grad = torch.zeros((T_,), dtype=torch.float32, device=_dev)
-        if (with_pos_to_token_topk, with_pos_to_expert) == (False, True):
+        if not with_pos_to_token_topk and with_pos_to_expert:
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
             pad = _fit((_t0 < 0), (N_t,))
         if with_pos_to_token_topk:
             n_topk_weights_grad = T_tok * K
             _s_topk_weights_grad = torch.zeros((T_tok, K), dtype=torch.float32, device=_dev)
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+        if with_pos_to_token_topk and with_pos_to_expert:
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         if with_pos_to_token_topk:
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, False):
+        if with_pos_to_token_topk and not with_pos_to_expert:
             pad = _fit((_t1 < 0), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+        if with_pos_to_token_topk and with_pos_to_expert:
             pad = _fit(((_t0 < 0) | (_t1 < 0)), (N_t,))
         a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
             (N_t, N_h))
         b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
             (N_t, N_h))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+        if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
             za = _fit((a0 > _f32(float(clamp))), (N_t, N_h))
             zb = _fit(((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))), (N_t, N_h))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
-                (True, True, True)):
+        if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
             za = _fit(((a0 > _f32(float(clamp))) | pad[:, None]), (N_t, N_h))
             zb = _fit((((b0 > _f32(float(clamp))) | (b0 < (-_f32(float(clamp))))) | pad[:, None]), (N_t, N_h))
         if with_clamp:
@@ -69,22 +68,21 @@ def make_reference_variants(with_weights, with_pos_to_token_topk, with_topk_weig
             sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a0)))), (N_t, N_h))
         if with_clamp:
             sg = _fit((_f32(1.0) / (_f32(1.0) + _exp((-a)))), (N_t, N_h))
-        if (with_weights, with_pos_to_token_topk) == (False, False):
+        if not with_weights and not with_pos_to_token_topk:
             gws = _fit(((g * _f32(float(routed_scaling_factor))) * sg), (N_t, N_h))
-        if (with_weights, with_pos_to_token_topk) == (True, False):
+        if with_weights and not with_pos_to_token_topk:
             gws = _fit(((g * (wr[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, False):
+        if not with_pos_to_token_topk and not with_pos_to_expert and not with_clamp:
             da = _fit(((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg)))), (N_t, N_h))
             db = _fit((gws * a0), (N_t, N_h))
-        if (with_weights, with_pos_to_token_topk) == (False, True):
+        if not with_weights and with_pos_to_token_topk:
             gws = _fit(((g * (tw[:, None] * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
-        if (with_weights, with_pos_to_token_topk) == (True, True):
+        if with_weights and with_pos_to_token_topk:
             gws = _fit(((g * ((wr[:, None] * tw[:, None]) * _f32(float(routed_scaling_factor)))) * sg), (N_t, N_h))
         if with_clamp:
             da = _fit(torch.where(za, _f32(0.0), ((gws * b) * (_f32(1.0) + (a * (_f32(1.0) - sg))))), (N_t, N_h))
             db = _fit(torch.where(zb, _f32(0.0), (gws * a)), (N_t, N_h))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, False), (True, False, False),
-                (True, True, False)):
+        if (with_pos_to_expert and not with_clamp) or (with_pos_to_token_topk and not with_clamp):
             da = _fit(torch.where(pad[:, None], _f32(0.0), ((gws * b0) * (_f32(1.0) + (a0 * (_f32(1.0) - sg))))),
                 (N_t, N_h))
             db = _fit(torch.where(pad[:, None], _f32(0.0), (gws * a0)), (N_t, N_h))
@@ -97,9 +95,9 @@ def make_reference_variants(with_weights, with_pos_to_token_topk, with_topk_weig
         if with_clamp:
             ga = _fit((g * ((a * sg) * b)), (N_t, N_h))
         sa = _sum(ga, 1)
-        if (with_pos_to_token_topk, with_pos_to_expert) == (False, False):
+        if not with_pos_to_token_topk and not with_pos_to_expert:
             weight_grad_tile = _fit((sa * _f32(float(routed_scaling_factor))), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (False, True):
+        if not with_pos_to_token_topk and with_pos_to_expert:
             weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))), (N_t,))
         if with_pos_to_token_topk:
             weight_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (tw * _f32(float(routed_scaling_factor))))),
@@ -107,10 +105,10 @@ def make_reference_variants(with_weights, with_pos_to_token_topk, with_topk_weig
         _store_view(_s_weight_grad, (N_t,), (N_t,), ('t',), ('t',), weight_grad_tile, None, False)
         if not with_pos_to_token_topk:
             return _s_x_grad, _s_weight_grad, torch.empty(0, dtype=torch.float32, device=_dev)
-        if (with_weights, with_pos_to_token_topk) == (False, True):
+        if not with_weights and with_pos_to_token_topk:
             topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * _f32(float(routed_scaling_factor)))),
                 (N_t,))
-        if (with_weights, with_pos_to_token_topk) == (True, True):
+        if with_weights and with_pos_to_token_topk:
             topk_weights_grad_tile = _fit(torch.where(pad, _f32(0.0), (sa * (wr * _f32(float(routed_scaling_factor))))),
                 (N_t,))
         if with_pos_to_token_topk:

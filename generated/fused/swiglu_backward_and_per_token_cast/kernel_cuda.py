@@ -19,200 +19,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def make_false(scale, sf_layout, da_fma, with_clamp, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
-        threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-        if not (((N_g % 4) == 0)):
-            raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
-    if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
-    if (scale, sf_layout) == ('ue8m0', 'row'):
-        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
-    if (scale, sf_layout) == ('ue8m0', 'col'):
-        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: PARAM_x_grad_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            if with_clamp:
-                a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-                b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            fa = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            if scale == 'ue8m0':
-                x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-                x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
-                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
-                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                if with_clamp:
-                    a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                    b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if not with_clamp:
-                    t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                if with_clamp:
-                    t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                if (da_fma, with_clamp) == (False, False):
-                    fa[i_t, i_g, i_c] = (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))
-                if (da_fma, with_clamp) == (True, False):
-                    fa[i_t, i_g, i_c] = T.fma(a0[i_t, i_g, i_c], (T.float32(1.0) - sg[i_t, i_g, i_c]), T.float32(1.0))
-                if not with_clamp:
-                    da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * fa[i_t, i_g, i_c])
-                    db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-                if (da_fma, with_clamp) == (False, True):
-                    fa[i_t, i_g, i_c] = (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))
-                if (da_fma, with_clamp) == (True, True):
-                    fa[i_t, i_g, i_c] = T.fma(a[i_t, i_g, i_c], (T.float32(1.0) - sg[i_t, i_g, i_c]), T.float32(1.0))
-                if with_clamp:
-                    da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                        ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * fa[i_t, i_g, i_c]))
-                    db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
-                            | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
-                        (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if scale in ('fp32', 'pow2'):
-                    if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
-                        if (scale, sf_layout) == ('fp32', 'row'):
-                            x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g]
-                                / T.float32(448.0))
-                        if (scale, sf_layout) == ('fp32', 'col'):
-                            x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g]
-                                / T.float32(448.0))
-                        if (scale, sf_layout) == ('pow2', 'row'):
-                            x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                        if (scale, sf_layout) == ('pow2', 'col'):
-                            x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
-                                        T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
-                            >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                    if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                        if sf_layout == 'row':
-                            x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
-                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                                x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                            | (
-                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                        << T.uint32(24))), "int32")
-                        if sf_layout == 'col':
-                            x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
-                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                                x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                            | (
-                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                        << T.uint32(24))), "int32")
-                for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
-                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-
-    return kernel
-
-
-def make_false_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, routed_scaling_factor, clamp,
+def make_false(scale, sf_layout, da_fma, with_weights, with_clamp, H, group, routed_scaling_factor, clamp,
         act_x_grad_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     N_t = T_
@@ -245,11 +52,11 @@ def make_false_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, rout
         q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
         sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
+        weights: T.Tensor((T_,), 'float32') if with_weights else None,
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
         x_grad_sf: PARAM_x_grad_sf,
-        weight_grad: T.Tensor((T_,), 'float32'),
+        weight_grad: T.Tensor((T_,), 'float32') if with_weights else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
@@ -262,11 +69,13 @@ def make_false_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, rout
                 a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
                 b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
+            if with_weights:
+                _t4 = T.alloc_fragment((B_t,), 'float32')
+                w = T.alloc_fragment((B_t,), 'float32')
             t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+            if with_weights:
+                act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             fa = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
@@ -278,9 +87,10 @@ def make_false_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, rout
                 x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
                 x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
+            if with_weights:
+                ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+                wg = T.alloc_fragment((B_t, B_g), 'float32')
+                _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
                     T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
@@ -303,31 +113,35 @@ def make_false_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, rout
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
                     LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+            if with_weights:
+                for i_t in T.Parallel(B_t):
+                    _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
+                for i_t in T.Parallel(B_t):
+                    w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if not with_clamp:
                     t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
                 if with_clamp:
                     t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
                 sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                if not with_clamp:
+                if not with_weights:
+                    gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                if with_weights and not with_clamp:
                     act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                if with_clamp:
+                if with_weights and with_clamp:
                     act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                if (da_fma, with_clamp) == (False, False):
+                if with_weights:
+                    gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
+                if not da_fma and not with_clamp:
                     fa[i_t, i_g, i_c] = (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))
-                if (da_fma, with_clamp) == (True, False):
+                if da_fma and not with_clamp:
                     fa[i_t, i_g, i_c] = T.fma(a0[i_t, i_g, i_c], (T.float32(1.0) - sg[i_t, i_g, i_c]), T.float32(1.0))
                 if not with_clamp:
                     da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * fa[i_t, i_g, i_c])
                     db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-                if (da_fma, with_clamp) == (False, True):
+                if not da_fma and with_clamp:
                     fa[i_t, i_g, i_c] = (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))
-                if (da_fma, with_clamp) == (True, True):
+                if da_fma and with_clamp:
                     fa[i_t, i_g, i_c] = T.fma(a[i_t, i_g, i_c], (T.float32(1.0) - sg[i_t, i_g, i_c]), T.float32(1.0))
                 if with_clamp:
                     da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
@@ -417,224 +231,20 @@ def make_false_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, rout
                 if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
                     x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
                             dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+            if with_weights:
+                for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                    ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
+                        T.float32(0.0))
+                T.reduce_sum(ga, wg, dim=2)
+                T.reduce_sum(wg, _t6, dim=1)
+                for i_t in T.Parallel(B_t):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
 
     return kernel
 
 
-def make_true(scale, sf_layout, da_fma, with_clamp, H, group, routed_scaling_factor, clamp, act_x_grad_dtype, *,
-        threads, block_t, vector_bytes, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_s = N_s
-    B_g = pad_pow2(N_g)
-    B_c = pad_pow2(N_c)
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-        if not (((N_g % 4) == 0)):
-            raise ValueError('x_grad_sf: 4 codes share a word, so they must not straddle axis g')
-    STORAGE_act_x_grad = {'bf16': 'bfloat16', 'fp32': 'float32'}[act_x_grad_dtype]
-    LOAD_act_x_grad = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[act_x_grad_dtype]
-
-    if (scale, sf_layout) in (('fp32', 'row'), ('pow2', 'row')):
-        PARAM_x_grad_sf = T.Tensor((T_, ((2 * H) // group)), 'float32')
-    if (scale, sf_layout) in (('fp32', 'col'), ('pow2', 'col')):
-        PARAM_x_grad_sf = T.Tensor((((2 * H) // group), (T.ceildiv(T_, 4) * 4)), 'float32')
-    if (scale, sf_layout) == ('ue8m0', 'row'):
-        PARAM_x_grad_sf = T.Tensor((T_, T.ceildiv(((2 * H) // group), 4)), 'int32')
-    if (scale, sf_layout) == ('ue8m0', 'col'):
-        PARAM_x_grad_sf = T.Tensor((T.ceildiv(((2 * H) // group), 4), (T.ceildiv(T_, 4) * 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
-        act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
-        x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
-        x_grad_sf: PARAM_x_grad_sf,
-        act_out: T.Tensor((T_, H), 'bfloat16'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_g), 'float32')
-            a0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_g), 'float32')
-            b0 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            if with_clamp:
-                a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-                b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            gws = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            fa = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            da = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            db = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            dx = T.alloc_fragment((B_t, B_s, B_g, B_c), 'float32')
-            _t5 = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            amax = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            if scale == 'ue8m0':
-                x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-                x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
-            inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t1[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
-                    sf[((b_t * B_t) + i_t), i_g], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = (_t0[i_t, i_g, i_c] * _t1[i_t, i_g])
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
-                    (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
-                _t2[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    T.cast(q[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)], "float32"), T.float32(0.0))
-            for i_t, i_g in T.Parallel(B_t, B_g):
-                _t3[i_t, i_g] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)),
-                    sf[((b_t * B_t) + i_t), (N_g + i_g)], T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = (_t2[i_t, i_g, i_c] * _t3[i_t, i_g])
-                if with_clamp:
-                    a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.float32(clamp))
-                    b[i_t, i_g, i_c] = T.min(T.max(b0[i_t, i_g, i_c], (-T.float32(clamp))), T.float32(clamp))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
-                    LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if not with_clamp:
-                    t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
-                if with_clamp:
-                    t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c])))
-                sg[i_t, i_g, i_c] = (T.float32(1.0) / t1[i_t, i_g, i_c])
-                if not with_clamp:
-                    act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
-                if with_clamp:
-                    act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
-                if (da_fma, with_clamp) == (False, False):
-                    fa[i_t, i_g, i_c] = (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))
-                if (da_fma, with_clamp) == (True, False):
-                    fa[i_t, i_g, i_c] = T.fma(a0[i_t, i_g, i_c], (T.float32(1.0) - sg[i_t, i_g, i_c]), T.float32(1.0))
-                if not with_clamp:
-                    da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * fa[i_t, i_g, i_c])
-                    db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-                if (da_fma, with_clamp) == (False, True):
-                    fa[i_t, i_g, i_c] = (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))
-                if (da_fma, with_clamp) == (True, True):
-                    fa[i_t, i_g, i_c] = T.fma(a[i_t, i_g, i_c], (T.float32(1.0) - sg[i_t, i_g, i_c]), T.float32(1.0))
-                if with_clamp:
-                    da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
-                        ((gws[i_t, i_g, i_c] * b[i_t, i_g, i_c]) * fa[i_t, i_g, i_c]))
-                    db[i_t, i_g, i_c] = T.Select(((b0[i_t, i_g, i_c] > T.float32(clamp))
-                            | (b0[i_t, i_g, i_c] < (-T.float32(clamp)))), T.float32(0.0),
-                        (gws[i_t, i_g, i_c] * a[i_t, i_g, i_c]))
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                dx[i_t, i_s, i_g, i_c] = T.Select((i_c < N_c),
-                    T.Select((i_s == T.int32(0)), da[i_t, i_g, i_c], db[i_t, i_g, i_c]), T.float32(0.0))
-                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast(dx[i_t, i_s, i_g, i_c],
-                        "bfloat16")
-            T.reduce_absmax(dx, _t5, dim=3)
-            for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                amax[i_t, i_s, i_g] = T.max(_t5[i_t, i_s, i_g], T.float32(9.999999747378752e-05))
-                if scale in ('fp32', 'pow2'):
-                    if ((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)):
-                        if (scale, sf_layout) == ('fp32', 'row'):
-                            x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = (amax[i_t, i_s, i_g]
-                                / T.float32(448.0))
-                        if (scale, sf_layout) == ('fp32', 'col'):
-                            x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = (amax[i_t, i_s, i_g]
-                                / T.float32(448.0))
-                        if (scale, sf_layout) == ('pow2', 'row'):
-                            x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g) + i_g)] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                        if (scale, sf_layout) == ('pow2', 'col'):
-                            x_grad_sf[((i_s * N_g) + i_g), ((b_t * B_t) + i_t)] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_s, i_g] = (T.float32(448.0) / amax[i_t, i_s, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    x_grad_sf_tile[i_t, i_s, i_g] = T.reinterpret(((((
-                                        T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    x_grad_sf_codes[i_t, i_s, i_g] = ((T.reinterpret(x_grad_sf_tile[i_t, i_s, i_g], "uint32")
-                            >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_s, i_g_p in T.Parallel(B_t, B_s, B_g_p):
-                    if ((((b_t * B_t) + i_t) < N_t) & ((i_g_p * T.int32(4)) < N_g)):
-                        if sf_layout == 'row':
-                            x_grad_sf[((b_t * B_t) + i_t), ((i_s * N_g_p) + i_g_p)] = T.reinterpret((((
-                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                                x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                            | (
-                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                        << T.uint32(24))), "int32")
-                        if sf_layout == 'col':
-                            x_grad_sf[((i_s * N_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
-                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                                x_grad_sf_codes[i_t, i_s, (i_g_p * T.int32(4))], T.uint32(0))
-                                            | (
-                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                    x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                                x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                            x_grad_sf_codes[i_t, i_s, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                        << T.uint32(24))), "int32")
-                for i_t, i_s, i_g in T.Parallel(B_t, B_s, B_g):
-                    inv[i_t, i_s, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_s, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_s, i_g, i_c in T.Parallel(B_t, B_s, B_g, B_c):
-                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
-                            dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
-                            * T.float32(routed_scaling_factor)), "bfloat16")
-
-    return kernel
-
-
-def make_true_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, routed_scaling_factor, clamp,
+def make_true(scale, sf_layout, da_fma, with_weights, with_clamp, H, group, routed_scaling_factor, clamp,
         act_x_grad_dtype, *, threads, block_t, vector_bytes, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
@@ -667,11 +277,11 @@ def make_true_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, route
         q: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
         sf: T.Tensor((T_, ((2 * H) // group)), 'float32'),
         act_x_grad: T.Tensor((T_, H), STORAGE_act_x_grad),
-        weights: T.Tensor((T_,), 'float32'),
+        weights: T.Tensor((T_,), 'float32') if with_weights else None,
         x_grad: T.Tensor((T_, (2 * H)), 'bfloat16'),
         x_grad_fp8: T.Tensor((T_, (2 * H)), 'float8_e4m3fn'),
         x_grad_sf: PARAM_x_grad_sf,
-        weight_grad: T.Tensor((T_,), 'float32'),
+        weight_grad: T.Tensor((T_,), 'float32') if with_weights else None,
         act_out: T.Tensor((T_, H), 'bfloat16'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -685,8 +295,9 @@ def make_true_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, route
                 a = T.alloc_fragment((B_t, B_g, B_c), 'float32')
                 b = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             go = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            _t4 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
+            if with_weights:
+                _t4 = T.alloc_fragment((B_t,), 'float32')
+                w = T.alloc_fragment((B_t,), 'float32')
             t1 = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             sg = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             act = T.alloc_fragment((B_t, B_g, B_c), 'float32')
@@ -701,9 +312,10 @@ def make_true_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, route
                 x_grad_sf_tile = T.alloc_fragment((B_t, B_s, B_g), 'float32')
                 x_grad_sf_codes = T.alloc_shared((B_t, B_s, B_g), 'uint32')
             inv = T.alloc_fragment((B_t, B_s, B_g), 'float32')
-            ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
-            wg = T.alloc_fragment((B_t, B_g), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
+            if with_weights:
+                ga = T.alloc_fragment((B_t, B_g, B_c), 'float32')
+                wg = T.alloc_fragment((B_t, B_g), 'float32')
+                _t6 = T.alloc_fragment((B_t,), 'float32')
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c, coalesced_width=
                     (T.int32(vector_bytes // 2) if B_t * B_g * B_c <= tile_elems else None)):
                 _t0[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
@@ -728,10 +340,11 @@ def make_true_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, route
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 go[i_t, i_g, i_c] = T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)),
                     LOAD_act_x_grad(act_x_grad[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
+            if with_weights:
+                for i_t in T.Parallel(B_t):
+                    _t4[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
+                for i_t in T.Parallel(B_t):
+                    w[i_t] = (_t4[i_t] * T.float32(routed_scaling_factor))
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
                 if not with_clamp:
                     t1[i_t, i_g, i_c] = (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c])))
@@ -742,17 +355,20 @@ def make_true_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, route
                     act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b0[i_t, i_g, i_c])
                 if with_clamp:
                     act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / t1[i_t, i_g, i_c]) * b[i_t, i_g, i_c])
-                gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
-                if (da_fma, with_clamp) == (False, False):
+                if not with_weights:
+                    gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * T.float32(routed_scaling_factor)) * sg[i_t, i_g, i_c])
+                if with_weights:
+                    gws[i_t, i_g, i_c] = ((go[i_t, i_g, i_c] * w[i_t]) * sg[i_t, i_g, i_c])
+                if not da_fma and not with_clamp:
                     fa[i_t, i_g, i_c] = (T.float32(1.0) + (a0[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))
-                if (da_fma, with_clamp) == (True, False):
+                if da_fma and not with_clamp:
                     fa[i_t, i_g, i_c] = T.fma(a0[i_t, i_g, i_c], (T.float32(1.0) - sg[i_t, i_g, i_c]), T.float32(1.0))
                 if not with_clamp:
                     da[i_t, i_g, i_c] = ((gws[i_t, i_g, i_c] * b0[i_t, i_g, i_c]) * fa[i_t, i_g, i_c])
                     db[i_t, i_g, i_c] = (gws[i_t, i_g, i_c] * a0[i_t, i_g, i_c])
-                if (da_fma, with_clamp) == (False, True):
+                if not da_fma and with_clamp:
                     fa[i_t, i_g, i_c] = (T.float32(1.0) + (a[i_t, i_g, i_c] * (T.float32(1.0) - sg[i_t, i_g, i_c])))
-                if (da_fma, with_clamp) == (True, True):
+                if da_fma and with_clamp:
                     fa[i_t, i_g, i_c] = T.fma(a[i_t, i_g, i_c], (T.float32(1.0) - sg[i_t, i_g, i_c]), T.float32(1.0))
                 if with_clamp:
                     da[i_t, i_g, i_c] = T.Select((a0[i_t, i_g, i_c] > T.float32(clamp)), T.float32(0.0),
@@ -843,115 +459,121 @@ def make_true_with_weights(scale, sf_layout, da_fma, with_clamp, H, group, route
                     x_grad_fp8[((b_t * B_t) + i_t), ((((i_s * N_g) + i_g) * N_c) + i_c)] = T.cast((
                             dx[i_t, i_s, i_g, i_c] * inv[i_t, i_s, i_g]), "float8_e4m3fn")
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
-                    T.float32(0.0))
-            T.reduce_sum(ga, wg, dim=2)
-            T.reduce_sum(wg, _t6, dim=1)
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
-                    act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]),
-                        "bfloat16")
+                if not with_weights:
+                    if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                        act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c]
+                                * T.float32(routed_scaling_factor)), "bfloat16")
+                if with_weights:
+                    ga[i_t, i_g, i_c] = T.Select(((i_g < N_g) & (i_c < N_c)), (go[i_t, i_g, i_c] * act[i_t, i_g, i_c]),
+                        T.float32(0.0))
+            if with_weights:
+                T.reduce_sum(ga, wg, dim=2)
+                T.reduce_sum(wg, _t6, dim=1)
+                for i_t in T.Parallel(B_t):
+                    if (((b_t * B_t) + i_t) < N_t):
+                        weight_grad[((b_t * B_t) + i_t)] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
+                    if (((((b_t * B_t) + i_t) < N_t) & (i_g < N_g)) & (i_c < N_c)):
+                        act_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast((act[i_t, i_g, i_c] * w[i_t]),
+                            "bfloat16")
 
     return kernel
 
 
 # the variants of the shared factories
-build_fp32_row_false_false = specialize(make_false, 'fp32', 'row', False, False)
-build_fp32_row_false_false_with_clamp = specialize(make_false, 'fp32', 'row', False, True)
-build_fp32_row_false_true = specialize(make_false, 'fp32', 'row', True, False)
-build_fp32_row_false_true_with_clamp = specialize(make_false, 'fp32', 'row', True, True)
-build_fp32_col_false_false = specialize(make_false, 'fp32', 'col', False, False)
-build_fp32_col_false_false_with_clamp = specialize(make_false, 'fp32', 'col', False, True)
-build_fp32_col_false_true = specialize(make_false, 'fp32', 'col', True, False)
-build_fp32_col_false_true_with_clamp = specialize(make_false, 'fp32', 'col', True, True)
-build_pow2_row_false_false = specialize(make_false, 'pow2', 'row', False, False)
-build_pow2_row_false_false_with_clamp = specialize(make_false, 'pow2', 'row', False, True)
-build_pow2_row_false_true = specialize(make_false, 'pow2', 'row', True, False)
-build_pow2_row_false_true_with_clamp = specialize(make_false, 'pow2', 'row', True, True)
-build_pow2_col_false_false = specialize(make_false, 'pow2', 'col', False, False)
-build_pow2_col_false_false_with_clamp = specialize(make_false, 'pow2', 'col', False, True)
-build_pow2_col_false_true = specialize(make_false, 'pow2', 'col', True, False)
-build_pow2_col_false_true_with_clamp = specialize(make_false, 'pow2', 'col', True, True)
-build_ue8m0_row_false_false = specialize(make_false, 'ue8m0', 'row', False, False)
-build_ue8m0_row_false_false_with_clamp = specialize(make_false, 'ue8m0', 'row', False, True)
-build_ue8m0_row_false_true = specialize(make_false, 'ue8m0', 'row', True, False)
-build_ue8m0_row_false_true_with_clamp = specialize(make_false, 'ue8m0', 'row', True, True)
-build_ue8m0_col_false_false = specialize(make_false, 'ue8m0', 'col', False, False)
-build_ue8m0_col_false_false_with_clamp = specialize(make_false, 'ue8m0', 'col', False, True)
-build_ue8m0_col_false_true = specialize(make_false, 'ue8m0', 'col', True, False)
-build_ue8m0_col_false_true_with_clamp = specialize(make_false, 'ue8m0', 'col', True, True)
-build_fp32_row_false_false_with_weights = specialize(make_false_with_weights, 'fp32', 'row', False, False)
-build_fp32_row_false_false_with_weights_with_clamp = specialize(make_false_with_weights, 'fp32', 'row', False, True)
-build_fp32_row_false_true_with_weights = specialize(make_false_with_weights, 'fp32', 'row', True, False)
-build_fp32_row_false_true_with_weights_with_clamp = specialize(make_false_with_weights, 'fp32', 'row', True, True)
-build_fp32_col_false_false_with_weights = specialize(make_false_with_weights, 'fp32', 'col', False, False)
-build_fp32_col_false_false_with_weights_with_clamp = specialize(make_false_with_weights, 'fp32', 'col', False, True)
-build_fp32_col_false_true_with_weights = specialize(make_false_with_weights, 'fp32', 'col', True, False)
-build_fp32_col_false_true_with_weights_with_clamp = specialize(make_false_with_weights, 'fp32', 'col', True, True)
-build_pow2_row_false_false_with_weights = specialize(make_false_with_weights, 'pow2', 'row', False, False)
-build_pow2_row_false_false_with_weights_with_clamp = specialize(make_false_with_weights, 'pow2', 'row', False, True)
-build_pow2_row_false_true_with_weights = specialize(make_false_with_weights, 'pow2', 'row', True, False)
-build_pow2_row_false_true_with_weights_with_clamp = specialize(make_false_with_weights, 'pow2', 'row', True, True)
-build_pow2_col_false_false_with_weights = specialize(make_false_with_weights, 'pow2', 'col', False, False)
-build_pow2_col_false_false_with_weights_with_clamp = specialize(make_false_with_weights, 'pow2', 'col', False, True)
-build_pow2_col_false_true_with_weights = specialize(make_false_with_weights, 'pow2', 'col', True, False)
-build_pow2_col_false_true_with_weights_with_clamp = specialize(make_false_with_weights, 'pow2', 'col', True, True)
-build_ue8m0_row_false_false_with_weights = specialize(make_false_with_weights, 'ue8m0', 'row', False, False)
-build_ue8m0_row_false_false_with_weights_with_clamp = specialize(make_false_with_weights, 'ue8m0', 'row', False, True)
-build_ue8m0_row_false_true_with_weights = specialize(make_false_with_weights, 'ue8m0', 'row', True, False)
-build_ue8m0_row_false_true_with_weights_with_clamp = specialize(make_false_with_weights, 'ue8m0', 'row', True, True)
-build_ue8m0_col_false_false_with_weights = specialize(make_false_with_weights, 'ue8m0', 'col', False, False)
-build_ue8m0_col_false_false_with_weights_with_clamp = specialize(make_false_with_weights, 'ue8m0', 'col', False, True)
-build_ue8m0_col_false_true_with_weights = specialize(make_false_with_weights, 'ue8m0', 'col', True, False)
-build_ue8m0_col_false_true_with_weights_with_clamp = specialize(make_false_with_weights, 'ue8m0', 'col', True, True)
-build_fp32_row_true_false = specialize(make_true, 'fp32', 'row', False, False)
-build_fp32_row_true_false_with_clamp = specialize(make_true, 'fp32', 'row', False, True)
-build_fp32_row_true_true = specialize(make_true, 'fp32', 'row', True, False)
-build_fp32_row_true_true_with_clamp = specialize(make_true, 'fp32', 'row', True, True)
-build_fp32_col_true_false = specialize(make_true, 'fp32', 'col', False, False)
-build_fp32_col_true_false_with_clamp = specialize(make_true, 'fp32', 'col', False, True)
-build_fp32_col_true_true = specialize(make_true, 'fp32', 'col', True, False)
-build_fp32_col_true_true_with_clamp = specialize(make_true, 'fp32', 'col', True, True)
-build_pow2_row_true_false = specialize(make_true, 'pow2', 'row', False, False)
-build_pow2_row_true_false_with_clamp = specialize(make_true, 'pow2', 'row', False, True)
-build_pow2_row_true_true = specialize(make_true, 'pow2', 'row', True, False)
-build_pow2_row_true_true_with_clamp = specialize(make_true, 'pow2', 'row', True, True)
-build_pow2_col_true_false = specialize(make_true, 'pow2', 'col', False, False)
-build_pow2_col_true_false_with_clamp = specialize(make_true, 'pow2', 'col', False, True)
-build_pow2_col_true_true = specialize(make_true, 'pow2', 'col', True, False)
-build_pow2_col_true_true_with_clamp = specialize(make_true, 'pow2', 'col', True, True)
-build_ue8m0_row_true_false = specialize(make_true, 'ue8m0', 'row', False, False)
-build_ue8m0_row_true_false_with_clamp = specialize(make_true, 'ue8m0', 'row', False, True)
-build_ue8m0_row_true_true = specialize(make_true, 'ue8m0', 'row', True, False)
-build_ue8m0_row_true_true_with_clamp = specialize(make_true, 'ue8m0', 'row', True, True)
-build_ue8m0_col_true_false = specialize(make_true, 'ue8m0', 'col', False, False)
-build_ue8m0_col_true_false_with_clamp = specialize(make_true, 'ue8m0', 'col', False, True)
-build_ue8m0_col_true_true = specialize(make_true, 'ue8m0', 'col', True, False)
-build_ue8m0_col_true_true_with_clamp = specialize(make_true, 'ue8m0', 'col', True, True)
-build_fp32_row_true_false_with_weights = specialize(make_true_with_weights, 'fp32', 'row', False, False)
-build_fp32_row_true_false_with_weights_with_clamp = specialize(make_true_with_weights, 'fp32', 'row', False, True)
-build_fp32_row_true_true_with_weights = specialize(make_true_with_weights, 'fp32', 'row', True, False)
-build_fp32_row_true_true_with_weights_with_clamp = specialize(make_true_with_weights, 'fp32', 'row', True, True)
-build_fp32_col_true_false_with_weights = specialize(make_true_with_weights, 'fp32', 'col', False, False)
-build_fp32_col_true_false_with_weights_with_clamp = specialize(make_true_with_weights, 'fp32', 'col', False, True)
-build_fp32_col_true_true_with_weights = specialize(make_true_with_weights, 'fp32', 'col', True, False)
-build_fp32_col_true_true_with_weights_with_clamp = specialize(make_true_with_weights, 'fp32', 'col', True, True)
-build_pow2_row_true_false_with_weights = specialize(make_true_with_weights, 'pow2', 'row', False, False)
-build_pow2_row_true_false_with_weights_with_clamp = specialize(make_true_with_weights, 'pow2', 'row', False, True)
-build_pow2_row_true_true_with_weights = specialize(make_true_with_weights, 'pow2', 'row', True, False)
-build_pow2_row_true_true_with_weights_with_clamp = specialize(make_true_with_weights, 'pow2', 'row', True, True)
-build_pow2_col_true_false_with_weights = specialize(make_true_with_weights, 'pow2', 'col', False, False)
-build_pow2_col_true_false_with_weights_with_clamp = specialize(make_true_with_weights, 'pow2', 'col', False, True)
-build_pow2_col_true_true_with_weights = specialize(make_true_with_weights, 'pow2', 'col', True, False)
-build_pow2_col_true_true_with_weights_with_clamp = specialize(make_true_with_weights, 'pow2', 'col', True, True)
-build_ue8m0_row_true_false_with_weights = specialize(make_true_with_weights, 'ue8m0', 'row', False, False)
-build_ue8m0_row_true_false_with_weights_with_clamp = specialize(make_true_with_weights, 'ue8m0', 'row', False, True)
-build_ue8m0_row_true_true_with_weights = specialize(make_true_with_weights, 'ue8m0', 'row', True, False)
-build_ue8m0_row_true_true_with_weights_with_clamp = specialize(make_true_with_weights, 'ue8m0', 'row', True, True)
-build_ue8m0_col_true_false_with_weights = specialize(make_true_with_weights, 'ue8m0', 'col', False, False)
-build_ue8m0_col_true_false_with_weights_with_clamp = specialize(make_true_with_weights, 'ue8m0', 'col', False, True)
-build_ue8m0_col_true_true_with_weights = specialize(make_true_with_weights, 'ue8m0', 'col', True, False)
-build_ue8m0_col_true_true_with_weights_with_clamp = specialize(make_true_with_weights, 'ue8m0', 'col', True, True)
+build_fp32_row_false_false = specialize(make_false, 'fp32', 'row', False, False, False)
+build_fp32_row_false_false_with_clamp = specialize(make_false, 'fp32', 'row', False, False, True)
+build_fp32_row_false_false_with_weights = specialize(make_false, 'fp32', 'row', False, True, False)
+build_fp32_row_false_false_with_weights_with_clamp = specialize(make_false, 'fp32', 'row', False, True, True)
+build_fp32_row_false_true = specialize(make_false, 'fp32', 'row', True, False, False)
+build_fp32_row_false_true_with_clamp = specialize(make_false, 'fp32', 'row', True, False, True)
+build_fp32_row_false_true_with_weights = specialize(make_false, 'fp32', 'row', True, True, False)
+build_fp32_row_false_true_with_weights_with_clamp = specialize(make_false, 'fp32', 'row', True, True, True)
+build_fp32_col_false_false = specialize(make_false, 'fp32', 'col', False, False, False)
+build_fp32_col_false_false_with_clamp = specialize(make_false, 'fp32', 'col', False, False, True)
+build_fp32_col_false_false_with_weights = specialize(make_false, 'fp32', 'col', False, True, False)
+build_fp32_col_false_false_with_weights_with_clamp = specialize(make_false, 'fp32', 'col', False, True, True)
+build_fp32_col_false_true = specialize(make_false, 'fp32', 'col', True, False, False)
+build_fp32_col_false_true_with_clamp = specialize(make_false, 'fp32', 'col', True, False, True)
+build_fp32_col_false_true_with_weights = specialize(make_false, 'fp32', 'col', True, True, False)
+build_fp32_col_false_true_with_weights_with_clamp = specialize(make_false, 'fp32', 'col', True, True, True)
+build_pow2_row_false_false = specialize(make_false, 'pow2', 'row', False, False, False)
+build_pow2_row_false_false_with_clamp = specialize(make_false, 'pow2', 'row', False, False, True)
+build_pow2_row_false_false_with_weights = specialize(make_false, 'pow2', 'row', False, True, False)
+build_pow2_row_false_false_with_weights_with_clamp = specialize(make_false, 'pow2', 'row', False, True, True)
+build_pow2_row_false_true = specialize(make_false, 'pow2', 'row', True, False, False)
+build_pow2_row_false_true_with_clamp = specialize(make_false, 'pow2', 'row', True, False, True)
+build_pow2_row_false_true_with_weights = specialize(make_false, 'pow2', 'row', True, True, False)
+build_pow2_row_false_true_with_weights_with_clamp = specialize(make_false, 'pow2', 'row', True, True, True)
+build_pow2_col_false_false = specialize(make_false, 'pow2', 'col', False, False, False)
+build_pow2_col_false_false_with_clamp = specialize(make_false, 'pow2', 'col', False, False, True)
+build_pow2_col_false_false_with_weights = specialize(make_false, 'pow2', 'col', False, True, False)
+build_pow2_col_false_false_with_weights_with_clamp = specialize(make_false, 'pow2', 'col', False, True, True)
+build_pow2_col_false_true = specialize(make_false, 'pow2', 'col', True, False, False)
+build_pow2_col_false_true_with_clamp = specialize(make_false, 'pow2', 'col', True, False, True)
+build_pow2_col_false_true_with_weights = specialize(make_false, 'pow2', 'col', True, True, False)
+build_pow2_col_false_true_with_weights_with_clamp = specialize(make_false, 'pow2', 'col', True, True, True)
+build_ue8m0_row_false_false = specialize(make_false, 'ue8m0', 'row', False, False, False)
+build_ue8m0_row_false_false_with_clamp = specialize(make_false, 'ue8m0', 'row', False, False, True)
+build_ue8m0_row_false_false_with_weights = specialize(make_false, 'ue8m0', 'row', False, True, False)
+build_ue8m0_row_false_false_with_weights_with_clamp = specialize(make_false, 'ue8m0', 'row', False, True, True)
+build_ue8m0_row_false_true = specialize(make_false, 'ue8m0', 'row', True, False, False)
+build_ue8m0_row_false_true_with_clamp = specialize(make_false, 'ue8m0', 'row', True, False, True)
+build_ue8m0_row_false_true_with_weights = specialize(make_false, 'ue8m0', 'row', True, True, False)
+build_ue8m0_row_false_true_with_weights_with_clamp = specialize(make_false, 'ue8m0', 'row', True, True, True)
+build_ue8m0_col_false_false = specialize(make_false, 'ue8m0', 'col', False, False, False)
+build_ue8m0_col_false_false_with_clamp = specialize(make_false, 'ue8m0', 'col', False, False, True)
+build_ue8m0_col_false_false_with_weights = specialize(make_false, 'ue8m0', 'col', False, True, False)
+build_ue8m0_col_false_false_with_weights_with_clamp = specialize(make_false, 'ue8m0', 'col', False, True, True)
+build_ue8m0_col_false_true = specialize(make_false, 'ue8m0', 'col', True, False, False)
+build_ue8m0_col_false_true_with_clamp = specialize(make_false, 'ue8m0', 'col', True, False, True)
+build_ue8m0_col_false_true_with_weights = specialize(make_false, 'ue8m0', 'col', True, True, False)
+build_ue8m0_col_false_true_with_weights_with_clamp = specialize(make_false, 'ue8m0', 'col', True, True, True)
+build_fp32_row_true_false = specialize(make_true, 'fp32', 'row', False, False, False)
+build_fp32_row_true_false_with_clamp = specialize(make_true, 'fp32', 'row', False, False, True)
+build_fp32_row_true_false_with_weights = specialize(make_true, 'fp32', 'row', False, True, False)
+build_fp32_row_true_false_with_weights_with_clamp = specialize(make_true, 'fp32', 'row', False, True, True)
+build_fp32_row_true_true = specialize(make_true, 'fp32', 'row', True, False, False)
+build_fp32_row_true_true_with_clamp = specialize(make_true, 'fp32', 'row', True, False, True)
+build_fp32_row_true_true_with_weights = specialize(make_true, 'fp32', 'row', True, True, False)
+build_fp32_row_true_true_with_weights_with_clamp = specialize(make_true, 'fp32', 'row', True, True, True)
+build_fp32_col_true_false = specialize(make_true, 'fp32', 'col', False, False, False)
+build_fp32_col_true_false_with_clamp = specialize(make_true, 'fp32', 'col', False, False, True)
+build_fp32_col_true_false_with_weights = specialize(make_true, 'fp32', 'col', False, True, False)
+build_fp32_col_true_false_with_weights_with_clamp = specialize(make_true, 'fp32', 'col', False, True, True)
+build_fp32_col_true_true = specialize(make_true, 'fp32', 'col', True, False, False)
+build_fp32_col_true_true_with_clamp = specialize(make_true, 'fp32', 'col', True, False, True)
+build_fp32_col_true_true_with_weights = specialize(make_true, 'fp32', 'col', True, True, False)
+build_fp32_col_true_true_with_weights_with_clamp = specialize(make_true, 'fp32', 'col', True, True, True)
+build_pow2_row_true_false = specialize(make_true, 'pow2', 'row', False, False, False)
+build_pow2_row_true_false_with_clamp = specialize(make_true, 'pow2', 'row', False, False, True)
+build_pow2_row_true_false_with_weights = specialize(make_true, 'pow2', 'row', False, True, False)
+build_pow2_row_true_false_with_weights_with_clamp = specialize(make_true, 'pow2', 'row', False, True, True)
+build_pow2_row_true_true = specialize(make_true, 'pow2', 'row', True, False, False)
+build_pow2_row_true_true_with_clamp = specialize(make_true, 'pow2', 'row', True, False, True)
+build_pow2_row_true_true_with_weights = specialize(make_true, 'pow2', 'row', True, True, False)
+build_pow2_row_true_true_with_weights_with_clamp = specialize(make_true, 'pow2', 'row', True, True, True)
+build_pow2_col_true_false = specialize(make_true, 'pow2', 'col', False, False, False)
+build_pow2_col_true_false_with_clamp = specialize(make_true, 'pow2', 'col', False, False, True)
+build_pow2_col_true_false_with_weights = specialize(make_true, 'pow2', 'col', False, True, False)
+build_pow2_col_true_false_with_weights_with_clamp = specialize(make_true, 'pow2', 'col', False, True, True)
+build_pow2_col_true_true = specialize(make_true, 'pow2', 'col', True, False, False)
+build_pow2_col_true_true_with_clamp = specialize(make_true, 'pow2', 'col', True, False, True)
+build_pow2_col_true_true_with_weights = specialize(make_true, 'pow2', 'col', True, True, False)
+build_pow2_col_true_true_with_weights_with_clamp = specialize(make_true, 'pow2', 'col', True, True, True)
+build_ue8m0_row_true_false = specialize(make_true, 'ue8m0', 'row', False, False, False)
+build_ue8m0_row_true_false_with_clamp = specialize(make_true, 'ue8m0', 'row', False, False, True)
+build_ue8m0_row_true_false_with_weights = specialize(make_true, 'ue8m0', 'row', False, True, False)
+build_ue8m0_row_true_false_with_weights_with_clamp = specialize(make_true, 'ue8m0', 'row', False, True, True)
+build_ue8m0_row_true_true = specialize(make_true, 'ue8m0', 'row', True, False, False)
+build_ue8m0_row_true_true_with_clamp = specialize(make_true, 'ue8m0', 'row', True, False, True)
+build_ue8m0_row_true_true_with_weights = specialize(make_true, 'ue8m0', 'row', True, True, False)
+build_ue8m0_row_true_true_with_weights_with_clamp = specialize(make_true, 'ue8m0', 'row', True, True, True)
+build_ue8m0_col_true_false = specialize(make_true, 'ue8m0', 'col', False, False, False)
+build_ue8m0_col_true_false_with_clamp = specialize(make_true, 'ue8m0', 'col', False, False, True)
+build_ue8m0_col_true_false_with_weights = specialize(make_true, 'ue8m0', 'col', False, True, False)
+build_ue8m0_col_true_false_with_weights_with_clamp = specialize(make_true, 'ue8m0', 'col', False, True, True)
+build_ue8m0_col_true_true = specialize(make_true, 'ue8m0', 'col', True, False, False)
+build_ue8m0_col_true_true_with_clamp = specialize(make_true, 'ue8m0', 'col', True, False, True)
+build_ue8m0_col_true_true_with_weights = specialize(make_true, 'ue8m0', 'col', True, True, False)
+build_ue8m0_col_true_true_with_weights_with_clamp = specialize(make_true, 'ue8m0', 'col', True, True, True)

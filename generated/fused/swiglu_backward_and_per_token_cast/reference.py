@@ -67,24 +67,24 @@ def make_reference_variants(scale, sf_layout, recompute, da_fma, with_weights, w
         if with_clamp:
             t1 = _fit((_f32(1.0) + _exp((-a))), (N_t, N_g, N_c))
         sg = _fit((_f32(1.0) / t1), (N_t, N_g, N_c))
-        if (recompute, with_weights, with_clamp) in ((False, True, False), (True, False, False), (True, True, False)):
+        if (with_weights and not with_clamp) or (recompute and not with_clamp):
             act = _fit(((a0 / t1) * b0), (N_t, N_g, N_c))
-        if (recompute, with_weights, with_clamp) in ((False, True, True), (True, False, True), (True, True, True)):
+        if (with_weights and with_clamp) or (recompute and with_clamp):
             act = _fit(((a / t1) * b), (N_t, N_g, N_c))
         if not with_weights:
             gws = _fit(((go * _f32(float(routed_scaling_factor))) * sg), (N_t, N_g, N_c))
         if with_weights:
             gws = _fit(((go * w[:, None, None]) * sg), (N_t, N_g, N_c))
-        if (da_fma, with_clamp) == (False, False):
+        if not da_fma and not with_clamp:
             fa = _fit((_f32(1.0) + (a0 * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if (da_fma, with_clamp) == (True, False):
+        if da_fma and not with_clamp:
             fa = _fit(_fma(a0, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
         if not with_clamp:
             da = _fit(((gws * b0) * fa), (N_t, N_g, N_c))
             db = _fit((gws * a0), (N_t, N_g, N_c))
-        if (da_fma, with_clamp) == (False, True):
+        if not da_fma and with_clamp:
             fa = _fit((_f32(1.0) + (a * (_f32(1.0) - sg))), (N_t, N_g, N_c))
-        if (da_fma, with_clamp) == (True, True):
+        if da_fma and with_clamp:
             fa = _fit(_fma(a, (_f32(1.0) - sg), _f32(1.0)), (N_t, N_g, N_c))
         if with_clamp:
             da = _fit(torch.where((a0 > _f32(float(clamp))), _f32(0.0), ((gws * b) * fa)), (N_t, N_g, N_c))
@@ -178,9 +178,9 @@ def make_reference_variants(scale, sf_layout, recompute, da_fma, with_weights, w
         if (sf_layout, recompute, with_weights) == ('row', False, True):
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf, _s_weight_grad, torch.empty(0, dtype=torch.bfloat16, device=
                 _dev)
-        if (recompute, with_weights) == (True, False):
+        if recompute and not with_weights:
             act_out_tile = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        if (recompute, with_weights) == (True, True):
+        if recompute and with_weights:
             act_out_tile = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         if recompute:
             _store_view(_s_act_out, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),

@@ -19,1160 +19,25 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def make_base(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, B_t * B_h, tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                                * T.float32(routed_scaling_factor)), "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                            * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def make_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, 1)
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        out: PARAM_out,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (((b_t * B_t) + i_t) < N_t):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                                * T.float32(routed_scaling_factor)), "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                            * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def make_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                                * T.float32(routed_scaling_factor)), "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
-                            * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def make_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, 1)
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: PARAM_out,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                                * T.float32(routed_scaling_factor)), "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
-                            * T.float32(routed_scaling_factor))
-
-    return kernel
-
-
-def make_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t,
-        tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads,
-        block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, 1)
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: PARAM_out,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *,
-        threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, 1)
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: PARAM_out,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, 1)
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        out: PARAM_out,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t,
-        tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_expert_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype, *, threads, block_t,
-        tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, 1)
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: PARAM_out,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_token_topk_with_topk_weights(fmt, H, routed_scaling_factor, clamp, x_dtype, *,
-        threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(fmt, H, routed_scaling_factor, clamp, x_dtype,
-        *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, 1)
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        out: PARAM_out,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(fmt, H, routed_scaling_factor, clamp,
-        x_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_h = H
-    N_n = 3
-    B_t = block_t
-    B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
-
-    if fmt == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'bfloat16')
-    if fmt == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_h, B_h))
-            b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
-            a0 = T.alloc_fragment((B_t, B_h), 'float32')
-            b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
-
-    return kernel
-
-
-def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(fmt, H,
+def make_variants(fmt, with_weights, with_pos_to_token_topk, with_topk_weights, with_pos_to_expert, with_clamp, H,
         routed_scaling_factor, clamp, x_dtype, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
+    if with_pos_to_token_topk:
+        n_topk_weights = T.dynamic("n_topk_weights")
     N_t = T_
     N_s = 2
     N_h = H
     N_n = 3
-    B_n = N_n
-    B_t = fit_rows(block_t, tile_elems, 1)
+    if not with_clamp:
+        B_t = block_t
+    if with_clamp:
+        B_n = N_n
+        B_t = fit_rows(block_t, tile_elems, 1)
     B_h = pick_block(N_h, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
+    if not with_weights and not with_pos_to_token_topk and not with_pos_to_expert and not with_clamp:
+        threads = fit_threads(threads, B_t * B_h, tile_elems)
+    if with_clamp or with_pos_to_expert or with_pos_to_token_topk or with_weights:
+        threads = fit_threads(threads, max(B_t, B_t * B_h), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -1183,138 +48,329 @@ def make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_exper
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
+        weights: T.Tensor((T_,), 'float32') if with_weights else None,
+        pos_to_token_topk: T.Tensor((T_,), 'int32') if with_pos_to_token_topk else None,
+        topk_weights: T.Tensor((n_topk_weights,), 'float32') if with_topk_weights else None,
+        pos_to_expert: T.Tensor((T_,), 'int32') if with_pos_to_expert else None,
         out: PARAM_out,
-        clamped_count: T.Tensor((3,), 'int64'),
+        clamped_count: T.Tensor((3,), 'int64') if with_clamp else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_h, B_h), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_h, B_h))
             b_h = pid % T.ceildiv(N_h, B_h)
-            _t0 = T.alloc_fragment((B_t,), 'int32')
-            _t1 = T.alloc_fragment((B_t,), 'int32')
-            keep = T.alloc_fragment((B_t,), 'bool')
+            if with_pos_to_expert:
+                _t0 = T.alloc_fragment((B_t,), 'int32')
+            if with_pos_to_token_topk:
+                _t1 = T.alloc_fragment((B_t,), 'int32')
+            if with_pos_to_expert or with_pos_to_token_topk:
+                keep = T.alloc_fragment((B_t,), 'bool')
             a0 = T.alloc_fragment((B_t, B_h), 'float32')
             b0 = T.alloc_fragment((B_t, B_h), 'float32')
-            _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t2_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t2 = T.alloc_fragment((1,), 'int32')
-            _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t3_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t3 = T.alloc_fragment((1,), 'int32')
-            _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
-            _t4_by_t = T.alloc_fragment((B_t,), 'int32')
-            _t4 = T.alloc_fragment((1,), 'int32')
-            a = T.alloc_fragment((B_t, B_h), 'float32')
-            b = T.alloc_fragment((B_t, B_h), 'float32')
-            _t5 = T.alloc_fragment((B_t,), 'float32')
-            _t6 = T.alloc_fragment((B_t,), 'float32')
-            w = T.alloc_fragment((B_t,), 'float32')
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
+            if with_clamp:
+                _t2_ones = T.alloc_fragment((B_t, B_h), 'int32')
+                _t2_by_t = T.alloc_fragment((B_t,), 'int32')
+                _t2 = T.alloc_fragment((1,), 'int32')
+                _t3_ones = T.alloc_fragment((B_t, B_h), 'int32')
+                _t3_by_t = T.alloc_fragment((B_t,), 'int32')
+                _t3 = T.alloc_fragment((1,), 'int32')
+                _t4_ones = T.alloc_fragment((B_t, B_h), 'int32')
+                _t4_by_t = T.alloc_fragment((B_t,), 'int32')
+                _t4 = T.alloc_fragment((1,), 'int32')
+                a = T.alloc_fragment((B_t, B_h), 'float32')
+                b = T.alloc_fragment((B_t, B_h), 'float32')
+            if with_weights:
+                _t5 = T.alloc_fragment((B_t,), 'float32')
+            if with_pos_to_token_topk:
+                _t6 = T.alloc_fragment((B_t,), 'float32')
+            if with_pos_to_token_topk or with_weights:
+                w = T.alloc_fragment((B_t,), 'float32')
+            if (fmt, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('bf16', False, True, True, False), ('bf16', False, True, True, True),
+                    ('bf16', True, False, True, True), ('bf16', True, True, True, False),
+                    ('bf16', True, True, True, True), ('fp32', False, True, True, False),
+                    ('fp32', False, True, True, True), ('fp32', True, True, True, False),
+                    ('fp32', True, True, True, True)):
+                for i_t in T.Parallel(B_t):
+                    _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            if with_pos_to_expert or with_pos_to_token_topk:
+                for i_t in T.Parallel(B_t):
+                    if (fmt, with_weights, with_pos_to_token_topk, with_clamp) in (('bf16', False, False, False),
+                            ('bf16', False, False, True), ('bf16', True, False, False), ('fp32', False, False, False),
+                            ('fp32', False, False, True), ('fp32', True, False, False), ('fp32', True, False, True)):
+                        _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if with_pos_to_token_topk:
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if (fmt, with_weights, with_pos_to_token_topk, with_clamp) == ('bf16', True, False, True):
+                        keep[i_t] = (_t0[i_t] >= T.int32(0))
+            if (fmt, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('bf16', False, False, True, False), ('bf16', False, False, True, True),
+                    ('bf16', False, True, False, False), ('bf16', False, True, False, True),
+                    ('bf16', False, True, True, False), ('bf16', False, True, True, True),
+                    ('bf16', True, False, True, False), ('bf16', True, True, False, False),
+                    ('bf16', True, True, False, True), ('bf16', True, True, True, False),
+                    ('bf16', True, True, True, True), ('fp32', False, False, True, False),
+                    ('fp32', False, False, True, True), ('fp32', False, True, False, False),
+                    ('fp32', False, True, False, True), ('fp32', False, True, True, False),
+                    ('fp32', False, True, True, True), ('fp32', True, False, True, False),
+                    ('fp32', True, False, True, True), ('fp32', True, True, False, False),
+                    ('fp32', True, True, False, True), ('fp32', True, True, True, False),
+                    ('fp32', True, True, True, True)):
+                for i_t in T.Parallel(B_t):
+                    if not with_pos_to_token_topk:
+                        keep[i_t] = (_t0[i_t] >= T.int32(0))
+                    if not with_pos_to_expert:
+                        keep[i_t] = (_t1[i_t] >= T.int32(0))
+                    if with_pos_to_token_topk and with_pos_to_expert:
+                        keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
+                if not with_pos_to_token_topk and not with_pos_to_expert:
+                    a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
+                if with_pos_to_expert or with_pos_to_token_topk:
+                    a0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                        LOAD_x(x[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)]), T.float32(0.0))
             for i_t, i_h in T.Parallel(B_t, B_h):
-                b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.Parallel(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
-                b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
-            for i_t in T.Parallel(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
-            for i_t, i_h in T.Parallel(B_t, B_h):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    if fmt == 'bf16':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
-                                        / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
-                            "bfloat16")
-                    if fmt == 'fp32':
-                        out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
-                                    / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                if not with_pos_to_token_topk and not with_pos_to_expert:
+                    b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
+                if with_pos_to_expert or with_pos_to_token_topk:
+                    b0[i_t, i_h] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                        LOAD_x(x[((b_t * B_t) + i_t), (N_h + ((b_h * B_h) + i_h))]), T.float32(0.0))
+            if (with_pos_to_token_topk and not with_clamp) or (with_weights and not with_clamp):
+                for i_t in T.Parallel(B_t):
+                    if not with_weights:
+                        _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0)))
+                                    & (_t1[i_t] < n_topk_weights)) & (((b_t * B_t) + i_t) < N_t)),
+                            topk_weights[_t1[i_t]], T.float32(0.0))
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)],
+                            T.float32(0.0))
+                    if (not with_pos_to_token_topk and with_pos_to_expert) or (with_weights and with_pos_to_token_topk):
+                        _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                            weights[((b_t * B_t) + i_t)], T.float32(0.0))
+                for i_t in T.Parallel(B_t):
+                    if not with_weights:
+                        w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    if not with_pos_to_token_topk:
+                        w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                    if with_weights and with_pos_to_token_topk:
+                        _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0)))
+                                    & (_t1[i_t] < n_topk_weights)) & (((b_t * B_t) + i_t) < N_t)),
+                            topk_weights[_t1[i_t]], T.float32(0.0))
+            if with_clamp or not with_pos_to_token_topk or not with_weights:
+                for i_t, i_h in T.Parallel(B_t, B_h):
+                    if not with_pos_to_token_topk and not with_pos_to_expert and not with_clamp:
+                        if (((b_t * B_t) + i_t) < N_t):
+                            if (fmt, with_weights) == ('bf16', False):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                        * T.float32(routed_scaling_factor)), "bfloat16")
+                            if (fmt, with_weights) == ('bf16', True):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                                    "bfloat16")
+                            if (fmt, with_weights) == ('fp32', False):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * T.float32(routed_scaling_factor))
+                            if (fmt, with_weights) == ('fp32', True):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                    if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
+                        _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((a0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                    if (with_pos_to_expert and not with_clamp) or (with_pos_to_token_topk and not with_clamp):
+                        if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                            if (fmt, with_weights, with_pos_to_token_topk) == ('bf16', False, False):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                        * T.float32(routed_scaling_factor)), "bfloat16")
+                            if (fmt, with_weights, with_pos_to_token_topk) in (('bf16', False, True),
+                                    ('bf16', True, False)):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                                    "bfloat16")
+                            if (fmt, with_weights, with_pos_to_token_topk) == ('fp32', False, False):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h])
+                                    * T.float32(routed_scaling_factor))
+                            if (fmt, with_weights, with_pos_to_token_topk) in (('fp32', False, True),
+                                    ('fp32', True, False)):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                    if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
+                        _t2_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((keep[i_t] & (a0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)),
+                            T.int32(0))
+            if with_clamp:
+                T.reduce_sum(_t2_ones, _t2_by_t, dim=1)
+                T.reduce_sum(_t2_by_t, _t2, dim=0)
+                for i_t, i_h in T.Parallel(B_t, B_h):
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((b0[i_t, i_h] > T.float32(clamp)), T.int32(1), T.int32(0)), T.int32(0))
+                    if with_pos_to_expert or with_pos_to_token_topk:
+                        _t3_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((keep[i_t] & (b0[i_t, i_h] > T.float32(clamp))), T.int32(1), T.int32(0)),
+                            T.int32(0))
+                T.reduce_sum(_t3_ones, _t3_by_t, dim=1)
+                T.reduce_sum(_t3_by_t, _t3, dim=0)
+                for i_t, i_h in T.Parallel(B_t, B_h):
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((b0[i_t, i_h] < (-T.float32(clamp))), T.int32(1), T.int32(0)), T.int32(0))
+                    if with_pos_to_expert or with_pos_to_token_topk:
+                        _t4_ones[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((keep[i_t] & (b0[i_t, i_h] < (-T.float32(clamp)))), T.int32(1), T.int32(0)),
+                            T.int32(0))
+                T.reduce_sum(_t4_ones, _t4_by_t, dim=1)
+                T.reduce_sum(_t4_by_t, _t4, dim=0)
+                for i_n in T.Parallel(B_n):
+                    T.atomic_add(clamped_count[i_n],
+                        T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
+                            "int64"))
+                for i_t, i_h in T.Parallel(B_t, B_h):
+                    a[i_t, i_h] = T.min(a0[i_t, i_h], T.float32(clamp))
+                    b[i_t, i_h] = T.min(T.max(b0[i_t, i_h], (-T.float32(clamp))), T.float32(clamp))
+                    if not with_weights and not with_pos_to_token_topk and not with_pos_to_expert:
+                        if (((b_t * B_t) + i_t) < N_t):
+                            if fmt == 'bf16':
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                        * T.float32(routed_scaling_factor)), "bfloat16")
+                            if fmt == 'fp32':
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * T.float32(routed_scaling_factor))
+                    if not with_weights and not with_pos_to_token_topk and with_pos_to_expert:
+                        if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                            if fmt == 'bf16':
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                        * T.float32(routed_scaling_factor)), "bfloat16")
+                            if fmt == 'fp32':
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h])
+                                    * T.float32(routed_scaling_factor))
+            if (with_pos_to_token_topk and with_clamp) or (with_weights and with_clamp):
+                for i_t in T.Parallel(B_t):
+                    if not with_weights:
+                        _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0)))
+                                    & (_t1[i_t] < n_topk_weights)) & (((b_t * B_t) + i_t) < N_t)),
+                            topk_weights[_t1[i_t]], T.float32(0.0))
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)],
+                            T.float32(0.0))
+                    if (not with_pos_to_token_topk and with_pos_to_expert) or (with_weights and with_pos_to_token_topk):
+                        _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                            weights[((b_t * B_t) + i_t)], T.float32(0.0))
+            if (fmt, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('bf16', False, True, False, True), ('bf16', False, True, True, True),
+                    ('bf16', True, False, False, True), ('bf16', True, False, True, True),
+                    ('bf16', True, True, False, False), ('bf16', True, True, False, True),
+                    ('bf16', True, True, True, True), ('fp32', False, True, False, True),
+                    ('fp32', False, True, True, True), ('fp32', True, False, False, True),
+                    ('fp32', True, False, True, True), ('fp32', True, True, False, True),
+                    ('fp32', True, True, True, True)):
+                for i_t in T.Parallel(B_t):
+                    if not with_weights:
+                        w[i_t] = (_t6[i_t] * T.float32(routed_scaling_factor))
+                    if not with_pos_to_token_topk:
+                        w[i_t] = (_t5[i_t] * T.float32(routed_scaling_factor))
+                    if not with_clamp:
+                        w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+                    if with_weights and with_pos_to_token_topk and with_clamp:
+                        _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0)))
+                                    & (_t1[i_t] < n_topk_weights)) & (((b_t * B_t) + i_t) < N_t)),
+                            topk_weights[_t1[i_t]], T.float32(0.0))
+            if (fmt, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('bf16', True, True, False, True), ('bf16', True, True, True, False),
+                    ('bf16', True, True, True, True), ('fp32', True, True, False, False),
+                    ('fp32', True, True, False, True), ('fp32', True, True, True, False),
+                    ('fp32', True, True, True, True)):
+                for i_t in T.Parallel(B_t):
+                    w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.float32(routed_scaling_factor))
+            if (with_pos_to_token_topk and with_clamp) or (with_weights and with_clamp) or (with_weights
+                    and with_pos_to_token_topk):
+                for i_t, i_h in T.Parallel(B_t, B_h):
+                    if with_pos_to_expert or with_pos_to_token_topk:
+                        if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                            if (fmt, with_clamp) == ('bf16', True):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                                    "bfloat16")
+                            if (fmt, with_clamp) == ('bf16', False):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a0[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t]),
+                                    "bfloat16")
+                            if (fmt, with_clamp) == ('fp32', True):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
+                            if (fmt, with_clamp) == ('fp32', False):
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a0[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a0[i_t, i_h])))) * b0[i_t, i_h]) * w[i_t])
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        if (((b_t * B_t) + i_t) < N_t):
+                            if fmt == 'bf16':
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = T.cast((((a[i_t, i_h]
+                                                / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t]),
+                                    "bfloat16")
+                            if fmt == 'fp32':
+                                out[((b_t * B_t) + i_t), ((b_h * B_h) + i_h)] = (((a[i_t, i_h]
+                                            / (T.float32(1.0) + T.exp((-a[i_t, i_h])))) * b[i_t, i_h]) * w[i_t])
 
     return kernel
 
 
 # the variants of the shared factories
-build_bf16 = specialize(make_base, 'bf16')
-build_fp32 = specialize(make_base, 'fp32')
-build_bf16_with_clamp = specialize(make_with_clamp, 'bf16')
-build_fp32_with_clamp = specialize(make_with_clamp, 'fp32')
-build_bf16_with_pos_to_expert = specialize(make_with_pos_to_expert, 'bf16')
-build_fp32_with_pos_to_expert = specialize(make_with_pos_to_expert, 'fp32')
-build_bf16_with_pos_to_expert_with_clamp = specialize(make_with_pos_to_expert_with_clamp, 'bf16')
-build_fp32_with_pos_to_expert_with_clamp = specialize(make_with_pos_to_expert_with_clamp, 'fp32')
-build_bf16_with_pos_to_token_topk_with_topk_weights = specialize(make_with_pos_to_token_topk_with_topk_weights, 'bf16')
-build_fp32_with_pos_to_token_topk_with_topk_weights = specialize(make_with_pos_to_token_topk_with_topk_weights, 'fp32')
+build_bf16 = specialize(make_variants, 'bf16', False, False, False, False, False)
+build_bf16_with_clamp = specialize(make_variants, 'bf16', False, False, False, False, True)
+build_bf16_with_pos_to_expert = specialize(make_variants, 'bf16', False, False, False, True, False)
+build_bf16_with_pos_to_expert_with_clamp = specialize(make_variants, 'bf16', False, False, False, True, True)
+build_bf16_with_pos_to_token_topk_with_topk_weights = specialize(make_variants, 'bf16', False, True, True, False, False)
 build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights_with_clamp, 'bf16'))
-build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+    specialize(make_variants, 'bf16', False, True, True, False, True))
 build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16'))
-build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+    specialize(make_variants, 'bf16', False, True, True, True, False))
 build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'bf16'))
-build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
-build_bf16_with_weights = specialize(make_with_weights, 'bf16')
-build_fp32_with_weights = specialize(make_with_weights, 'fp32')
-build_bf16_with_weights_with_clamp = specialize(make_with_weights_with_clamp, 'bf16')
-build_fp32_with_weights_with_clamp = specialize(make_with_weights_with_clamp, 'fp32')
-build_bf16_with_weights_with_pos_to_expert = specialize(make_with_weights_with_pos_to_expert, 'bf16')
-build_fp32_with_weights_with_pos_to_expert = specialize(make_with_weights_with_pos_to_expert, 'fp32')
+    specialize(make_variants, 'bf16', False, True, True, True, True))
+build_bf16_with_weights = specialize(make_variants, 'bf16', True, False, False, False, False)
+build_bf16_with_weights_with_clamp = specialize(make_variants, 'bf16', True, False, False, False, True)
+build_bf16_with_weights_with_pos_to_expert = specialize(make_variants, 'bf16', True, False, False, True, False)
 build_bf16_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_with_weights_with_pos_to_expert_with_clamp, 'bf16'))
-build_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
+    specialize(make_variants, 'bf16', True, False, False, True, True))
 build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, 'bf16'))
-build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights, 'fp32'))
+    specialize(make_variants, 'bf16', True, True, True, False, False))
 build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'bf16'))
-build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
+    specialize(make_variants, 'bf16', True, True, True, False, True))
 build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'bf16'))
-build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
+    specialize(make_variants, 'bf16', True, True, True, True, False))
 build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'bf16'))
+    specialize(make_variants, 'bf16', True, True, True, True, True))
+build_fp32 = specialize(make_variants, 'fp32', False, False, False, False, False)
+build_fp32_with_clamp = specialize(make_variants, 'fp32', False, False, False, False, True)
+build_fp32_with_pos_to_expert = specialize(make_variants, 'fp32', False, False, False, True, False)
+build_fp32_with_pos_to_expert_with_clamp = specialize(make_variants, 'fp32', False, False, False, True, True)
+build_fp32_with_pos_to_token_topk_with_topk_weights = specialize(make_variants, 'fp32', False, True, True, False, False)
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_variants, 'fp32', False, True, True, False, True))
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_variants, 'fp32', False, True, True, True, False))
+build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_variants, 'fp32', False, True, True, True, True))
+build_fp32_with_weights = specialize(make_variants, 'fp32', True, False, False, False, False)
+build_fp32_with_weights_with_clamp = specialize(make_variants, 'fp32', True, False, False, False, True)
+build_fp32_with_weights_with_pos_to_expert = specialize(make_variants, 'fp32', True, False, False, True, False)
+build_fp32_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_variants, 'fp32', True, False, False, True, True))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_variants, 'fp32', True, True, True, False, False))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_variants, 'fp32', True, True, True, False, True))
+build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_variants, 'fp32', True, True, True, True, False))
 build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
+    specialize(make_variants, 'fp32', True, True, True, True, True))

@@ -34,22 +34,22 @@ def make_reference_variants(fmt, with_weights, with_pos_to_token_topk, with_topk
             _s_out = torch.zeros((T_, H), dtype=torch.float32, device=_dev)
         if with_clamp:
             _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        if (with_pos_to_token_topk, with_pos_to_expert) == (False, False):
+        if not with_pos_to_token_topk and not with_pos_to_expert:
             a0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
                 (N_t, N_h))
             b0 = _fit(_view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
                 (N_t, N_h))
         if with_pos_to_expert:
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (False, True):
+        if not with_pos_to_token_topk and with_pos_to_expert:
             keep = _fit((_t0 >= 0), (N_t,))
         if with_pos_to_token_topk:
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, False):
+        if with_pos_to_token_topk and not with_pos_to_expert:
             keep = _fit((_t1 >= 0), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+        if with_pos_to_token_topk and with_pos_to_expert:
             keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) in ((False, True), (True, False), (True, True)):
+        if with_pos_to_expert or with_pos_to_token_topk:
             a0 = _fit(
                 torch.where(keep[:, None],
                     _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 0),), ('t', 'h'), ('t', 'h')).to(torch.float32),
@@ -58,28 +58,25 @@ def make_reference_variants(fmt, with_weights, with_pos_to_token_topk, with_topk
                 torch.where(keep[:, None],
                     _view(x, (N_t, N_s * N_h), (N_t, N_s, N_h), ((1, 1),), ('t', 'h'), ('t', 'h')).to(torch.float32),
                     0), (N_t, N_h))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, False, False):
+        if not with_weights and not with_pos_to_token_topk and not with_clamp:
             out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+        if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
             _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
-                (True, True, True)):
+        if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
             _t2_ones = _fit(torch.where((keep[:, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
         if with_clamp:
             _t2_by_t = _sum(_t2_ones, 1)
             _t2 = _sum(_t2_by_t, 0)
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+        if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
             _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_h))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
-                (True, True, True)):
+        if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
             _t3_ones = _fit(torch.where((keep[:, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_h))
         if with_clamp:
             _t3_by_t = _sum(_t3_ones, 1)
             _t3 = _sum(_t3_by_t, 0)
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+        if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
             _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_h))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
-                (True, True, True)):
+        if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
             _t4_ones = _fit(torch.where((keep[:, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_h))
         if with_clamp:
             _t4_by_t = _sum(_t4_ones, 1)
@@ -92,24 +89,23 @@ def make_reference_variants(fmt, with_weights, with_pos_to_token_topk, with_topk
             a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_h))
             b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
                 (N_t, N_h))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, False, True):
+        if not with_weights and not with_pos_to_token_topk and with_clamp:
             out_tile = _fit((((a / (_f32(1.0) + _exp((-a)))) * b) * _f32(float(routed_scaling_factor))), (N_t, N_h))
-        if (with_weights, with_pos_to_token_topk, with_pos_to_expert) == (True, False, False):
+        if with_weights and not with_pos_to_token_topk and not with_pos_to_expert:
             _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_pos_to_expert) in ((True, False, True), (True, True, False),
-                (True, True, True)):
+        if (with_weights and with_pos_to_expert) or (with_weights and with_pos_to_token_topk):
             _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
                 (N_t,))
-        if (with_weights, with_pos_to_token_topk) == (True, False):
+        if with_weights and not with_pos_to_token_topk:
             w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
         if with_pos_to_token_topk:
             _t6 = _fit(
                 torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
                     _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
                         torch.float32), 0), (N_t,))
-        if (with_weights, with_pos_to_token_topk) == (True, True):
+        if with_weights and with_pos_to_token_topk:
             w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
-        if (with_weights, with_clamp) == (True, False):
+        if with_weights and not with_clamp:
             out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
         if (fmt, with_weights, with_pos_to_token_topk, with_pos_to_expert,
                 with_clamp) in (('bf16', True, False, False, True), ('fp32', True, False, False, True),
@@ -118,9 +114,9 @@ def make_reference_variants(fmt, with_weights, with_pos_to_token_topk, with_topk
         if (fmt, with_pos_to_token_topk, with_pos_to_expert) == ('bf16', False, False):
             _store_view(_s_out, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
                 _codes_as(encode_bf16(out_tile), torch.uint16, torch.bfloat16), None, False)
-        if (with_weights, with_pos_to_token_topk) == (False, True):
+        if not with_weights and with_pos_to_token_topk:
             w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, True, False):
+        if not with_weights and with_pos_to_token_topk and not with_clamp:
             out_tile = _fit((((a0 / (_f32(1.0) + _exp((-a0)))) * b0) * w[:, None]), (N_t, N_h))
         if (fmt, with_weights, with_pos_to_token_topk, with_pos_to_expert,
                 with_clamp) in (('bf16', False, True, False, True), ('bf16', False, True, True, True),
@@ -166,7 +162,7 @@ def make_written_rows_variants(fmt, with_weights, with_pos_to_token_topk, with_t
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         if not with_pos_to_expert:
             keep = _fit((_t1 >= 0), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+        if with_pos_to_token_topk and with_pos_to_expert:
             keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 

@@ -21,948 +21,11 @@ from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 
 
-def make_e4m3(scale, H, group, routed_scaling_factor, clamp, amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_clamp(scale, H, group, routed_scaling_factor, clamp, amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, amax_floor, x_dtype, *, threads,
-        block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_factor, clamp, amax_floor, x_dtype, *,
-        threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_scaling_factor, clamp, amax_floor,
-        x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, group, routed_scaling_factor, clamp,
-        amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp,
-        amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(scale, H, group,
+def make_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_weights, with_pos_to_expert, with_clamp, H, group,
         routed_scaling_factor, clamp, amax_floor, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
+    if with_pos_to_token_topk:
+        n_topk_weights = T.dynamic("n_topk_weights")
     N_t = T_
     N_s = 2
     N_g = (H // group)
@@ -972,7 +35,8 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
         N_g_p = T.ceildiv(N_g, 4)
     B_g = N_g
     B_c = N_c
-    B_n = N_n
+    if with_clamp:
+        B_n = N_n
     B_t = block_t
     if scale == 'ue8m0':
         B_g_p = T.ceildiv(B_g, 4)
@@ -986,35 +50,44 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
+        weights: T.Tensor((T_,), 'float32') if with_weights else None,
+        pos_to_token_topk: T.Tensor((T_,), 'int32') if with_pos_to_token_topk else None,
+        topk_weights: T.Tensor((n_topk_weights,), 'float32') if with_topk_weights else None,
+        pos_to_expert: T.Tensor((T_,), 'int32') if with_pos_to_expert else None,
         q: T.Tensor((T_, H), 'uint8'),
         sf: PARAM_sf,
-        clamped_count: T.Tensor((3,), 'int64'),
+        clamped_count: T.Tensor((3,), 'int64') if with_clamp else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
+            if with_pos_to_expert:
+                _t0 = T.alloc_local((B_t,), 'int32')
+            if with_pos_to_token_topk:
+                _t1 = T.alloc_local((B_t,), 'int32')
+            if with_pos_to_expert or with_pos_to_token_topk:
+                keep = T.alloc_local((B_t,), 'bool')
             a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
             b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
+            if with_clamp:
+                _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+                _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
+                _t2_by_t = T.alloc_local((B_t,), 'int32')
+                _t2 = T.alloc_local((1,), 'int32')
+                _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+                _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
+                _t3_by_t = T.alloc_local((B_t,), 'int32')
+                _t3 = T.alloc_local((1,), 'int32')
+                _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
+                _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
+                _t4_by_t = T.alloc_local((B_t,), 'int32')
+                _t4 = T.alloc_local((1,), 'int32')
+                a = T.alloc_local((B_t, B_g, B_c), 'float32')
+                b = T.alloc_local((B_t, B_g, B_c), 'float32')
+            if with_weights:
+                _t5 = T.alloc_local((B_t,), 'float32')
+            if with_pos_to_token_topk:
+                _t6 = T.alloc_local((B_t,), 'float32')
+            if with_pos_to_token_topk or with_weights:
+                w = T.alloc_local((B_t,), 'float32')
             act = T.alloc_local((B_t, B_g, B_c), 'float32')
             y = T.alloc_local((B_t, B_g, B_c), 'float32')
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
@@ -1024,175 +97,309 @@ def make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_c
                 sf_tile = T.alloc_local((B_t, B_g), 'float32')
                 sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
+            if (scale, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('fp32', False, False, True, False), ('fp32', False, False, True, True),
+                    ('fp32', False, True, False, False), ('fp32', False, True, False, True),
+                    ('fp32', False, True, True, False), ('fp32', False, True, True, True),
+                    ('fp32', True, False, True, False), ('fp32', True, True, False, False),
+                    ('fp32', True, True, True, False), ('fp32', True, True, True, True),
+                    ('pow2', False, False, True, False), ('pow2', False, True, False, False),
+                    ('pow2', False, True, True, False), ('pow2', False, True, True, True),
+                    ('pow2', True, False, True, False), ('pow2', True, True, False, False),
+                    ('pow2', True, True, True, False), ('pow2', True, True, True, True),
+                    ('ue8m0', False, False, True, False), ('ue8m0', False, True, False, False),
+                    ('ue8m0', False, True, True, False), ('ue8m0', False, True, True, True),
+                    ('ue8m0', True, False, True, False), ('ue8m0', True, True, False, False),
+                    ('ue8m0', True, True, True, False), ('ue8m0', True, True, True, True)):
+                for i_t in T.grid(B_t):
+                    if with_pos_to_expert:
+                        _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if not with_pos_to_expert:
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            if with_pos_to_expert or with_pos_to_token_topk:
+                for i_t in T.grid(B_t):
+                    if (scale, with_weights, with_pos_to_token_topk, with_clamp) in (('fp32', False, False, False),
+                            ('fp32', False, False, True), ('fp32', True, False, False), ('pow2', False, False, False),
+                            ('pow2', True, False, False), ('ue8m0', False, False, False),
+                            ('ue8m0', True, False, False)):
+                        keep[i_t] = (_t0[i_t] >= T.int32(0))
+                    if (scale, with_weights, with_pos_to_expert, with_clamp) in (('fp32', False, False, False),
+                            ('fp32', False, False, True), ('fp32', True, False, False), ('pow2', False, False, False),
+                            ('pow2', True, False, False), ('ue8m0', False, False, False),
+                            ('ue8m0', True, False, False)):
+                        keep[i_t] = (_t1[i_t] >= T.int32(0))
+                    if (scale, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                            with_clamp) in (('fp32', False, True, True, False), ('fp32', False, True, True, True),
+                            ('fp32', True, True, False, True), ('fp32', True, True, True, False),
+                            ('fp32', True, True, True, True), ('pow2', False, True, False, True),
+                            ('pow2', False, True, True, False), ('pow2', False, True, True, True),
+                            ('pow2', True, True, False, True), ('pow2', True, True, True, False),
+                            ('pow2', True, True, True, True), ('ue8m0', False, True, False, True),
+                            ('ue8m0', False, True, True, False), ('ue8m0', False, True, True, True),
+                            ('ue8m0', True, True, False, True), ('ue8m0', True, True, True, False),
+                            ('ue8m0', True, True, True, True)):
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if (scale, with_weights, with_pos_to_token_topk, with_clamp) in (('fp32', True, False, True),
+                            ('pow2', False, False, True), ('pow2', True, False, True), ('ue8m0', False, False, True),
+                            ('ue8m0', True, False, True)):
+                        _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            if (scale, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('fp32', False, True, True, False), ('fp32', False, True, True, True),
+                    ('fp32', True, False, True, True), ('fp32', True, True, False, True),
+                    ('fp32', True, True, True, False), ('fp32', True, True, True, True),
+                    ('pow2', False, False, True, True), ('pow2', False, True, False, True),
+                    ('pow2', False, True, True, False), ('pow2', False, True, True, True),
+                    ('pow2', True, False, True, True), ('pow2', True, True, False, True),
+                    ('pow2', True, True, True, False), ('pow2', True, True, True, True),
+                    ('ue8m0', False, False, True, True), ('ue8m0', False, True, False, True),
+                    ('ue8m0', False, True, True, False), ('ue8m0', False, True, True, True),
+                    ('ue8m0', True, False, True, True), ('ue8m0', True, True, False, True),
+                    ('ue8m0', True, True, True, False), ('ue8m0', True, True, True, True)):
+                for i_t in T.grid(B_t):
+                    if with_pos_to_token_topk and with_pos_to_expert:
+                        keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
+                    if not with_pos_to_token_topk:
+                        keep[i_t] = (_t0[i_t] >= T.int32(0))
+                    if not with_pos_to_expert:
+                        keep[i_t] = (_t1[i_t] >= T.int32(0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
+                if not with_pos_to_token_topk and not with_pos_to_expert:
+                    a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                if with_pos_to_expert or with_pos_to_token_topk:
+                    a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                        LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            if (scale, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('fp32', False, False, False, False), ('fp32', False, False, False, True),
+                    ('fp32', False, False, True, False), ('fp32', False, False, True, True),
+                    ('fp32', False, True, False, False), ('fp32', False, True, False, True),
+                    ('fp32', False, True, True, True), ('fp32', True, False, False, True),
+                    ('fp32', True, False, True, True), ('fp32', True, True, False, False),
+                    ('fp32', True, True, False, True), ('fp32', True, True, True, False),
+                    ('fp32', True, True, True, True), ('pow2', False, False, False, False),
+                    ('pow2', False, False, False, True), ('pow2', False, False, True, False),
+                    ('pow2', False, False, True, True), ('pow2', False, True, False, False),
+                    ('pow2', False, True, False, True), ('pow2', False, True, True, False),
+                    ('pow2', False, True, True, True), ('pow2', True, False, False, False),
+                    ('pow2', True, False, False, True), ('pow2', True, False, True, False),
+                    ('pow2', True, False, True, True), ('pow2', True, True, False, True),
+                    ('pow2', True, True, True, False), ('pow2', True, True, True, True),
+                    ('ue8m0', False, False, False, False), ('ue8m0', False, False, False, True),
+                    ('ue8m0', False, False, True, False), ('ue8m0', False, False, True, True),
+                    ('ue8m0', False, True, False, False), ('ue8m0', False, True, False, True),
+                    ('ue8m0', False, True, True, False), ('ue8m0', False, True, True, True),
+                    ('ue8m0', True, False, False, False), ('ue8m0', True, False, False, True),
+                    ('ue8m0', True, False, True, False), ('ue8m0', True, False, True, True),
+                    ('ue8m0', True, True, False, True), ('ue8m0', True, True, True, False),
+                    ('ue8m0', True, True, True, True)):
+                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                    if with_pos_to_expert or with_pos_to_token_topk:
+                        b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                            LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+            if (scale, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('fp32', False, False, False, False), ('fp32', False, False, False, True),
+                    ('fp32', False, False, True, True), ('fp32', False, True, False, True),
+                    ('fp32', False, True, True, True), ('fp32', True, False, False, True),
+                    ('fp32', True, False, True, True), ('fp32', True, True, False, True),
+                    ('fp32', True, True, True, True), ('pow2', False, False, False, True),
+                    ('pow2', False, False, True, True), ('pow2', False, True, False, True),
+                    ('pow2', False, True, True, True), ('pow2', True, False, False, True),
+                    ('pow2', True, False, True, True), ('pow2', True, True, False, True),
+                    ('pow2', True, True, True, True), ('ue8m0', False, False, False, False),
+                    ('ue8m0', False, False, False, True), ('ue8m0', False, False, True, True),
+                    ('ue8m0', False, True, False, True), ('ue8m0', False, True, True, True),
+                    ('ue8m0', True, False, False, True), ('ue8m0', True, False, True, True),
+                    ('ue8m0', True, True, False, True), ('ue8m0', True, True, True, True)):
+                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                    if not with_clamp:
+                        act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
+                            * b0[i_t, i_g, i_c])
+                        y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
+                            * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                        y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
+                            y[i_t, i_g, i_c])
+                    if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
+                        _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")),
+                                T.int32(1), T.int32(0)), T.int32(0))
+                    if with_pos_to_expert or with_pos_to_token_topk:
+                        _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((keep[i_t]
+                                    & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                                T.int32(1), T.int32(0)), T.int32(0))
+            if with_clamp:
+                T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
+                T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
+                T.reduce_sum(_t2_by_t, _t2, dim=0)
+                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")),
+                                T.int32(1), T.int32(0)), T.int32(0))
+                    if with_pos_to_expert or with_pos_to_token_topk:
+                        _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((keep[i_t]
+                                    & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                                T.int32(1), T.int32(0)), T.int32(0))
+                T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
+                T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
+                T.reduce_sum(_t3_by_t, _t3, dim=0)
+                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                                T.int32(1), T.int32(0)), T.int32(0))
+                    if with_pos_to_expert or with_pos_to_token_topk:
+                        _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
+                            T.Select((keep[i_t]
+                                    & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
+                                T.int32(1), T.int32(0)), T.int32(0))
+                T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
+                T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
+                T.reduce_sum(_t4_by_t, _t4, dim=0)
+                for i_n in T.grid(B_n):
+                    T.atomic_add(clamped_count[i_n],
+                        T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
+                            "int64"))
+            if (scale, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('fp32', False, True, False, True), ('fp32', False, True, True, False),
+                    ('fp32', False, True, True, True), ('fp32', True, False, False, False),
+                    ('fp32', True, False, False, True), ('fp32', True, False, True, False),
+                    ('fp32', True, False, True, True), ('fp32', True, True, False, True),
+                    ('fp32', True, True, True, True), ('pow2', False, False, False, True),
+                    ('pow2', False, False, True, True), ('pow2', False, True, False, True),
+                    ('pow2', False, True, True, True), ('pow2', True, False, False, True),
+                    ('pow2', True, False, True, True), ('pow2', True, True, False, False),
+                    ('pow2', True, True, False, True), ('pow2', True, True, True, True),
+                    ('ue8m0', False, False, False, True), ('ue8m0', False, False, True, True),
+                    ('ue8m0', False, True, False, True), ('ue8m0', False, True, True, True),
+                    ('ue8m0', True, False, False, True), ('ue8m0', True, False, True, True),
+                    ('ue8m0', True, True, False, False), ('ue8m0', True, True, False, True),
+                    ('ue8m0', True, True, True, True)):
+                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                    if with_clamp:
+                        a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                        b[i_t, i_g, i_c] = T.min(
+                            T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                            T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    if (scale, with_pos_to_expert, with_clamp) in (('fp32', True, False), ('pow2', False, False),
+                            ('ue8m0', False, False)):
+                        b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                            LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                    if (scale, with_pos_to_expert, with_clamp) == ('fp32', False, False):
+                        b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
+                    if not with_weights and not with_pos_to_token_topk:
+                        act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
+                            * b[i_t, i_g, i_c])
+                        y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
+                            * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                        y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
+                            y[i_t, i_g, i_c])
+            if (scale, with_weights, with_pos_to_token_topk, with_clamp) in (('fp32', True, True, False),
+                    ('fp32', True, True, True), ('pow2', False, True, True), ('pow2', True, False, True),
+                    ('pow2', True, True, False), ('pow2', True, True, True), ('ue8m0', False, True, True),
+                    ('ue8m0', True, False, True), ('ue8m0', True, True, False), ('ue8m0', True, True, True)):
+                for i_t in T.grid(B_t):
+                    if (not with_pos_to_token_topk and with_pos_to_expert) or (with_weights and with_pos_to_token_topk):
+                        _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                            weights[((b_t * B_t) + i_t)], T.float32(0.0))
+                    if not with_weights:
+                        _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0)))
+                                    & (_t1[i_t] < n_topk_weights)) & (((b_t * B_t) + i_t) < N_t)),
+                            topk_weights[_t1[i_t]], T.float32(0.0))
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)],
+                            T.float32(0.0))
+            if with_pos_to_token_topk or with_weights:
+                for i_t in T.grid(B_t):
+                    if (scale, with_weights, with_pos_to_token_topk, with_clamp) in (('fp32', False, True, False),
+                            ('fp32', False, True, True), ('fp32', True, True, False), ('fp32', True, True, True),
+                            ('pow2', False, True, False), ('pow2', True, True, False), ('pow2', True, True, True),
+                            ('ue8m0', False, True, False), ('ue8m0', True, True, False), ('ue8m0', True, True, True)):
+                        _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0)))
+                                    & (_t1[i_t] < n_topk_weights)) & (((b_t * B_t) + i_t) < N_t)),
+                            topk_weights[_t1[i_t]], T.float32(0.0))
+                    if (scale, with_pos_to_token_topk, with_pos_to_expert,
+                            with_clamp) in (('fp32', False, False, False), ('fp32', False, False, True),
+                            ('pow2', False, False, False), ('ue8m0', False, False, False)):
+                        _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)],
+                            T.float32(0.0))
+                    if (scale, with_pos_to_token_topk, with_pos_to_expert, with_clamp) in (('fp32', False, True, False),
+                            ('fp32', False, True, True), ('pow2', False, True, False), ('ue8m0', False, True, False)):
+                        _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
+                            weights[((b_t * B_t) + i_t)], T.float32(0.0))
+                    if (scale, with_weights, with_clamp) in (('pow2', False, True), ('ue8m0', False, True)):
+                        w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                    if (scale, with_pos_to_token_topk, with_clamp) in (('pow2', False, True), ('ue8m0', False, True)):
+                        w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            if (scale, with_weights, with_pos_to_token_topk, with_clamp) in (('fp32', False, True, False),
+                    ('fp32', False, True, True), ('fp32', True, False, False), ('fp32', True, False, True),
+                    ('fp32', True, True, False), ('fp32', True, True, True), ('pow2', False, True, False),
+                    ('pow2', True, False, False), ('pow2', True, True, False), ('pow2', True, True, True),
+                    ('ue8m0', False, True, False), ('ue8m0', True, False, False), ('ue8m0', True, True, False),
+                    ('ue8m0', True, True, True)):
+                for i_t in T.grid(B_t):
+                    if not with_weights:
+                        w[i_t] = (_t6[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                    if not with_pos_to_token_topk:
+                        w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                    if with_weights and with_pos_to_token_topk:
+                        w[i_t] = ((_t5[i_t] * _t6[i_t])
+                            * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+            if (scale, with_weights, with_pos_to_token_topk, with_pos_to_expert,
+                    with_clamp) in (('fp32', False, False, False, True), ('fp32', False, False, True, False),
+                    ('fp32', False, False, True, True), ('fp32', False, True, False, False),
+                    ('fp32', False, True, False, True), ('fp32', False, True, True, False),
+                    ('fp32', False, True, True, True), ('fp32', True, False, False, False),
+                    ('fp32', True, False, False, True), ('fp32', True, False, True, False),
+                    ('fp32', True, False, True, True), ('fp32', True, True, False, False),
+                    ('fp32', True, True, False, True), ('fp32', True, True, True, False),
+                    ('fp32', True, True, True, True), ('pow2', False, False, False, False),
+                    ('pow2', False, False, True, False), ('pow2', False, True, False, False),
+                    ('pow2', False, True, False, True), ('pow2', False, True, True, False),
+                    ('pow2', False, True, True, True), ('pow2', True, False, False, False),
+                    ('pow2', True, False, False, True), ('pow2', True, False, True, False),
+                    ('pow2', True, False, True, True), ('pow2', True, True, False, False),
+                    ('pow2', True, True, False, True), ('pow2', True, True, True, False),
+                    ('pow2', True, True, True, True), ('ue8m0', False, False, True, False),
+                    ('ue8m0', False, True, False, False), ('ue8m0', False, True, False, True),
+                    ('ue8m0', False, True, True, False), ('ue8m0', False, True, True, True),
+                    ('ue8m0', True, False, False, False), ('ue8m0', True, False, False, True),
+                    ('ue8m0', True, False, True, False), ('ue8m0', True, False, True, True),
+                    ('ue8m0', True, True, False, False), ('ue8m0', True, True, False, True),
+                    ('ue8m0', True, True, True, False), ('ue8m0', True, True, True, True)):
+                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                    if not with_weights and not with_pos_to_token_topk and with_clamp:
+                        a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                        b[i_t, i_g, i_c] = T.min(
+                            T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
+                            T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
+                    if with_clamp:
+                        act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
+                            * b[i_t, i_g, i_c])
+                    if not with_clamp:
+                        act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
+                            * b0[i_t, i_g, i_c])
+                    if not with_weights and not with_pos_to_token_topk:
+                        y[i_t, i_g, i_c] = (act[i_t, i_g, i_c]
+                            * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
+                    if with_pos_to_token_topk or with_weights:
+                        y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
+                    y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
+                        y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
             for i_t, i_g in T.grid(B_t, B_g):
                 amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
+                if (scale, with_pos_to_token_topk, with_pos_to_expert) in (('fp32', False, False),
+                        ('pow2', False, False)):
                     if (((b_t * B_t) + i_t) < N_t):
                         if scale == 'fp32':
                             sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
@@ -1201,6 +408,16 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, amax_f
                                                 T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                 "float32")
+                if (scale, with_pos_to_token_topk, with_pos_to_expert) in (('fp32', False, True), ('fp32', True, False),
+                        ('fp32', True, True), ('pow2', False, True), ('pow2', True, False), ('pow2', True, True)):
+                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                        if scale == 'fp32':
+                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
+                        if scale == 'pow2':
+                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
+                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                "float32")
                 if scale == 'fp32':
                     inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
                 if scale == 'pow2':
@@ -1213,1156 +430,130 @@ def make_e4m3_with_weights(scale, H, group, routed_scaling_factor, clamp, amax_f
                     sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
             if scale == 'ue8m0':
                 for i_t, i_g_p in T.grid(B_t, B_g_p):
+                    if not with_pos_to_token_topk and not with_pos_to_expert:
+                        if (((b_t * B_t) + i_t) < N_t):
+                            sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            | (
+                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                        << T.uint32(24))), "int32")
+                    if with_pos_to_expert or with_pos_to_token_topk:
+                        if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                            sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
+                                            T.if_then_else(((i_g_p * T.int32(4)) < N_g),
+                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            | (
+                                                T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
+                                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
+                                        | (
+                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
+                                    | (
+                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
+                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
+                                        << T.uint32(24))), "int32")
+                for i_t, i_g in T.grid(B_t, B_g):
+                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
+                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
+                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                if not with_pos_to_token_topk and not with_pos_to_expert:
                     if (((b_t * B_t) + i_t) < N_t):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weights_with_clamp(scale, H, group, routed_scaling_factor, clamp, amax_floor, x_dtype, *, threads,
-        block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32")), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))), T.int32(1),
-                        T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), weights[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weights_with_pos_to_expert(scale, H, group, routed_scaling_factor, clamp, amax_floor, x_dtype, *,
-        threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                            encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                if with_pos_to_expert or with_pos_to_token_topk:
                     if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weights_with_pos_to_expert_with_clamp(scale, H, group, routed_scaling_factor, clamp, amax_floor,
-        x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t0[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = (_t5[i_t] * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights(scale, H, group, routed_scaling_factor, clamp,
-        amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp(scale, H, group, routed_scaling_factor,
-        clamp, amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = (_t1[i_t] >= T.int32(0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert(scale, H, group,
-        routed_scaling_factor, clamp, amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a0[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a0[i_t, i_g, i_c]))))
-                    * b0[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp(scale, H, group,
-        routed_scaling_factor, clamp, amax_floor, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_topk_weights = T.dynamic("n_topk_weights")
-    N_t = T_
-    N_s = 2
-    N_g = (H // group)
-    N_c = group
-    N_n = 3
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_n = N_n
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, (2 * H)), STORAGE_x),
-        weights: T.Tensor((T_,), 'float32'),
-        pos_to_token_topk: T.Tensor((T_,), 'int32'),
-        topk_weights: T.Tensor((n_topk_weights,), 'float32'),
-        pos_to_expert: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        clamped_count: T.Tensor((3,), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t,), 'int32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            keep = T.alloc_local((B_t,), 'bool')
-            a0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t2_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t2_by_t = T.alloc_local((B_t,), 'int32')
-            _t2 = T.alloc_local((1,), 'int32')
-            _t3_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t3_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t3_by_t = T.alloc_local((B_t,), 'int32')
-            _t3 = T.alloc_local((1,), 'int32')
-            _t4_ones = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _t4_by_g = T.alloc_local((B_t, B_g), 'int32')
-            _t4_by_t = T.alloc_local((B_t,), 'int32')
-            _t4 = T.alloc_local((1,), 'int32')
-            a = T.alloc_local((B_t, B_g, B_c), 'float32')
-            b = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t,), 'float32')
-            _t6 = T.alloc_local((B_t,), 'float32')
-            w = T.alloc_local((B_t,), 'float32')
-            act = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t7 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_expert[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(pos_to_token_topk[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                keep[i_t] = ((_t0[i_t] >= T.int32(0)) & (_t1[i_t] >= T.int32(0)))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                b0[i_t, i_g, i_c] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)),
-                    LOAD_x(x[((b_t * B_t) + i_t), (((N_g + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t2_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (a0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t2_ones, _t2_by_g, dim=2)
-            T.reduce_sum(_t2_by_g, _t2_by_t, dim=1)
-            T.reduce_sum(_t2_by_t, _t2, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t3_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t3_ones, _t3_by_g, dim=2)
-            T.reduce_sum(_t3_by_g, _t3_by_t, dim=1)
-            T.reduce_sum(_t3_by_t, _t3, dim=0)
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t4_ones[i_t, i_g, i_c] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.Select((keep[i_t] & (b0[i_t, i_g, i_c] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32")))),
-                        T.int32(1), T.int32(0)), T.int32(0))
-            T.reduce_sum(_t4_ones, _t4_by_g, dim=2)
-            T.reduce_sum(_t4_by_g, _t4_by_t, dim=1)
-            T.reduce_sum(_t4_by_t, _t4, dim=0)
-            for i_n in T.grid(B_n):
-                T.atomic_add(clamped_count[i_n],
-                    T.cast(T.Select((i_n == T.int32(0)), _t2[0], T.Select((i_n == T.int32(1)), _t3[0], _t4[0])),
-                        "int64"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                a[i_t, i_g, i_c] = T.min(a0[i_t, i_g, i_c], T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-                b[i_t, i_g, i_c] = T.min(
-                    T.max(b0[i_t, i_g, i_c], (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))),
-                    T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
-            for i_t in T.grid(B_t):
-                _t5[i_t] = T.if_then_else((keep[i_t] & (((b_t * B_t) + i_t) < N_t)), weights[((b_t * B_t) + i_t)],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t6[i_t] = T.if_then_else((((keep[i_t] & (_t1[i_t] >= T.int32(0))) & (_t1[i_t] < n_topk_weights))
-                        & (((b_t * B_t) + i_t) < N_t)), topk_weights[_t1[i_t]], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                w[i_t] = ((_t5[i_t] * _t6[i_t]) * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                act[i_t, i_g, i_c] = ((a[i_t, i_g, i_c] / (T.float32(1.0) + T.exp((-a[i_t, i_g, i_c]))))
-                    * b[i_t, i_g, i_c])
-                y[i_t, i_g, i_c] = (act[i_t, i_g, i_c] * w[i_t])
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t7, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t7[i_t, i_g], T.reinterpret(T.uint32(f32_bits(amax_floor)), "float32"))
-                if scale in ('fp32', 'pow2'):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
+                        q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
+                            encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
 
     return kernel
 
 
 # the variants of the shared factories
-build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
-build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
-build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0')
-build_e4m3_fp32_with_clamp = specialize(make_e4m3_with_clamp, 'fp32')
-build_e4m3_pow2_with_clamp = specialize(make_e4m3_with_clamp, 'pow2')
-build_e4m3_ue8m0_with_clamp = specialize(make_e4m3_with_clamp, 'ue8m0')
-build_e4m3_fp32_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'fp32')
-build_e4m3_pow2_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'pow2')
-build_e4m3_ue8m0_with_pos_to_expert = specialize(make_e4m3_with_pos_to_expert, 'ue8m0')
-build_e4m3_fp32_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'fp32')
-build_e4m3_pow2_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'pow2')
-build_e4m3_ue8m0_with_pos_to_expert_with_clamp = specialize(make_e4m3_with_pos_to_expert_with_clamp, 'ue8m0')
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32', False, False, False, False, False)
+build_e4m3_fp32_with_clamp = specialize(make_e4m3, 'fp32', False, False, False, False, True)
+build_e4m3_fp32_with_pos_to_expert = specialize(make_e4m3, 'fp32', False, False, False, True, False)
+build_e4m3_fp32_with_pos_to_expert_with_clamp = specialize(make_e4m3, 'fp32', False, False, False, True, True)
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'fp32'))
-build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'pow2'))
-build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights, 'ue8m0'))
+    specialize(make_e4m3, 'fp32', False, True, True, False, False))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
-build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
-build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_clamp, 'ue8m0'))
+    specialize(make_e4m3, 'fp32', False, True, True, False, True))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
-build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
-build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'ue8m0'))
+    specialize(make_e4m3, 'fp32', False, True, True, True, False))
 build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
-build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))
-build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'ue8m0'))
-build_e4m3_fp32_with_weights = specialize(make_e4m3_with_weights, 'fp32')
-build_e4m3_pow2_with_weights = specialize(make_e4m3_with_weights, 'pow2')
-build_e4m3_ue8m0_with_weights = specialize(make_e4m3_with_weights, 'ue8m0')
-build_e4m3_fp32_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'fp32')
-build_e4m3_pow2_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'pow2')
-build_e4m3_ue8m0_with_weights_with_clamp = specialize(make_e4m3_with_weights_with_clamp, 'ue8m0')
-build_e4m3_fp32_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'fp32')
-build_e4m3_pow2_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'pow2')
-build_e4m3_ue8m0_with_weights_with_pos_to_expert = specialize(make_e4m3_with_weights_with_pos_to_expert, 'ue8m0')
+    specialize(make_e4m3, 'fp32', False, True, True, True, True))
+build_e4m3_fp32_with_weights = specialize(make_e4m3, 'fp32', True, False, False, False, False)
+build_e4m3_fp32_with_weights_with_clamp = specialize(make_e4m3, 'fp32', True, False, False, False, True)
+build_e4m3_fp32_with_weights_with_pos_to_expert = specialize(make_e4m3, 'fp32', True, False, False, True, False)
 build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'fp32'))
-build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'pow2'))
-build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_expert_with_clamp, 'ue8m0'))
+    specialize(make_e4m3, 'fp32', True, False, False, True, True))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'fp32'))
-build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'pow2'))
-build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights, 'ue8m0'))
+    specialize(make_e4m3, 'fp32', True, True, True, False, False))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'fp32'))
-build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'pow2'))
-build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp, 'ue8m0'))
+    specialize(make_e4m3, 'fp32', True, True, True, False, True))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'fp32'))
-build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'pow2'))
-build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert, 'ue8m0'))
+    specialize(make_e4m3, 'fp32', True, True, True, True, False))
 build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'fp32'))
+    specialize(make_e4m3, 'fp32', True, True, True, True, True))
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2', False, False, False, False, False)
+build_e4m3_pow2_with_clamp = specialize(make_e4m3, 'pow2', False, False, False, False, True)
+build_e4m3_pow2_with_pos_to_expert = specialize(make_e4m3, 'pow2', False, False, False, True, False)
+build_e4m3_pow2_with_pos_to_expert_with_clamp = specialize(make_e4m3, 'pow2', False, False, False, True, True)
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3, 'pow2', False, True, True, False, False))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3, 'pow2', False, True, True, False, True))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3, 'pow2', False, True, True, True, False))
+build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3, 'pow2', False, True, True, True, True))
+build_e4m3_pow2_with_weights = specialize(make_e4m3, 'pow2', True, False, False, False, False)
+build_e4m3_pow2_with_weights_with_clamp = specialize(make_e4m3, 'pow2', True, False, False, False, True)
+build_e4m3_pow2_with_weights_with_pos_to_expert = specialize(make_e4m3, 'pow2', True, False, False, True, False)
+build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3, 'pow2', True, False, False, True, True))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3, 'pow2', True, True, True, False, False))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3, 'pow2', True, True, True, False, True))
+build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3, 'pow2', True, True, True, True, False))
 build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'pow2'))
+    specialize(make_e4m3, 'pow2', True, True, True, True, True))
+build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0', False, False, False, False, False)
+build_e4m3_ue8m0_with_clamp = specialize(make_e4m3, 'ue8m0', False, False, False, False, True)
+build_e4m3_ue8m0_with_pos_to_expert = specialize(make_e4m3, 'ue8m0', False, False, False, True, False)
+build_e4m3_ue8m0_with_pos_to_expert_with_clamp = specialize(make_e4m3, 'ue8m0', False, False, False, True, True)
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3, 'ue8m0', False, True, True, False, False))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3, 'ue8m0', False, True, True, False, True))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3, 'ue8m0', False, True, True, True, False))
+build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3, 'ue8m0', False, True, True, True, True))
+build_e4m3_ue8m0_with_weights = specialize(make_e4m3, 'ue8m0', True, False, False, False, False)
+build_e4m3_ue8m0_with_weights_with_clamp = specialize(make_e4m3, 'ue8m0', True, False, False, False, True)
+build_e4m3_ue8m0_with_weights_with_pos_to_expert = specialize(make_e4m3, 'ue8m0', True, False, False, True, False)
+build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
+    specialize(make_e4m3, 'ue8m0', True, False, False, True, True))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
+    specialize(make_e4m3, 'ue8m0', True, True, True, False, False))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
+    specialize(make_e4m3, 'ue8m0', True, True, True, False, True))
+build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
+    specialize(make_e4m3, 'ue8m0', True, True, True, True, False))
 build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, 'ue8m0'))
+    specialize(make_e4m3, 'ue8m0', True, True, True, True, True))

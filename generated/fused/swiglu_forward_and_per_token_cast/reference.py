@@ -38,7 +38,7 @@ def make_reference_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_w
             _s_sf = torch.zeros((T_, (-(-(H // group) // 4))), dtype=torch.int32, device=_dev)
         if with_clamp:
             _s_clamped_count = torch.zeros((3,), dtype=torch.int64, device=_dev)
-        if (with_pos_to_token_topk, with_pos_to_expert) == (False, False):
+        if not with_pos_to_token_topk and not with_pos_to_expert:
             a0 = _fit(
                 _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'), ('t', 'g', 'c')).to(
                     torch.float32), (N_t, N_g, N_c))
@@ -47,15 +47,15 @@ def make_reference_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_w
                     torch.float32), (N_t, N_g, N_c))
         if with_pos_to_expert:
             _t0 = _fit(_view(pos_to_expert, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (False, True):
+        if not with_pos_to_token_topk and with_pos_to_expert:
             keep = _fit((_t0 >= 0), (N_t,))
         if with_pos_to_token_topk:
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, False):
+        if with_pos_to_token_topk and not with_pos_to_expert:
             keep = _fit((_t1 >= 0), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+        if with_pos_to_token_topk and with_pos_to_expert:
             keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) in ((False, True), (True, False), (True, True)):
+        if with_pos_to_expert or with_pos_to_token_topk:
             a0 = _fit(
                 torch.where(keep[:, None, None],
                     _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 0),), ('t', 'g', 'c'),
@@ -64,47 +64,44 @@ def make_reference_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_w
                 torch.where(keep[:, None, None],
                     _view(x, (N_t, N_s * N_g * N_c), (N_t, N_s, N_g, N_c), ((1, 1),), ('t', 'g', 'c'),
                         ('t', 'g', 'c')).to(torch.float32), 0), (N_t, N_g, N_c))
-        if (with_weights, with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((True, False, True, False),
-                (True, True, False, False), (True, True, True, False)):
+        if (with_weights and with_pos_to_expert and not with_clamp) or (with_weights and with_pos_to_token_topk
+                and not with_clamp):
             _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
                 (N_t,))
-        if (with_pos_to_token_topk, with_clamp) == (True, False):
+        if with_pos_to_token_topk and not with_clamp:
             _t6 = _fit(
                 torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
                     _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
                         torch.float32), 0), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, True, False):
+        if not with_weights and with_pos_to_token_topk and not with_clamp:
             w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (True, False, False, False):
+        if with_weights and not with_pos_to_token_topk and not with_pos_to_expert and not with_clamp:
             _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (True, False, False):
+        if with_weights and not with_pos_to_token_topk and not with_clamp:
             w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (True, True, False):
+        if with_weights and with_pos_to_token_topk and not with_clamp:
             w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
         if not with_clamp:
             act = _fit(((a0 / (_f32(1.0) + _exp((-a0)))) * b0), (N_t, N_g, N_c))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+        if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
             _t2_ones = _fit(torch.where((a0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
-                (True, True, True)):
+        if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
             _t2_ones = _fit(torch.where((keep[:, None, None] & (a0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
         if with_clamp:
             _t2_by_g = _sum(_t2_ones, 2)
             _t2_by_t = _sum(_t2_by_g, 1)
             _t2 = _sum(_t2_by_t, 0)
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+        if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
             _t3_ones = _fit(torch.where((b0 > _f32(float(clamp))), 1, 0), (N_t, N_g, N_c))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
-                (True, True, True)):
+        if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
             _t3_ones = _fit(torch.where((keep[:, None, None] & (b0 > _f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
         if with_clamp:
             _t3_by_g = _sum(_t3_ones, 2)
             _t3_by_t = _sum(_t3_by_g, 1)
             _t3 = _sum(_t3_by_t, 0)
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (False, False, True):
+        if not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
             _t4_ones = _fit(torch.where((b0 < (-_f32(float(clamp)))), 1, 0), (N_t, N_g, N_c))
-        if (with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((False, True, True), (True, False, True),
-                (True, True, True)):
+        if (with_pos_to_expert and with_clamp) or (with_pos_to_token_topk and with_clamp):
             _t4_ones = _fit(torch.where((keep[:, None, None] & (b0 < (-_f32(float(clamp))))), 1, 0), (N_t, N_g, N_c))
         if with_clamp:
             _t4_by_g = _sum(_t4_ones, 2)
@@ -118,28 +115,28 @@ def make_reference_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_w
             a = _fit(torch.minimum(_t(a0), _t(_f32(float(clamp)))), (N_t, N_g, N_c))
             b = _fit(torch.minimum(_t(torch.maximum(_t(b0), _t((-_f32(float(clamp)))))), _t(_f32(float(clamp)))),
                 (N_t, N_g, N_c))
-        if (with_weights, with_pos_to_token_topk, with_pos_to_expert, with_clamp) in ((True, False, True, True),
-                (True, True, False, True), (True, True, True, True)):
+        if (with_weights and with_pos_to_expert and with_clamp) or (with_weights and with_pos_to_token_topk
+                and with_clamp):
             _t5 = _fit(torch.where(keep, _view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), 0),
                 (N_t,))
-        if (with_pos_to_token_topk, with_clamp) == (True, True):
+        if with_pos_to_token_topk and with_clamp:
             _t6 = _fit(
                 torch.where(((keep & (_t1 >= 0)) & (_t1 < n_topk_weights)),
                     _gather(topk_weights.reshape(-1), (_t1,), ((keep & (_t1 >= 0)) & (_t1 < n_topk_weights))).to(
                         torch.float32), 0), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (False, True, True):
+        if not with_weights and with_pos_to_token_topk and with_clamp:
             w = _fit((_t6 * _f32(float(routed_scaling_factor))), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_pos_to_expert, with_clamp) == (True, False, False, True):
+        if with_weights and not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
             _t5 = _fit(_view(weights, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (True, False, True):
+        if with_weights and not with_pos_to_token_topk and with_clamp:
             w = _fit((_t5 * _f32(float(routed_scaling_factor))), (N_t,))
-        if (with_weights, with_pos_to_token_topk, with_clamp) == (True, True, True):
+        if with_weights and with_pos_to_token_topk and with_clamp:
             w = _fit(((_t5 * _t6) * _f32(float(routed_scaling_factor))), (N_t,))
         if with_clamp:
             act = _fit(((a / (_f32(1.0) + _exp((-a)))) * b), (N_t, N_g, N_c))
-        if (with_weights, with_pos_to_token_topk) == (False, False):
+        if not with_weights and not with_pos_to_token_topk:
             y = _fit((act * _f32(float(routed_scaling_factor))), (N_t, N_g, N_c))
-        if (with_weights, with_pos_to_token_topk) in ((False, True), (True, False), (True, True)):
+        if with_pos_to_token_topk or with_weights:
             y = _fit((act * w[:, None, None]), (N_t, N_g, N_c))
         _t7 = _absmax(y, 2)
         amax = _fit(torch.maximum(_t(_t7), _t(_f32(float(amax_floor)))), (N_t, N_g))
@@ -200,10 +197,10 @@ def make_reference_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_w
                 _from_bits(((((254 - (((((_bits((amax / _f32(448.0))) - 1) & 0xFFFFFFFF) >> 23) + 1) & 0xFFFFFFFF))
                                 & 0xFFFFFFFF) << 23) & 0xFFFFFFFF)), (N_t, N_g))
         q_tile = _fit((y * inv[:, :, None]), (N_t, N_g, N_c))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (False, False):
+        if not with_pos_to_token_topk and not with_pos_to_expert:
             _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
                 _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), None, False)
-        if (with_pos_to_token_topk, with_pos_to_expert) in ((False, True), (True, False), (True, True)):
+        if with_pos_to_expert or with_pos_to_token_topk:
             _store_view(_s_q, (N_t, N_g * N_c), (N_t, N_g, N_c), ('t', 'g', 'c'), ('t', 'g', 'c'),
                 _codes_as(encode_e4m3(q_tile), torch.uint8, torch.float8_e4m3fn), keep[:, None, None], False)
         if not with_clamp:
@@ -239,7 +236,7 @@ def make_written_rows_e4m3(scale, with_weights, with_pos_to_token_topk, with_top
             _t1 = _fit(_view(pos_to_token_topk, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
         if not with_pos_to_expert:
             keep = _fit((_t1 >= 0), (N_t,))
-        if (with_pos_to_token_topk, with_pos_to_expert) == (True, True):
+        if with_pos_to_token_topk and with_pos_to_expert:
             keep = _fit(((_t0 >= 0) & (_t1 >= 0)), (N_t,))
         return keep
 

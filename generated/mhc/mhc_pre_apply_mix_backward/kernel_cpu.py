@@ -20,7 +20,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def build_base(M, D, *, threads, block_t, tile_elems):
+def make_variants(with_x_grad_acc, M, D, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_s = M
@@ -34,6 +34,7 @@ def build_base(M, D, *, threads, block_t, tile_elems):
         grad_out: T.Tensor((T_, D), 'uint16'),
         x: T.Tensor((T_, M, D), 'uint16'),
         mix: T.Tensor((T_, M), 'float32'),
+        x_grad_acc: T.Tensor((T_, M, D), 'uint16') if with_x_grad_acc else None,
         x_grad: T.Tensor((T_, M, D), 'uint16'),
         mix_grad: T.Tensor((T_, M), 'float32'),
     ):
@@ -42,6 +43,8 @@ def build_base(M, D, *, threads, block_t, tile_elems):
             b_s = pid % T.ceildiv(N_s, B_s)
             g = T.alloc_local((B_t, B_d), 'float32')
             _t0 = T.alloc_local((B_t, B_s), 'float32')
+            if with_x_grad_acc:
+                _t1 = T.alloc_local((B_t, B_s, B_d), 'float32')
             _t2 = T.alloc_local((B_t, B_s, B_d), 'float32')
             gx = T.alloc_local((B_t, B_s, B_d), 'float32')
             mix_grad_tile = T.alloc_local((B_t, B_s), 'float32')
@@ -52,14 +55,31 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 _t0[i_t, i_s] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                     mix[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)], T.float32(0.0))
             for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d] = T.cast(
-                        encode_bf16((_t0[i_t, i_s] * g[i_t, i_d])), "uint16")
+                if not with_x_grad_acc:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        x_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d] = T.cast(
+                            encode_bf16((_t0[i_t, i_s] * g[i_t, i_d])), "uint16")
+                if with_x_grad_acc:
+                    _t1[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        decode_bf16(T.cast(x_grad_acc[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "uint32")),
+                        T.float32(0.0))
             for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                _t2[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(x[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "uint32")), T.float32(0.0))
+                if not with_x_grad_acc:
+                    _t2[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        decode_bf16(T.cast(x[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "uint32")), T.float32(0.0))
+                if with_x_grad_acc:
+                    if (((b_t * B_t) + i_t) < N_t):
+                        x_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d] = T.cast(
+                            encode_bf16(((_t0[i_t, i_s] * g[i_t, i_d]) + _t1[i_t, i_s, i_d])), "uint16")
             for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                gx[i_t, i_s, i_d] = (g[i_t, i_d] * _t2[i_t, i_s, i_d])
+                if not with_x_grad_acc:
+                    gx[i_t, i_s, i_d] = (g[i_t, i_d] * _t2[i_t, i_s, i_d])
+                if with_x_grad_acc:
+                    _t2[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        decode_bf16(T.cast(x[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "uint32")), T.float32(0.0))
+            if with_x_grad_acc:
+                for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
+                    gx[i_t, i_s, i_d] = (g[i_t, i_d] * _t2[i_t, i_s, i_d])
             T.reduce_sum(gx, mix_grad_tile, dim=2)
             for i_t, i_s in T.grid(B_t, B_s):
                 if (((b_t * B_t) + i_t) < N_t):
@@ -68,55 +88,6 @@ def build_base(M, D, *, threads, block_t, tile_elems):
     return kernel
 
 
-def build_with_x_grad_acc(M, D, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_s = M
-    N_d = D
-    B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, B_d)
-    B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1)
-
-    @T.prim_func
-    def kernel(
-        grad_out: T.Tensor((T_, D), 'uint16'),
-        x: T.Tensor((T_, M, D), 'uint16'),
-        mix: T.Tensor((T_, M), 'float32'),
-        x_grad_acc: T.Tensor((T_, M, D), 'uint16'),
-        x_grad: T.Tensor((T_, M, D), 'uint16'),
-        mix_grad: T.Tensor((T_, M), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_s, B_s), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_s, B_s))
-            b_s = pid % T.ceildiv(N_s, B_s)
-            g = T.alloc_local((B_t, B_d), 'float32')
-            _t0 = T.alloc_local((B_t, B_s), 'float32')
-            _t1 = T.alloc_local((B_t, B_s, B_d), 'float32')
-            _t2 = T.alloc_local((B_t, B_s, B_d), 'float32')
-            gx = T.alloc_local((B_t, B_s, B_d), 'float32')
-            mix_grad_tile = T.alloc_local((B_t, B_s), 'float32')
-            for i_t, i_d in T.grid(B_t, B_d):
-                g[i_t, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(grad_out[((b_t * B_t) + i_t), i_d], "uint32")), T.float32(0.0))
-            for i_t, i_s in T.grid(B_t, B_s):
-                _t0[i_t, i_s] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    mix[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)], T.float32(0.0))
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                _t1[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(x_grad_acc[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "uint32")),
-                    T.float32(0.0))
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                if (((b_t * B_t) + i_t) < N_t):
-                    x_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d] = T.cast(
-                        encode_bf16(((_t0[i_t, i_s] * g[i_t, i_d]) + _t1[i_t, i_s, i_d])), "uint16")
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                _t2[i_t, i_s, i_d] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(x[((b_t * B_t) + i_t), ((b_s * B_s) + i_s), i_d], "uint32")), T.float32(0.0))
-            for i_t, i_s, i_d in T.grid(B_t, B_s, B_d):
-                gx[i_t, i_s, i_d] = (g[i_t, i_d] * _t2[i_t, i_s, i_d])
-            T.reduce_sum(gx, mix_grad_tile, dim=2)
-            for i_t, i_s in T.grid(B_t, B_s):
-                if (((b_t * B_t) + i_t) < N_t):
-                    mix_grad[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = mix_grad_tile[i_t, i_s]
-
-    return kernel
+# the variants of the shared factories
+build_base = specialize(make_variants, False)
+build_with_x_grad_acc = specialize(make_variants, True)

@@ -19,7 +19,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def build_base(K, N, eps, *, threads, block_t, chunk_k):
+def make_variants(with_norm_weight, K, N, eps, *, threads, block_t, chunk_k):
     T_ = T.dynamic("T")
     N_t = T_
     N_n = N
@@ -34,6 +34,7 @@ def build_base(K, N, eps, *, threads, block_t, chunk_k):
     def kernel(
         residual: T.Tensor((T_, K), 'bfloat16'),
         fn: T.Tensor((N, K), 'float32'),
+        norm_weight: T.Tensor((K,), 'float32') if with_norm_weight else None,
         mixes: T.Tensor((T_, N), 'float32'),
         out_mul: T.Tensor((T_, N), 'float32'),
         sqrsum: T.Tensor((T_,), 'float32'),
@@ -43,6 +44,9 @@ def build_base(K, N, eps, *, threads, block_t, chunk_k):
             sqrsum_tile = T.alloc_fragment((B_t,), 'float32')
             r = T.alloc_shared((B_t, B_k), 'float32')
             _t0 = T.alloc_fragment((B_n, B_k), 'float32')
+            if with_norm_weight:
+                _t1 = T.alloc_fragment((B_k,), 'float32')
+                w = T.alloc_fragment((B_n, B_k), 'float32')
             f = T.alloc_shared((B_n, B_k), 'float32')
             r2 = T.alloc_fragment((B_t, B_k), 'float32')
             out_mul_tile_shared = T.alloc_shared((B_t, B_n), 'float32')
@@ -54,10 +58,19 @@ def build_base(K, N, eps, *, threads, block_t, chunk_k):
                         T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "float32"), T.float32(0.0))
                 for i_n, i_k in T.Parallel(B_n, B_k):
                     _t0[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, ((b_k * B_k) + i_k)], T.float32(0.0))
+                if with_norm_weight:
+                    for i_k in T.Parallel(B_k):
+                        _t1[i_k] = norm_weight[((b_k * B_k) + i_k)]
                 for i_n, i_k in T.Parallel(B_n, B_k):
-                    f[i_n, i_k] = T.reinterpret(
-                        T.cast(((T.reinterpret(T.reinterpret(_t0[i_n, i_k], "uint32"), "int32") + T.int32(4096))
-                                & T.int32(-8192)), "uint32"), "float32")
+                    if not with_norm_weight:
+                        f[i_n, i_k] = T.reinterpret(
+                            T.cast(((T.reinterpret(T.reinterpret(_t0[i_n, i_k], "uint32"), "int32") + T.int32(4096))
+                                    & T.int32(-8192)), "uint32"), "float32")
+                    if with_norm_weight:
+                        w[i_n, i_k] = (_t0[i_n, i_k] * _t1[i_k])
+                        f[i_n, i_k] = T.reinterpret(
+                            T.cast(((T.reinterpret(T.reinterpret(w[i_n, i_k], "uint32"), "int32") + T.int32(4096))
+                                    & T.int32(-8192)), "uint32"), "float32")
                 T.gemm(r, f, out_mul_tile, transpose_A=False, transpose_B=True, clear_accum=False)
                 for i_t, i_k in T.Parallel(B_t, B_k):
                     r2[i_t, i_k] = (r[i_t, i_k] * r[i_t, i_k])
@@ -78,66 +91,6 @@ def build_base(K, N, eps, *, threads, block_t, chunk_k):
     return kernel
 
 
-def build_with_norm_weight(K, N, eps, *, threads, block_t, chunk_k):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_n = N
-    N_k = K
-    B_n = pad_pow2(max(N_n, 16))
-    B_k = pick_block(N_k, chunk_k, 8)
-    B_t = block_t
-    if not (((B_t % 16) == 0)):
-        raise ValueError("a matmul's block of axis t must be a multiple of 16 (a warp's share of T.gemm)")
-
-    @T.prim_func
-    def kernel(
-        residual: T.Tensor((T_, K), 'bfloat16'),
-        fn: T.Tensor((N, K), 'float32'),
-        norm_weight: T.Tensor((K,), 'float32'),
-        mixes: T.Tensor((T_, N), 'float32'),
-        out_mul: T.Tensor((T_, N), 'float32'),
-        sqrsum: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            out_mul_tile = T.alloc_fragment((B_t, B_n), 'float32')
-            sqrsum_tile = T.alloc_fragment((B_t,), 'float32')
-            r = T.alloc_shared((B_t, B_k), 'float32')
-            _t0 = T.alloc_fragment((B_n, B_k), 'float32')
-            _t1 = T.alloc_fragment((B_k,), 'float32')
-            w = T.alloc_fragment((B_n, B_k), 'float32')
-            f = T.alloc_shared((B_n, B_k), 'float32')
-            r2 = T.alloc_fragment((B_t, B_k), 'float32')
-            out_mul_tile_shared = T.alloc_shared((B_t, B_n), 'float32')
-            T.fill(out_mul_tile, T.float32(0.0))
-            T.fill(sqrsum_tile, T.float32(0.0))
-            for b_k in T.Pipelined(T.floordiv(N_k, B_k), num_stages=2):
-                for i_t, i_k in T.Parallel(B_t, B_k):
-                    r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                        T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "float32"), T.float32(0.0))
-                for i_n, i_k in T.Parallel(B_n, B_k):
-                    _t0[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, ((b_k * B_k) + i_k)], T.float32(0.0))
-                for i_k in T.Parallel(B_k):
-                    _t1[i_k] = norm_weight[((b_k * B_k) + i_k)]
-                for i_n, i_k in T.Parallel(B_n, B_k):
-                    w[i_n, i_k] = (_t0[i_n, i_k] * _t1[i_k])
-                    f[i_n, i_k] = T.reinterpret(
-                        T.cast(((T.reinterpret(T.reinterpret(w[i_n, i_k], "uint32"), "int32") + T.int32(4096))
-                                & T.int32(-8192)), "uint32"), "float32")
-                T.gemm(r, f, out_mul_tile, transpose_A=False, transpose_B=True, clear_accum=False)
-                for i_t, i_k in T.Parallel(B_t, B_k):
-                    r2[i_t, i_k] = (r[i_t, i_k] * r[i_t, i_k])
-                T.reduce_sum(r2, sqrsum_tile, dim=1, clear=False)
-            for i_t, i_n in T.Parallel(B_t, B_n):
-                out_mul_tile_shared[i_t, i_n] = out_mul_tile[i_t, i_n]
-            for i_t, i_n in T.Parallel(B_t, B_n):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)):
-                    out_mul[((b_t * B_t) + i_t), i_n] = out_mul_tile_shared[i_t, i_n]
-            for i_t in T.Parallel(B_t):
-                if (((b_t * B_t) + i_t) < N_t):
-                    sqrsum[((b_t * B_t) + i_t)] = sqrsum_tile[i_t]
-            for i_t, i_n in T.Parallel(B_t, B_n):
-                if ((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)):
-                    mixes[((b_t * B_t) + i_t), i_n] = (out_mul_tile_shared[i_t, i_n]
-                        * T.rsqrt(((sqrsum_tile[i_t] / T.float32(K)) + T.float32(eps))))
-
-    return kernel
+# the variants of the shared factories
+build_base = specialize(make_variants, False)
+build_with_norm_weight = specialize(make_variants, True)

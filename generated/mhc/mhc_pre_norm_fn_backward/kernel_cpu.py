@@ -21,7 +21,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def build_base(K, N, eps, *, threads, block_t, block_k):
+def make_variants(with_norm_weight, K, N, eps, *, threads, block_t, block_k):
     T_ = T.dynamic("T")
     N_t = T_
     N_n = N
@@ -37,10 +37,12 @@ def build_base(K, N, eps, *, threads, block_t, block_k):
         grad_mixes: T.Tensor((T_, N), 'float32'),
         residual: T.Tensor((T_, K), 'uint16'),
         fn: T.Tensor((N, K), 'float32'),
+        norm_weight: T.Tensor((K,), 'float32') if with_norm_weight else None,
         out_mul: T.Tensor((T_, N), 'float32'),
         sqrsum: T.Tensor((T_,), 'float32'),
         residual_grad: T.Tensor((T_, K), 'uint16'),
         fn_grad: T.Tensor((N, K), 'float32'),
+        norm_weight_grad: T.Tensor((K,), 'float32') if with_norm_weight else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_k, B_k), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_k, B_k))
@@ -56,10 +58,20 @@ def build_base(K, N, eps, *, threads, block_t, block_k):
             gsum = T.alloc_local((B_t,), 'float32')
             ds = T.alloc_local((B_t,), 'float32')
             fv = T.alloc_local((B_n, B_k), 'float32')
+            if with_norm_weight:
+                _t2 = T.alloc_local((B_k,), 'float32')
+                w = T.alloc_local((B_n, B_k), 'float32')
             f = T.alloc_local((B_n, B_k), 'float32')
             dr = T.alloc_local((B_t, B_k), 'float32')
             r = T.alloc_local((B_t, B_k), 'float32')
+            if with_norm_weight:
+                _t3 = T.alloc_local((B_k,), 'float32')
+                rw = T.alloc_local((B_t, B_k), 'float32')
             fn_grad_tile = T.alloc_local((B_n, B_k), 'float32')
+            if with_norm_weight:
+                q = T.alloc_local((B_t, B_k), 'float32')
+                p = T.alloc_local((B_t, B_k), 'float32')
+                norm_weight_grad_tile = T.alloc_local((B_k,), 'float32')
             for i_t, i_n in T.grid(B_t, B_n):
                 g[i_t, i_n] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_mixes[((b_t * B_t) + i_t), i_n],
                     T.float32(0.0))
@@ -89,10 +101,19 @@ def build_base(K, N, eps, *, threads, block_t, block_k):
                                 * T.reinterpret(T.uint32(f32_bits(K)), "float32")))))
             for i_n, i_k in T.grid(B_n, B_k):
                 fv[i_n, i_k] = fn[i_n, ((b_k * B_k) + i_k)]
+            if with_norm_weight:
+                for i_k in T.grid(B_k):
+                    _t2[i_k] = norm_weight[((b_k * B_k) + i_k)]
             for i_n, i_k in T.grid(B_n, B_k):
-                f[i_n, i_k] = T.reinterpret(
-                    T.cast(((T.reinterpret(T.reinterpret(fv[i_n, i_k], "uint32"), "int32") + T.int32(4096))
-                            & T.int32(-8192)), "uint32"), "float32")
+                if not with_norm_weight:
+                    f[i_n, i_k] = T.reinterpret(
+                        T.cast(((T.reinterpret(T.reinterpret(fv[i_n, i_k], "uint32"), "int32") + T.int32(4096))
+                                & T.int32(-8192)), "uint32"), "float32")
+                if with_norm_weight:
+                    w[i_n, i_k] = (fv[i_n, i_k] * _t2[i_k])
+                    f[i_n, i_k] = T.reinterpret(
+                        T.cast(((T.reinterpret(T.reinterpret(w[i_n, i_k], "uint32"), "int32") + T.int32(4096))
+                                & T.int32(-8192)), "uint32"), "float32")
             T.fill(dr, T.float32(0.0))
             for r_n in T.serial(B_n):
                 for i_t, i_k in T.grid(B_t, B_k):
@@ -104,129 +125,34 @@ def build_base(K, N, eps, *, threads, block_t, block_k):
                 if (((b_t * B_t) + i_t) < N_t):
                     residual_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast(
                         encode_bf16((dr[i_t, i_k] + ((T.float32(2.0) * r[i_t, i_k]) * ds[i_t]))), "uint16")
+            if with_norm_weight:
+                for i_k in T.grid(B_k):
+                    _t3[i_k] = norm_weight[((b_k * B_k) + i_k)]
+                for i_t, i_k in T.grid(B_t, B_k):
+                    rw[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * _t3[i_k]), T.float32(0.0))
             T.fill(fn_grad_tile, T.float32(0.0))
             for r_t in T.serial(B_t):
                 for i_n, i_k in T.grid(B_n, B_k):
-                    fn_grad_tile[i_n, i_k] = (fn_grad_tile[i_n, i_k] + (da[r_t, i_n] * r[r_t, i_k]))
+                    if not with_norm_weight:
+                        fn_grad_tile[i_n, i_k] = (fn_grad_tile[i_n, i_k] + (da[r_t, i_n] * r[r_t, i_k]))
+                    if with_norm_weight:
+                        fn_grad_tile[i_n, i_k] = (fn_grad_tile[i_n, i_k] + (da[r_t, i_n] * rw[r_t, i_k]))
             for i_n, i_k in T.grid(B_n, B_k):
                 T.atomic_add(fn_grad[i_n, ((b_k * B_k) + i_k)], fn_grad_tile[i_n, i_k])
+            if with_norm_weight:
+                T.fill(q, T.float32(0.0))
+                for r_n in T.serial(B_n):
+                    for i_t, i_k in T.grid(B_t, B_k):
+                        q[i_t, i_k] = (q[i_t, i_k] + (da[i_t, r_n] * fv[r_n, i_k]))
+                for i_t, i_k in T.grid(B_t, B_k):
+                    p[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * q[i_t, i_k]), T.float32(0.0))
+                T.reduce_sum(p, norm_weight_grad_tile, dim=0)
+                for i_k in T.grid(B_k):
+                    T.atomic_add(norm_weight_grad[((b_k * B_k) + i_k)], norm_weight_grad_tile[i_k])
 
     return kernel
 
 
-def build_with_norm_weight(K, N, eps, *, threads, block_t, block_k):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_n = N
-    N_k = K
-    B_n = N_n
-    B_t = block_t
-    B_k = block_k
-    if not (((N_k % B_k) == 0)):
-        raise ValueError('block size of axis k must divide its extent')
-
-    @T.prim_func
-    def kernel(
-        grad_mixes: T.Tensor((T_, N), 'float32'),
-        residual: T.Tensor((T_, K), 'uint16'),
-        fn: T.Tensor((N, K), 'float32'),
-        norm_weight: T.Tensor((K,), 'float32'),
-        out_mul: T.Tensor((T_, N), 'float32'),
-        sqrsum: T.Tensor((T_,), 'float32'),
-        residual_grad: T.Tensor((T_, K), 'uint16'),
-        fn_grad: T.Tensor((N, K), 'float32'),
-        norm_weight_grad: T.Tensor((K,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_k, B_k), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_k, B_k))
-            b_k = pid % T.ceildiv(N_k, B_k)
-            g = T.alloc_local((B_t, B_n), 'float32')
-            _t0 = T.alloc_local((B_t,), 'float32')
-            s = T.alloc_local((B_t,), 'float32')
-            rho = T.alloc_local((B_t,), 'float32')
-            gr = T.alloc_local((B_t, B_n), 'float32')
-            da = T.alloc_local((B_t, B_n), 'float32')
-            _t1 = T.alloc_local((B_t, B_n), 'float32')
-            ga = T.alloc_local((B_t, B_n), 'float32')
-            gsum = T.alloc_local((B_t,), 'float32')
-            ds = T.alloc_local((B_t,), 'float32')
-            fv = T.alloc_local((B_n, B_k), 'float32')
-            _t2 = T.alloc_local((B_k,), 'float32')
-            w = T.alloc_local((B_n, B_k), 'float32')
-            f = T.alloc_local((B_n, B_k), 'float32')
-            dr = T.alloc_local((B_t, B_k), 'float32')
-            r = T.alloc_local((B_t, B_k), 'float32')
-            _t3 = T.alloc_local((B_k,), 'float32')
-            rw = T.alloc_local((B_t, B_k), 'float32')
-            fn_grad_tile = T.alloc_local((B_n, B_k), 'float32')
-            q = T.alloc_local((B_t, B_k), 'float32')
-            p = T.alloc_local((B_t, B_k), 'float32')
-            norm_weight_grad_tile = T.alloc_local((B_k,), 'float32')
-            for i_t, i_n in T.grid(B_t, B_n):
-                g[i_t, i_n] = T.if_then_else((((b_t * B_t) + i_t) < N_t), grad_mixes[((b_t * B_t) + i_t), i_n],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sqrsum[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                s[i_t] = T.max(_t0[i_t], (-_t0[i_t]))
-                rho[i_t] = T.rsqrt(((s[i_t] / T.reinterpret(T.uint32(f32_bits(K)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-            for i_t, i_n in T.grid(B_t, B_n):
-                gr[i_t, i_n] = (g[i_t, i_n] * rho[i_t])
-                da[i_t, i_n] = T.Select((((b_t * B_t) + i_t) < N_t),
-                    T.reinterpret(
-                        T.cast(((T.reinterpret(T.reinterpret(gr[i_t, i_n], "uint32"), "int32") + T.int32(4096))
-                                & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
-            for i_t, i_n in T.grid(B_t, B_n):
-                _t1[i_t, i_n] = T.if_then_else((((b_t * B_t) + i_t) < N_t), out_mul[((b_t * B_t) + i_t), i_n],
-                    T.float32(0.0))
-            for i_t, i_n in T.grid(B_t, B_n):
-                ga[i_t, i_n] = (g[i_t, i_n] * _t1[i_t, i_n])
-            T.reduce_sum(ga, gsum, dim=1)
-            for i_t in T.grid(B_t):
-                ds[i_t] = (
-                    -(((T.float32(0.5) * rho[i_t]) * gsum[i_t])
-                        / (s[i_t]
-                            + (T.reinterpret(T.uint32(f32_bits(eps)), "float32")
-                                * T.reinterpret(T.uint32(f32_bits(K)), "float32")))))
-            for i_n, i_k in T.grid(B_n, B_k):
-                fv[i_n, i_k] = fn[i_n, ((b_k * B_k) + i_k)]
-            for i_k in T.grid(B_k):
-                _t2[i_k] = norm_weight[((b_k * B_k) + i_k)]
-            for i_n, i_k in T.grid(B_n, B_k):
-                w[i_n, i_k] = (fv[i_n, i_k] * _t2[i_k])
-                f[i_n, i_k] = T.reinterpret(
-                    T.cast(((T.reinterpret(T.reinterpret(w[i_n, i_k], "uint32"), "int32") + T.int32(4096))
-                            & T.int32(-8192)), "uint32"), "float32")
-            T.fill(dr, T.float32(0.0))
-            for r_n in T.serial(B_n):
-                for i_t, i_k in T.grid(B_t, B_k):
-                    dr[i_t, i_k] = (dr[i_t, i_k] + (da[i_t, r_n] * f[r_n, i_k]))
-            for i_t, i_k in T.grid(B_t, B_k):
-                r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    decode_bf16(T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "uint32")), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                if (((b_t * B_t) + i_t) < N_t):
-                    residual_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast(
-                        encode_bf16((dr[i_t, i_k] + ((T.float32(2.0) * r[i_t, i_k]) * ds[i_t]))), "uint16")
-            for i_k in T.grid(B_k):
-                _t3[i_k] = norm_weight[((b_k * B_k) + i_k)]
-            for i_t, i_k in T.grid(B_t, B_k):
-                rw[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * _t3[i_k]), T.float32(0.0))
-            T.fill(fn_grad_tile, T.float32(0.0))
-            for r_t in T.serial(B_t):
-                for i_n, i_k in T.grid(B_n, B_k):
-                    fn_grad_tile[i_n, i_k] = (fn_grad_tile[i_n, i_k] + (da[r_t, i_n] * rw[r_t, i_k]))
-            for i_n, i_k in T.grid(B_n, B_k):
-                T.atomic_add(fn_grad[i_n, ((b_k * B_k) + i_k)], fn_grad_tile[i_n, i_k])
-            T.fill(q, T.float32(0.0))
-            for r_n in T.serial(B_n):
-                for i_t, i_k in T.grid(B_t, B_k):
-                    q[i_t, i_k] = (q[i_t, i_k] + (da[i_t, r_n] * fv[r_n, i_k]))
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * q[i_t, i_k]), T.float32(0.0))
-            T.reduce_sum(p, norm_weight_grad_tile, dim=0)
-            for i_k in T.grid(B_k):
-                T.atomic_add(norm_weight_grad[((b_k * B_k) + i_k)], norm_weight_grad_tile[i_k])
-
-    return kernel
+# the variants of the shared factories
+build_base = specialize(make_variants, False)
+build_with_norm_weight = specialize(make_variants, True)

@@ -19,7 +19,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def build_base(K, N, eps, *, threads, block_t, tile_elems):
+def make_variants(with_norm_weight, K, N, eps, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
     N_n = N
@@ -27,7 +27,10 @@ def build_base(K, N, eps, *, threads, block_t, tile_elems):
     B_n = pad_pow2(max(N_n, 16))
     B_t = fit_rows(block_t, tile_elems, B_n)
     B_k = pick_block(N_k, max(1, (tile_elems // max(B_t, B_n))), 1)
-    threads = fit_threads(threads, max(B_n * B_k, B_t, B_t * B_k, B_t * B_n), tile_elems)
+    if not with_norm_weight:
+        threads = fit_threads(threads, max(B_n * B_k, B_t, B_t * B_k, B_t * B_n), tile_elems)
+    if with_norm_weight:
+        threads = fit_threads(threads, max(B_k, B_n * B_k, B_t, B_t * B_k, B_t * B_n), tile_elems)
     if not (((B_t % 16) == 0)):
         raise ValueError("a matmul's block of axis t must be a multiple of 16 (a warp's share of T.gemm)")
     if not (((B_k % 16) == 0)):
@@ -38,10 +41,12 @@ def build_base(K, N, eps, *, threads, block_t, tile_elems):
         grad_mixes: T.Tensor((T_, N), 'float32'),
         residual: T.Tensor((T_, K), 'bfloat16'),
         fn: T.Tensor((N, K), 'float32'),
+        norm_weight: T.Tensor((K,), 'float32') if with_norm_weight else None,
         out_mul: T.Tensor((T_, N), 'float32'),
         sqrsum: T.Tensor((T_,), 'float32'),
         residual_grad: T.Tensor((T_, K), 'bfloat16'),
         fn_grad: T.Tensor((N, K), 'float32'),
+        norm_weight_grad: T.Tensor((K,), 'float32') if with_norm_weight else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_k, B_k), threads=threads) as (pid,):
             b_t = pid // (T.ceildiv(N_k, B_k))
@@ -56,13 +61,28 @@ def build_base(K, N, eps, *, threads, block_t, tile_elems):
             ga = T.alloc_fragment((B_t, B_n), 'float32')
             gsum = T.alloc_fragment((B_t,), 'float32')
             ds = T.alloc_fragment((B_t,), 'float32')
-            fv = T.alloc_fragment((B_n, B_k), 'float32')
+            if not with_norm_weight:
+                fv = T.alloc_fragment((B_n, B_k), 'float32')
+            if with_norm_weight:
+                fv = T.alloc_shared((B_n, B_k), 'float32')
+                _t2 = T.alloc_fragment((B_k,), 'float32')
+                w = T.alloc_fragment((B_n, B_k), 'float32')
             f = T.alloc_shared((B_n, B_k), 'float32')
             dr = T.alloc_fragment((B_t, B_k), 'float32')
             dr_shared = T.alloc_shared((B_t, B_k), 'float32')
-            r = T.alloc_shared((B_t, B_k), 'float32')
+            if not with_norm_weight:
+                r = T.alloc_shared((B_t, B_k), 'float32')
+            if with_norm_weight:
+                r = T.alloc_fragment((B_t, B_k), 'float32')
+                _t3 = T.alloc_fragment((B_k,), 'float32')
+                rw = T.alloc_shared((B_t, B_k), 'float32')
             fn_grad_tile = T.alloc_fragment((B_n, B_k), 'float32')
             fn_grad_tile_shared = T.alloc_shared((B_n, B_k), 'float32')
+            if with_norm_weight:
+                q = T.alloc_fragment((B_t, B_k), 'float32')
+                q_shared = T.alloc_shared((B_t, B_k), 'float32')
+                p = T.alloc_fragment((B_t, B_k), 'float32')
+                norm_weight_grad_tile = T.alloc_fragment((B_k,), 'float32')
             for i_t, i_n in T.Parallel(B_t, B_n):
                 g[i_t, i_n] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
                     grad_mixes[((b_t * B_t) + i_t), i_n], T.float32(0.0))
@@ -87,11 +107,21 @@ def build_base(K, N, eps, *, threads, block_t, tile_elems):
                 ds[i_t] = (-(((T.float32(0.5) * rho[i_t]) * gsum[i_t]) / (s[i_t] + (T.float32(eps) * T.float32(K)))))
             for i_n, i_k in T.Parallel(B_n, B_k):
                 fv[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, ((b_k * B_k) + i_k)], T.float32(0.0))
+            if with_norm_weight:
+                for i_k in T.Parallel(B_k):
+                    _t2[i_k] = norm_weight[((b_k * B_k) + i_k)]
             for i_n, i_k in T.Parallel(B_n, B_k):
-                f[i_n, i_k] = T.Select((i_n < N_n),
-                    T.reinterpret(
-                        T.cast(((T.reinterpret(T.reinterpret(fv[i_n, i_k], "uint32"), "int32") + T.int32(4096))
-                                & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
+                if not with_norm_weight:
+                    f[i_n, i_k] = T.Select((i_n < N_n),
+                        T.reinterpret(
+                            T.cast(((T.reinterpret(T.reinterpret(fv[i_n, i_k], "uint32"), "int32") + T.int32(4096))
+                                    & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
+                if with_norm_weight:
+                    w[i_n, i_k] = (fv[i_n, i_k] * _t2[i_k])
+                    f[i_n, i_k] = T.Select((i_n < N_n),
+                        T.reinterpret(
+                            T.cast(((T.reinterpret(T.reinterpret(w[i_n, i_k], "uint32"), "int32") + T.int32(4096))
+                                    & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
             T.gemm(da, f, dr, transpose_A=False, transpose_B=False, clear_accum=True)
             for i_t, i_k in T.Parallel(B_t, B_k):
                 dr_shared[i_t, i_k] = dr[i_t, i_k]
@@ -102,129 +132,33 @@ def build_base(K, N, eps, *, threads, block_t, tile_elems):
                 if (((b_t * B_t) + i_t) < N_t):
                     residual_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast((dr_shared[i_t, i_k]
                             + ((T.float32(2.0) * r[i_t, i_k]) * ds[i_t])), "bfloat16")
-            T.gemm(da, r, fn_grad_tile, transpose_A=True, transpose_B=False, clear_accum=True)
+            if not with_norm_weight:
+                T.gemm(da, r, fn_grad_tile, transpose_A=True, transpose_B=False, clear_accum=True)
+            if with_norm_weight:
+                for i_k in T.Parallel(B_k):
+                    _t3[i_k] = norm_weight[((b_k * B_k) + i_k)]
+                for i_t, i_k in T.Parallel(B_t, B_k):
+                    rw[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * _t3[i_k]), T.float32(0.0))
+                T.gemm(da, rw, fn_grad_tile, transpose_A=True, transpose_B=False, clear_accum=True)
             for i_n, i_k in T.Parallel(B_n, B_k):
                 fn_grad_tile_shared[i_n, i_k] = fn_grad_tile[i_n, i_k]
             for i_n, i_k in T.Parallel(B_n, B_k):
                 if (i_n < N_n):
                     T.atomic_add(fn_grad[i_n, ((b_k * B_k) + i_k)], fn_grad_tile_shared[i_n, i_k])
+            if with_norm_weight:
+                T.gemm(da, fv, q, transpose_A=False, transpose_B=False, clear_accum=True)
+                for i_t, i_k in T.Parallel(B_t, B_k):
+                    q_shared[i_t, i_k] = q[i_t, i_k]
+                for i_t, i_k in T.Parallel(B_t, B_k):
+                    p[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * q_shared[i_t, i_k]),
+                        T.float32(0.0))
+                T.reduce_sum(p, norm_weight_grad_tile, dim=0)
+                for i_k in T.Parallel(B_k):
+                    T.atomic_add(norm_weight_grad[((b_k * B_k) + i_k)], norm_weight_grad_tile[i_k])
 
     return kernel
 
 
-def build_with_norm_weight(K, N, eps, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_n = N
-    N_k = K
-    B_n = pad_pow2(max(N_n, 16))
-    B_t = fit_rows(block_t, tile_elems, B_n)
-    B_k = pick_block(N_k, max(1, (tile_elems // max(B_t, B_n))), 1)
-    threads = fit_threads(threads, max(B_k, B_n * B_k, B_t, B_t * B_k, B_t * B_n), tile_elems)
-    if not (((B_t % 16) == 0)):
-        raise ValueError("a matmul's block of axis t must be a multiple of 16 (a warp's share of T.gemm)")
-    if not (((B_k % 16) == 0)):
-        raise ValueError("a matmul's block of axis k must be a multiple of 16 (a warp's share of T.gemm)")
-
-    @T.prim_func
-    def kernel(
-        grad_mixes: T.Tensor((T_, N), 'float32'),
-        residual: T.Tensor((T_, K), 'bfloat16'),
-        fn: T.Tensor((N, K), 'float32'),
-        norm_weight: T.Tensor((K,), 'float32'),
-        out_mul: T.Tensor((T_, N), 'float32'),
-        sqrsum: T.Tensor((T_,), 'float32'),
-        residual_grad: T.Tensor((T_, K), 'bfloat16'),
-        fn_grad: T.Tensor((N, K), 'float32'),
-        norm_weight_grad: T.Tensor((K,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_k, B_k), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_k, B_k))
-            b_k = pid % T.ceildiv(N_k, B_k)
-            g = T.alloc_fragment((B_t, B_n), 'float32')
-            _t0 = T.alloc_fragment((B_t,), 'float32')
-            s = T.alloc_fragment((B_t,), 'float32')
-            rho = T.alloc_fragment((B_t,), 'float32')
-            gr = T.alloc_fragment((B_t, B_n), 'float32')
-            da = T.alloc_shared((B_t, B_n), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_n), 'float32')
-            ga = T.alloc_fragment((B_t, B_n), 'float32')
-            gsum = T.alloc_fragment((B_t,), 'float32')
-            ds = T.alloc_fragment((B_t,), 'float32')
-            fv = T.alloc_shared((B_n, B_k), 'float32')
-            _t2 = T.alloc_fragment((B_k,), 'float32')
-            w = T.alloc_fragment((B_n, B_k), 'float32')
-            f = T.alloc_shared((B_n, B_k), 'float32')
-            dr = T.alloc_fragment((B_t, B_k), 'float32')
-            dr_shared = T.alloc_shared((B_t, B_k), 'float32')
-            r = T.alloc_fragment((B_t, B_k), 'float32')
-            _t3 = T.alloc_fragment((B_k,), 'float32')
-            rw = T.alloc_shared((B_t, B_k), 'float32')
-            fn_grad_tile = T.alloc_fragment((B_n, B_k), 'float32')
-            fn_grad_tile_shared = T.alloc_shared((B_n, B_k), 'float32')
-            q = T.alloc_fragment((B_t, B_k), 'float32')
-            q_shared = T.alloc_shared((B_t, B_k), 'float32')
-            p = T.alloc_fragment((B_t, B_k), 'float32')
-            norm_weight_grad_tile = T.alloc_fragment((B_k,), 'float32')
-            for i_t, i_n in T.Parallel(B_t, B_n):
-                g[i_t, i_n] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
-                    grad_mixes[((b_t * B_t) + i_t), i_n], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), sqrsum[((b_t * B_t) + i_t)], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                s[i_t] = T.max(_t0[i_t], (-_t0[i_t]))
-                rho[i_t] = T.rsqrt(((s[i_t] / T.float32(K)) + T.float32(eps)))
-            for i_t, i_n in T.Parallel(B_t, B_n):
-                gr[i_t, i_n] = (g[i_t, i_n] * rho[i_t])
-                da[i_t, i_n] = T.Select(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
-                    T.reinterpret(
-                        T.cast(((T.reinterpret(T.reinterpret(gr[i_t, i_n], "uint32"), "int32") + T.int32(4096))
-                                & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
-            for i_t, i_n in T.Parallel(B_t, B_n):
-                _t1[i_t, i_n] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_n < N_n)),
-                    out_mul[((b_t * B_t) + i_t), i_n], T.float32(0.0))
-            for i_t, i_n in T.Parallel(B_t, B_n):
-                ga[i_t, i_n] = T.Select((i_n < N_n), (g[i_t, i_n] * _t1[i_t, i_n]), T.float32(0.0))
-            T.reduce_sum(ga, gsum, dim=1)
-            for i_t in T.Parallel(B_t):
-                ds[i_t] = (-(((T.float32(0.5) * rho[i_t]) * gsum[i_t]) / (s[i_t] + (T.float32(eps) * T.float32(K)))))
-            for i_n, i_k in T.Parallel(B_n, B_k):
-                fv[i_n, i_k] = T.if_then_else((i_n < N_n), fn[i_n, ((b_k * B_k) + i_k)], T.float32(0.0))
-            for i_k in T.Parallel(B_k):
-                _t2[i_k] = norm_weight[((b_k * B_k) + i_k)]
-            for i_n, i_k in T.Parallel(B_n, B_k):
-                w[i_n, i_k] = (fv[i_n, i_k] * _t2[i_k])
-                f[i_n, i_k] = T.Select((i_n < N_n),
-                    T.reinterpret(
-                        T.cast(((T.reinterpret(T.reinterpret(w[i_n, i_k], "uint32"), "int32") + T.int32(4096))
-                                & T.int32(-8192)), "uint32"), "float32"), T.float32(0.0))
-            T.gemm(da, f, dr, transpose_A=False, transpose_B=False, clear_accum=True)
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                dr_shared[i_t, i_k] = dr[i_t, i_k]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                r[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(residual[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "float32"), T.float32(0.0))
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                if (((b_t * B_t) + i_t) < N_t):
-                    residual_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast((dr_shared[i_t, i_k]
-                            + ((T.float32(2.0) * r[i_t, i_k]) * ds[i_t])), "bfloat16")
-            for i_k in T.Parallel(B_k):
-                _t3[i_k] = norm_weight[((b_k * B_k) + i_k)]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                rw[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * _t3[i_k]), T.float32(0.0))
-            T.gemm(da, rw, fn_grad_tile, transpose_A=True, transpose_B=False, clear_accum=True)
-            for i_n, i_k in T.Parallel(B_n, B_k):
-                fn_grad_tile_shared[i_n, i_k] = fn_grad_tile[i_n, i_k]
-            for i_n, i_k in T.Parallel(B_n, B_k):
-                if (i_n < N_n):
-                    T.atomic_add(fn_grad[i_n, ((b_k * B_k) + i_k)], fn_grad_tile_shared[i_n, i_k])
-            T.gemm(da, fv, q, transpose_A=False, transpose_B=False, clear_accum=True)
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                q_shared[i_t, i_k] = q[i_t, i_k]
-            for i_t, i_k in T.Parallel(B_t, B_k):
-                p[i_t, i_k] = T.Select((((b_t * B_t) + i_t) < N_t), (r[i_t, i_k] * q_shared[i_t, i_k]), T.float32(0.0))
-            T.reduce_sum(p, norm_weight_grad_tile, dim=0)
-            for i_k in T.Parallel(B_k):
-                T.atomic_add(norm_weight_grad[((b_k * B_k) + i_k)], norm_weight_grad_tile[i_k])
-
-    return kernel
+# the variants of the shared factories
+build_base = specialize(make_variants, False)
+build_with_norm_weight = specialize(make_variants, True)

@@ -19,7 +19,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def build_base(E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block_t):
+def make_variants(with_grad_scores_sum, with_mask, E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block_t):
     T_ = T.dynamic("T")
     N_t = T_
     N_e = E
@@ -27,6 +27,8 @@ def build_base(E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block
     N_n = num_seqs
     B_e = pad_pow2(N_e)
     B_j = pad_pow2(N_j)
+    if with_grad_scores_sum:
+        B_n = pad_pow2(N_n)
     B_t = block_t
 
     @T.prim_func
@@ -35,6 +37,8 @@ def build_base(E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block
         topk_idx: T.Tensor((T_, K), 'int64'),
         topk_weights: T.Tensor((T_, K), 'float32'),
         grad_topk_weights: T.Tensor((T_, K), 'float32'),
+        grad_scores_sum: T.Tensor((num_seqs, E), 'float32') if with_grad_scores_sum else None,
+        mask: T.Tensor((T_,), 'int32') if with_mask else None,
         grad_logits: T.Tensor((T_, E), 'float32'),
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
@@ -56,6 +60,17 @@ def build_base(E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block
             q = T.alloc_fragment((B_t, B_e), 'float32')
             near_zero = T.alloc_fragment((B_t, B_e), 'float32')
             far = T.alloc_fragment((B_t, B_e), 'float32')
+            if with_grad_scores_sum:
+                _t2 = T.alloc_fragment((B_t,), 'int32')
+                aux_on = T.alloc_fragment((B_t,), 'bool')
+                hs = T.alloc_fragment((B_e, B_n), 'float32')
+                seq = T.alloc_fragment((B_t,), 'int32')
+                hs_by_n = T.alloc_shared((B_e, B_n), 'float32')
+                h = T.alloc_fragment((B_t, B_e), 'float32')
+                total = T.alloc_fragment((B_t,), 'float32')
+                inv = T.alloc_fragment((B_t,), 'float32')
+                hu = T.alloc_fragment((B_t,), 'float32')
+                dl = T.alloc_fragment((B_t, B_e), 'float32')
             for i_t, i_e in T.Parallel(B_t, B_e):
                 u[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
                     scores[((b_t * B_t) + i_t), i_e], T.float32(0.0))
@@ -120,168 +135,60 @@ def build_base(E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block
                         * u2[i_t, i_e]) - T.reinterpret(T.uint32(0x3efffffa), "float32"))
                 near_zero[i_t, i_e] = ((u[i_t, i_e] * T.float32(0.5)) * (T.float32(1.0) + (u2[i_t, i_e] * q[i_t, i_e])))
                 far[i_t, i_e] = ((T.float32(0.5) * (T.float32(1.0) - T.exp((-u2[i_t, i_e])))) / u[i_t, i_e])
-                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
-                    grad_logits[((b_t * B_t) + i_t), i_e] = (
-                        T.Select((u2[i_t, i_e] < T.float32(1.0)), near_zero[i_t, i_e], far[i_t, i_e]) * du[i_t, i_e])
-
-    return kernel
-
-
-def build_with_grad_scores_sum(E, K, routed_scaling_factor, num_seqs, seq_len, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_j = K
-    N_n = num_seqs
-    B_e = pad_pow2(N_e)
-    B_j = pad_pow2(N_j)
-    B_n = pad_pow2(N_n)
-    B_t = block_t
-
-    @T.prim_func
-    def kernel(
-        scores: T.Tensor((T_, E), 'float32'),
-        topk_idx: T.Tensor((T_, K), 'int64'),
-        topk_weights: T.Tensor((T_, K), 'float32'),
-        grad_topk_weights: T.Tensor((T_, K), 'float32'),
-        grad_scores_sum: T.Tensor((num_seqs, E), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        grad_logits: T.Tensor((T_, E), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            u = T.alloc_fragment((B_t, B_e), 'float32')
-            ids = T.alloc_fragment((B_t, B_j), 'int64')
-            valid = T.alloc_fragment((B_t, B_j), 'bool')
-            g = T.alloc_fragment((B_t, B_j), 'float32')
-            u_by_e = T.alloc_shared((B_t, B_e), 'float32')
-            picked = T.alloc_fragment((B_t, B_j), 'float32')
-            _t0_tree = T.alloc_shared((B_t, B_j), 'float32')
-            _t0 = T.alloc_fragment((B_t,), 'float32')
-            den = T.alloc_fragment((B_t,), 'float32')
-            rho = T.alloc_fragment((B_t,), 'float32')
-            per_slot = T.alloc_fragment((B_t, B_j), 'float32')
-            per_slot_shared = T.alloc_shared((B_t, B_j), 'float32')
-            du = T.alloc_fragment((B_t, B_e), 'float32')
-            u2 = T.alloc_fragment((B_t, B_e), 'float32')
-            q3 = T.alloc_fragment((B_t, B_e), 'float32')
-            q = T.alloc_fragment((B_t, B_e), 'float32')
-            near_zero = T.alloc_fragment((B_t, B_e), 'float32')
-            far = T.alloc_fragment((B_t, B_e), 'float32')
-            _t2 = T.alloc_fragment((B_t,), 'int32')
-            aux_on = T.alloc_fragment((B_t,), 'bool')
-            hs = T.alloc_fragment((B_e, B_n), 'float32')
-            seq = T.alloc_fragment((B_t,), 'int32')
-            hs_by_n = T.alloc_shared((B_e, B_n), 'float32')
-            h = T.alloc_fragment((B_t, B_e), 'float32')
-            total = T.alloc_fragment((B_t,), 'float32')
-            inv = T.alloc_fragment((B_t,), 'float32')
-            hu = T.alloc_fragment((B_t,), 'float32')
-            dl = T.alloc_fragment((B_t, B_e), 'float32')
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u[i_t, i_e] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)),
-                    scores[((b_t * B_t) + i_t), i_e], T.float32(0.0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                ids[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
-                    T.cast(topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                valid[i_t, i_j] = (ids[i_t, i_j] >= T.int64(0))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                g[i_t, i_j] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_j < N_j)),
-                    grad_topk_weights[((b_t * B_t) + i_t), i_j], T.float32(0.0))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u_by_e[i_t, i_e] = u[i_t, i_e]
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                picked[i_t, i_j] = T.if_then_else(((ids[i_t, i_j] >= T.int64(0))
-                        & (ids[i_t, i_j] < T.cast(N_e, "int64"))), u_by_e[i_t, T.cast(ids[i_t, i_j], "int32")],
-                    T.float32(0.0))
-                _t0_tree[i_t, i_j] = picked[i_t, i_j]
-            for l_j in T.unroll(tree_levels(N_j), explicit=True):
-                for p_j in T.serial(
-                        T.max(
-                            T.min((T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)),
-                                (N_j - (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))), T.int32(0))):
-                    for i_t in T.Parallel(B_t):
-                        _t0_tree[i_t, p_j] = (_t0_tree[i_t, p_j]
-                            + _t0_tree[i_t, (p_j + (T.int32(1) << ((tree_levels(N_j) - T.int32(1)) - l_j)))])
-            for i_t in T.Parallel(B_t):
-                _t0[i_t] = _t0_tree[i_t, T.int32(0)]
-                den[i_t] = (_t0[i_t] + T.float32(1e-20))
-                rho[i_t] = T.float32(0.0)
-            for r_j in (T.unroll if N_j <= 256 else T.serial)(N_j):
+                if not with_grad_scores_sum:
+                    if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                        grad_logits[((b_t * B_t) + i_t), i_e] = (
+                            T.Select((u2[i_t, i_e] < T.float32(1.0)), near_zero[i_t, i_e], far[i_t, i_e])
+                            * du[i_t, i_e])
+            if with_grad_scores_sum:
                 for i_t in T.Parallel(B_t):
-                    rho[i_t] = (rho[i_t]
-                        + T.Select((
-                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
-                                    T.cast(topk_idx[((b_t * B_t) + i_t), r_j], "int64"), T.int64(0)) >= T.int64(0)),
-                            (
-                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
-                                    grad_topk_weights[((b_t * B_t) + i_t), r_j], T.float32(0.0))
-                                * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
-                                    topk_weights[((b_t * B_t) + i_t), r_j], T.float32(0.0))), T.float32(0.0)))
-            for i_t, i_j in T.Parallel(B_t, B_j):
-                per_slot[i_t, i_j] = T.Select(valid[i_t, i_j],
-                    (((T.float32(routed_scaling_factor) * g[i_t, i_j]) - rho[i_t]) / den[i_t]), T.float32(0.0))
-                per_slot_shared[i_t, i_j] = per_slot[i_t, i_j]
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                du[i_t, i_e] = T.float32(0.0)
-            for r_j in (T.unroll if N_j <= 256 else T.serial)(N_j):
+                    _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
+                        T.int32(0))
+                for i_t in T.Parallel(B_t):
+                    aux_on[i_t] = (_t2[i_t] != T.int32(0))
+                for i_e, i_n in T.Parallel(B_e, B_n):
+                    hs[i_e, i_n] = T.if_then_else(((i_e < N_e) & (i_n < N_n)), grad_scores_sum[i_n, i_e],
+                        T.float32(0.0))
+                for i_t in T.Parallel(B_t):
+                    seq[i_t] = T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
+                        T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
+                            T.floordiv(((b_t * B_t) + i_t),
+                                T.Select(((T.int32(seq_len) == T.int32(0)) | (T.int32(seq_len) == T.int32(-1))),
+                                    T.int32(1), T.int32(seq_len)))))
+                for i_e, i_n in T.Parallel(B_e, B_n):
+                    hs_by_n[i_e, i_n] = hs[i_e, i_n]
                 for i_t, i_e in T.Parallel(B_t, B_e):
-                    du[i_t, i_e] = (du[i_t, i_e]
-                        + T.Select((
-                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
-                                    T.cast(topk_idx[((b_t * B_t) + i_t), r_j], "int64"), T.int64(0))
-                                == T.cast(i_e, "int64")), per_slot_shared[i_t, r_j], T.float32(0.0)))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                u2[i_t, i_e] = (u[i_t, i_e] * u[i_t, i_e])
-                q3[i_t, i_e] = ((((((T.reinterpret(T.uint32(0x39076753), "float32") * u2[i_t, i_e])
-                                    - T.reinterpret(T.uint32(0x3aaa8a90), "float32")) * u2[i_t, i_e])
-                            + T.float32(0.00827621203)) * u2[i_t, i_e])
-                    - T.reinterpret(T.uint32(0x3d2a9688), "float32"))
-                q[i_t, i_e] = ((((q3[i_t, i_e] * u2[i_t, i_e]) + T.reinterpret(T.uint32(0x3e2aa9df), "float32"))
-                        * u2[i_t, i_e]) - T.reinterpret(T.uint32(0x3efffffa), "float32"))
-                near_zero[i_t, i_e] = ((u[i_t, i_e] * T.float32(0.5)) * (T.float32(1.0) + (u2[i_t, i_e] * q[i_t, i_e])))
-                far[i_t, i_e] = ((T.float32(0.5) * (T.float32(1.0) - T.exp((-u2[i_t, i_e])))) / u[i_t, i_e])
-            for i_t in T.Parallel(B_t):
-                _t2[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.Parallel(B_t):
-                aux_on[i_t] = (_t2[i_t] != T.int32(0))
-            for i_e, i_n in T.Parallel(B_e, B_n):
-                hs[i_e, i_n] = T.if_then_else(((i_e < N_e) & (i_n < N_n)), grad_scores_sum[i_n, i_e], T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                seq[i_t] = T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
-                        T.floordiv(((b_t * B_t) + i_t),
-                            T.Select(((T.int32(seq_len) == T.int32(0)) | (T.int32(seq_len) == T.int32(-1))), T.int32(1),
-                                T.int32(seq_len)))))
-            for i_e, i_n in T.Parallel(B_e, B_n):
-                hs_by_n[i_e, i_n] = hs[i_e, i_n]
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                h[i_t, i_e] = T.if_then_else(((seq[i_t] >= T.int32(0)) & (seq[i_t] < N_n)), hs_by_n[i_e, seq[i_t]],
-                    T.float32(0.0))
-            for i_t in T.Parallel(B_t):
-                total[i_t] = T.float32(0.0)
-            for r_e in (T.unroll if N_e <= 256 else T.serial)(N_e):
+                    h[i_t, i_e] = T.if_then_else(((seq[i_t] >= T.int32(0)) & (seq[i_t] < N_n)), hs_by_n[i_e, seq[i_t]],
+                        T.float32(0.0))
                 for i_t in T.Parallel(B_t):
-                    total[i_t] = (total[i_t]
-                        + T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_e < N_e)), scores[((b_t * B_t) + i_t), r_e],
-                            T.float32(0.0)))
-            for i_t in T.Parallel(B_t):
-                inv[i_t] = (T.float32(1.0) / total[i_t])
-                hu[i_t] = T.float32(0.0)
-            for r_e in (T.unroll if N_e <= 256 else T.serial)(N_e):
+                    total[i_t] = T.float32(0.0)
+                for r_e in (T.unroll if N_e <= 256 else T.serial)(N_e):
+                    for i_t in T.Parallel(B_t):
+                        total[i_t] = (total[i_t]
+                            + T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_e < N_e)),
+                                scores[((b_t * B_t) + i_t), r_e], T.float32(0.0)))
                 for i_t in T.Parallel(B_t):
-                    hu[i_t] = (hu[i_t]
-                        + (
-                            T.if_then_else(((seq[i_t] >= T.int32(0)) & (seq[i_t] < N_n)), hs_by_n[r_e, seq[i_t]],
-                                T.float32(0.0))
-                            * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_e < N_e)),
-                                scores[((b_t * B_t) + i_t), r_e], T.float32(0.0))))
-            for i_t, i_e in T.Parallel(B_t, B_e):
-                dl[i_t, i_e] = T.Select(aux_on[i_t], (du[i_t, i_e] + ((h[i_t, i_e] - (hu[i_t] * inv[i_t])) * inv[i_t])),
-                    du[i_t, i_e])
-                if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
-                    grad_logits[((b_t * B_t) + i_t), i_e] = (
-                        T.Select((u2[i_t, i_e] < T.float32(1.0)), near_zero[i_t, i_e], far[i_t, i_e]) * dl[i_t, i_e])
+                    inv[i_t] = (T.float32(1.0) / total[i_t])
+                    hu[i_t] = T.float32(0.0)
+                for r_e in (T.unroll if N_e <= 256 else T.serial)(N_e):
+                    for i_t in T.Parallel(B_t):
+                        hu[i_t] = (hu[i_t]
+                            + (
+                                T.if_then_else(((seq[i_t] >= T.int32(0)) & (seq[i_t] < N_n)), hs_by_n[r_e, seq[i_t]],
+                                    T.float32(0.0))
+                                * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_e < N_e)),
+                                    scores[((b_t * B_t) + i_t), r_e], T.float32(0.0))))
+                for i_t, i_e in T.Parallel(B_t, B_e):
+                    dl[i_t, i_e] = T.Select(aux_on[i_t],
+                        (du[i_t, i_e] + ((h[i_t, i_e] - (hu[i_t] * inv[i_t])) * inv[i_t])), du[i_t, i_e])
+                    if ((((b_t * B_t) + i_t) < N_t) & (i_e < N_e)):
+                        grad_logits[((b_t * B_t) + i_t), i_e] = (
+                            T.Select((u2[i_t, i_e] < T.float32(1.0)), near_zero[i_t, i_e], far[i_t, i_e])
+                            * dl[i_t, i_e])
 
     return kernel
+
+
+# the variants of the shared factories
+build_base = specialize(make_variants, False, False)
+build_with_grad_scores_sum = specialize(make_variants, True, True)

@@ -42,19 +42,19 @@ def make_reference_variants(with_mask, with_bias, with_image_bias, with_image_to
             _t2 = _fit(_view(fix_routing_mask, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.int64), (N_t,))
             fixed = _fit((_t2 != 0), (N_t,))
         u = _fit(_sqrt(torch.where((l > _f32(20.0)), l, _log1p(_exp(l)))), (N_t, N_e))
-        if (with_bias, with_image_bias) == (False, False):
+        if not with_bias and not with_image_bias:
             _t5_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(u), -2147483648), (N_t, N_e))
         if with_image_bias:
             _t3 = _fit(_view(image_bias, (N_e,), (N_e,), (), ('e',), ('e',)).to(torch.float32), (N_e,))
-        if (with_bias, with_image_bias) == (False, True):
+        if not with_bias and with_image_bias:
             r = _fit((u + torch.where(image[:, None], _t3[None, :], _f32(-0.0))), (N_t, N_e))
         if with_bias:
             _t4 = _fit(_view(bias, (N_e,), (N_e,), (), ('e',), ('e',)).to(torch.float32), (N_e,))
-        if (with_bias, with_image_bias) == (True, False):
+        if with_bias and not with_image_bias:
             r = _fit((u + _t4[None, :]), (N_t, N_e))
-        if (with_bias, with_image_bias) == (True, True):
+        if with_bias and with_image_bias:
             r = _fit((u + torch.where(image[:, None], _t3[None, :], _t4[None, :])), (N_t, N_e))
-        if (with_bias, with_image_bias) in ((False, True), (True, False), (True, True)):
+        if with_image_bias or with_bias:
             _t5_key = _fit(torch.where((_ix(N_e, 1, 2, _dev) < N_e), order_key(r), -2147483648), (N_t, N_e))
         _t5 = torch.zeros((N_t, N_j), dtype=torch.int64, device=_dev)
         for r_j in range(N_j):
@@ -137,13 +137,13 @@ def make_reference_variants(with_mask, with_bias, with_image_bias, with_image_to
             _take(w_by_j, (_ix(N_t, 0, 2, _dev), slot[None, :]), ((slot[None, :] >= 0) & (slot[None, :] < N_j))),
             (N_t, N_s))
         weight = _fit(torch.where((slot[None, :] < int(num_topk)), _t10, _f32(1.0)), (N_t, N_s))
-        if (with_mask, with_to_physical_map) == (False, False):
+        if not with_mask and not with_to_physical_map:
             topk_idx_tile = _fit(logical, (N_t, N_s))
-        if (with_mask, with_to_physical_map) == (False, True):
+        if not with_mask and with_to_physical_map:
             topk_idx_tile = _fit(physical, (N_t, N_s))
-        if (with_mask, with_to_physical_map) == (True, False):
+        if with_mask and not with_to_physical_map:
             topk_idx_tile = _fit(torch.where(routed[:, None], logical, -1), (N_t, N_s))
-        if (with_mask, with_to_physical_map) == (True, True):
+        if with_mask and with_to_physical_map:
             topk_idx_tile = _fit(torch.where(routed[:, None], physical, -1), (N_t, N_s))
         _store_view(_s_topk_idx, (N_t, N_s), (N_t, N_s), ('t', 's'), ('t', 's'), _t(topk_idx_tile).to(torch.int64),
             None, False)
@@ -157,13 +157,13 @@ def make_reference_variants(with_mask, with_bias, with_image_bias, with_image_to
         if with_mask:
             scores_tile = _fit(torch.where(routed[:, None], u, _f32(0.0)), (N_t, N_e))
         _store_view(_s_scores, (N_t, N_e), (N_t, N_e), ('t', 'e'), ('t', 'e'), scores_tile, None, False)
-        if (with_mask, with_fix_routing_mask) == (False, False):
+        if not with_mask and not with_fix_routing_mask:
             unmapped_tile = _fit(chosen, (N_t, N_j))
-        if (with_mask, with_fix_routing_mask) == (False, True):
+        if not with_mask and with_fix_routing_mask:
             unmapped_tile = _fit(sel, (N_t, N_j))
-        if (with_mask, with_fix_routing_mask) == (True, False):
+        if with_mask and not with_fix_routing_mask:
             unmapped_tile = _fit(torch.where(routed[:, None], chosen, -1), (N_t, N_j))
-        if (with_mask, with_fix_routing_mask) == (True, True):
+        if with_mask and with_fix_routing_mask:
             unmapped_tile = _fit(torch.where(routed[:, None], sel, -1), (N_t, N_j))
         _store_view(_s_unmapped, (N_t, N_j), (N_t, N_j), ('t', 'j'), ('t', 'j'), _t(unmapped_tile).to(torch.int64),
             None, False)

@@ -20,9 +20,11 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 
 
-def make_base(out_format, K, H, x_dtype, *, threads, block_t):
+def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     n_x = T.dynamic("n_x")
+    if with_x_sf:
+        n_x_sf = T.dynamic("n_x_sf")
     N_t = T_
     N_k = K
     N_h = H
@@ -42,600 +44,179 @@ def make_base(out_format, K, H, x_dtype, *, threads, block_t):
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
+        topk_weights: T.Tensor((T_, K), 'float32') if with_topk_weights else None,
+        x_sf: T.Tensor((n_x_sf,), 'float32') if with_x_sf else None,
+        sf: T.Tensor((1,), 'float32') if with_sf else None,
         token_topk_to_pos: T.Tensor((T_, K), 'int32'),
         out: PARAM_out,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             acc = T.alloc_local((B_t, B_h), 'float32')
+            if with_sf:
+                _t3 = T.alloc_local((1,), 'float32')
             for i_t, i_h in T.grid(B_t, B_h):
                 acc[i_t, i_h] = T.float32(0.0)
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(
-                        T.cast(
-                            T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
-                                LOAD_x(
-                                    x[
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
-                                        i_h]), T.float32(0.0)), "float64")
-                        * T.cast(
-                            T.Select((
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64")
-                        + T.cast(acc[i_t, i_h], "float64"), "float32")
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if out_format == 'bf16':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
-                    if out_format == 'fp32':
-                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
-                    if out_format == 'e4m3':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
-
-    return kernel
-
-
-def make_with_sf(out_format, K, H, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    B_k = N_k
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if out_format == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'uint16')
-    if out_format == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    if out_format == 'e4m3':
-        PARAM_out = T.Tensor((T_, H), 'uint8')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        sf: T.Tensor((1,), 'float32'),
-        token_topk_to_pos: T.Tensor((T_, K), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            acc = T.alloc_local((B_t, B_h), 'float32')
-            _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
-                for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(
-                        T.cast(
-                            T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
-                                LOAD_x(
-                                    x[
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
-                                        i_h]), T.float32(0.0)), "float64")
-                        * T.cast(
-                            T.Select((
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64")
-                        + T.cast(acc[i_t, i_h], "float64"), "float32")
-            _t3[0] = sf[T.int32(0)]
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if out_format == 'bf16':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
-                    if out_format == 'fp32':
-                        out[((b_t * B_t) + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
-                    if out_format == 'e4m3':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
-
-    return kernel
-
-
-def make_with_x_sf(out_format, K, H, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    n_x_sf = T.dynamic("n_x_sf")
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    B_k = N_k
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if out_format == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'uint16')
-    if out_format == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    if out_format == 'e4m3':
-        PARAM_out = T.Tensor((T_, H), 'uint8')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        x_sf: T.Tensor((n_x_sf,), 'float32'),
-        token_topk_to_pos: T.Tensor((T_, K), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            acc = T.alloc_local((B_t, B_h), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
-                for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(
-                        T.cast(
-                            T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
-                                LOAD_x(
-                                    x[
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
-                                        i_h]), T.float32(0.0)), "float64")
-                        * T.cast(
-                            T.Select((
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
+                    if not with_topk_weights and not with_x_sf:
+                        acc[i_t, i_h] = T.cast(
+                            T.cast(
                                 T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) >= T.int32(0))
                                             & (
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) < n_x)) & (((b_t * B_t) + i_t) < N_t)),
+                                    LOAD_x(
+                                        x[
                                             T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
-                                    x_sf[
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)), i_h]), T.float32(0.0)), "float64")
+                            * T.cast(
+                                T.Select((
                                         T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
-                                    T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
-                        "float32")
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if out_format == 'bf16':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
-                    if out_format == 'fp32':
-                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
-                    if out_format == 'e4m3':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
-
-    return kernel
-
-
-def make_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    n_x_sf = T.dynamic("n_x_sf")
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    B_k = N_k
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if out_format == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'uint16')
-    if out_format == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    if out_format == 'e4m3':
-        PARAM_out = T.Tensor((T_, H), 'uint8')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        x_sf: T.Tensor((n_x_sf,), 'float32'),
-        sf: T.Tensor((1,), 'float32'),
-        token_topk_to_pos: T.Tensor((T_, K), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            acc = T.alloc_local((B_t, B_h), 'float32')
-            _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
-                for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(
-                        T.cast(
-                            T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                             T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
-                                LOAD_x(
-                                    x[
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
-                                        i_h]), T.float32(0.0)), "float64")
-                        * T.cast(
-                            T.Select((
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
+                                        >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64")
+                            + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    if not with_topk_weights and with_x_sf:
+                        acc[i_t, i_h] = T.cast(
+                            T.cast(
                                 T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) >= T.int32(0))
                                             & (
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) < n_x)) & (((b_t * B_t) + i_t) < N_t)),
+                                    LOAD_x(
+                                        x[
                                             T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
-                                    x_sf[
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)), i_h]), T.float32(0.0)), "float64")
+                            * T.cast(
+                                T.Select((
                                         T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
-                                    T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
-                        "float32")
-            _t3[0] = sf[T.int32(0)]
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if out_format == 'bf16':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
-                    if out_format == 'fp32':
-                        out[((b_t * B_t) + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
-                    if out_format == 'e4m3':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
-
-    return kernel
-
-
-def make_with_topk_weights(out_format, K, H, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    B_k = N_k
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if out_format == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'uint16')
-    if out_format == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    if out_format == 'e4m3':
-        PARAM_out = T.Tensor((T_, H), 'uint8')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        topk_weights: T.Tensor((T_, K), 'float32'),
-        token_topk_to_pos: T.Tensor((T_, K), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            acc = T.alloc_local((B_t, B_h), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
-                for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(
-                        T.cast(
-                            T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                             T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
-                                LOAD_x(
-                                    x[
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
-                                        i_h]), T.float32(0.0)), "float64")
-                        * T.cast(
-                            T.Select((
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
-                                T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
-                                    T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
-                        "float32")
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if out_format == 'bf16':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
-                    if out_format == 'fp32':
-                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
-                    if out_format == 'e4m3':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
-
-    return kernel
-
-
-def make_with_topk_weights_with_sf(out_format, K, H, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    B_k = N_k
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if out_format == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'uint16')
-    if out_format == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    if out_format == 'e4m3':
-        PARAM_out = T.Tensor((T_, H), 'uint8')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        topk_weights: T.Tensor((T_, K), 'float32'),
-        sf: T.Tensor((1,), 'float32'),
-        token_topk_to_pos: T.Tensor((T_, K), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            acc = T.alloc_local((B_t, B_h), 'float32')
-            _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
-                for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(
-                        T.cast(
-                            T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
-                                LOAD_x(
-                                    x[
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
-                                        i_h]), T.float32(0.0)), "float64")
-                        * T.cast(
-                            T.Select((
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
-                                T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
-                                    T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
-                        "float32")
-            _t3[0] = sf[T.int32(0)]
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if out_format == 'bf16':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
-                    if out_format == 'fp32':
-                        out[((b_t * B_t) + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
-                    if out_format == 'e4m3':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
-
-    return kernel
-
-
-def make_with_topk_weights_with_x_sf(out_format, K, H, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    n_x_sf = T.dynamic("n_x_sf")
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    B_k = N_k
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if out_format == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'uint16')
-    if out_format == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    if out_format == 'e4m3':
-        PARAM_out = T.Tensor((T_, H), 'uint8')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        topk_weights: T.Tensor((T_, K), 'float32'),
-        x_sf: T.Tensor((n_x_sf,), 'float32'),
-        token_topk_to_pos: T.Tensor((T_, K), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            acc = T.alloc_local((B_t, B_h), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
-                for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(
-                        T.cast(
-                            T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
-                                LOAD_x(
-                                    x[
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
-                                        i_h]), T.float32(0.0)), "float64")
-                        * T.cast(
-                            T.Select((
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
-                                (
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
-                                        T.float32(0.0))
-                                    * T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                            & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
+                                        >= T.int32(0)),
+                                    T.if_then_else((((
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) >= T.int32(0))
+                                                & (
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
                                         x_sf[
                                             T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
-                                        T.float32(0.0))), T.float32(0.0)), "float64")
-                        + T.cast(acc[i_t, i_h], "float64"), "float32")
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    if out_format == 'bf16':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
-                    if out_format == 'fp32':
-                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
-                    if out_format == 'e4m3':
-                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
-
-    return kernel
-
-
-def make_with_topk_weights_with_x_sf_with_sf(out_format, K, H, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    n_x_sf = T.dynamic("n_x_sf")
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_u = 1
-    B_k = N_k
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-
-    if out_format == 'bf16':
-        PARAM_out = T.Tensor((T_, H), 'uint16')
-    if out_format == 'fp32':
-        PARAM_out = T.Tensor((T_, H), 'float32')
-    if out_format == 'e4m3':
-        PARAM_out = T.Tensor((T_, H), 'uint8')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        topk_weights: T.Tensor((T_, K), 'float32'),
-        x_sf: T.Tensor((n_x_sf,), 'float32'),
-        sf: T.Tensor((1,), 'float32'),
-        token_topk_to_pos: T.Tensor((T_, K), 'int32'),
-        out: PARAM_out,
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            acc = T.alloc_local((B_t, B_h), 'float32')
-            _t3 = T.alloc_local((1,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                acc[i_t, i_h] = T.float32(0.0)
-            for r_k in T.serial(N_k):
-                for i_t, i_h in T.grid(B_t, B_h):
-                    acc[i_t, i_h] = T.cast(
-                        T.cast(
-                            T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x)) & (((b_t * B_t) + i_t) < N_t)),
-                                LOAD_x(
-                                    x[
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
-                                        i_h]), T.float32(0.0)), "float64")
-                        * T.cast(
-                            T.Select((
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
-                                (
-                                    T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
-                                        T.float32(0.0))
-                                    * T.if_then_else((((
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            >= T.int32(0))
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0))], T.float32(0.0)), T.float32(0.0)), "float64")
+                            + T.cast(acc[i_t, i_h], "float64"), "float32")
+                    if with_topk_weights and not with_x_sf:
+                        acc[i_t, i_h] = T.cast(
+                            T.cast(
+                                T.if_then_else((((
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) >= T.int32(0))
                                             & (
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) < n_x)) & (((b_t * B_t) + i_t) < N_t)),
+                                    LOAD_x(
+                                        x[
                                             T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)), i_h]), T.float32(0.0)), "float64")
+                            * T.cast(
+                                T.Select((
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                             T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                            < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
-                                        x_sf[
+                                        >= T.int32(0)),
+                                    T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
+                                        T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
+                            "float32")
+                    if with_topk_weights and with_x_sf:
+                        acc[i_t, i_h] = T.cast(
+                            T.cast(
+                                T.if_then_else((((
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) >= T.int32(0))
+                                            & (
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) < n_x)) & (((b_t * B_t) + i_t) < N_t)),
+                                    LOAD_x(
+                                        x[
                                             T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))],
-                                        T.float32(0.0))), T.float32(0.0)), "float64")
-                        + T.cast(acc[i_t, i_h], "float64"), "float32")
-            _t3[0] = sf[T.int32(0)]
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)), i_h]), T.float32(0.0)), "float64")
+                            * T.cast(
+                                T.Select((
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
+                                        >= T.int32(0)),
+                                    (
+                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                            topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0))
+                                        * T.if_then_else((((
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) >= T.int32(0))
+                                                & (
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0)) < n_x_sf)) & (((b_t * B_t) + i_t) < N_t)),
+                                            x_sf[
+                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
+                                                T.int32(0))], T.float32(0.0))), T.float32(0.0)), "float64")
+                            + T.cast(acc[i_t, i_h], "float64"), "float32")
+            if with_sf:
+                _t3[0] = sf[T.int32(0)]
             for i_t, i_h in T.grid(B_t, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
-                    if out_format == 'bf16':
+                    if (out_format, with_sf) == ('bf16', False):
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16(acc[i_t, i_h]), "uint16")
+                    if (out_format, with_sf) == ('bf16', True):
                         out[((b_t * B_t) + i_t), i_h] = T.cast(encode_bf16((acc[i_t, i_h] * _t3[0])), "uint16")
-                    if out_format == 'fp32':
+                    if (out_format, with_sf) == ('fp32', False):
+                        out[((b_t * B_t) + i_t), i_h] = acc[i_t, i_h]
+                    if (out_format, with_sf) == ('fp32', True):
                         out[((b_t * B_t) + i_t), i_h] = (acc[i_t, i_h] * _t3[0])
-                    if out_format == 'e4m3':
+                    if (out_format, with_sf) == ('e4m3', False):
+                        out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3(acc[i_t, i_h]), "uint8")
+                    if (out_format, with_sf) == ('e4m3', True):
                         out[((b_t * B_t) + i_t), i_h] = T.cast(encode_e4m3((acc[i_t, i_h] * _t3[0])), "uint8")
 
     return kernel
 
 
 # the variants of the shared factories
-build_bf16 = specialize(make_base, 'bf16')
-build_fp32 = specialize(make_base, 'fp32')
-build_e4m3 = specialize(make_base, 'e4m3')
-build_bf16_with_sf = specialize(make_with_sf, 'bf16')
-build_fp32_with_sf = specialize(make_with_sf, 'fp32')
-build_e4m3_with_sf = specialize(make_with_sf, 'e4m3')
-build_bf16_with_x_sf = specialize(make_with_x_sf, 'bf16')
-build_fp32_with_x_sf = specialize(make_with_x_sf, 'fp32')
-build_e4m3_with_x_sf = specialize(make_with_x_sf, 'e4m3')
-build_bf16_with_x_sf_with_sf = specialize(make_with_x_sf_with_sf, 'bf16')
-build_fp32_with_x_sf_with_sf = specialize(make_with_x_sf_with_sf, 'fp32')
-build_e4m3_with_x_sf_with_sf = specialize(make_with_x_sf_with_sf, 'e4m3')
-build_bf16_with_topk_weights = specialize(make_with_topk_weights, 'bf16')
-build_fp32_with_topk_weights = specialize(make_with_topk_weights, 'fp32')
-build_e4m3_with_topk_weights = specialize(make_with_topk_weights, 'e4m3')
-build_bf16_with_topk_weights_with_sf = specialize(make_with_topk_weights_with_sf, 'bf16')
-build_fp32_with_topk_weights_with_sf = specialize(make_with_topk_weights_with_sf, 'fp32')
-build_e4m3_with_topk_weights_with_sf = specialize(make_with_topk_weights_with_sf, 'e4m3')
-build_bf16_with_topk_weights_with_x_sf = specialize(make_with_topk_weights_with_x_sf, 'bf16')
-build_fp32_with_topk_weights_with_x_sf = specialize(make_with_topk_weights_with_x_sf, 'fp32')
-build_e4m3_with_topk_weights_with_x_sf = specialize(make_with_topk_weights_with_x_sf, 'e4m3')
-build_bf16_with_topk_weights_with_x_sf_with_sf = specialize(make_with_topk_weights_with_x_sf_with_sf, 'bf16')
-build_fp32_with_topk_weights_with_x_sf_with_sf = specialize(make_with_topk_weights_with_x_sf_with_sf, 'fp32')
-build_e4m3_with_topk_weights_with_x_sf_with_sf = specialize(make_with_topk_weights_with_x_sf_with_sf, 'e4m3')
+build_bf16 = specialize(make_variants, 'bf16', False, False, False)
+build_bf16_with_sf = specialize(make_variants, 'bf16', False, False, True)
+build_bf16_with_x_sf = specialize(make_variants, 'bf16', False, True, False)
+build_bf16_with_x_sf_with_sf = specialize(make_variants, 'bf16', False, True, True)
+build_bf16_with_topk_weights = specialize(make_variants, 'bf16', True, False, False)
+build_bf16_with_topk_weights_with_sf = specialize(make_variants, 'bf16', True, False, True)
+build_bf16_with_topk_weights_with_x_sf = specialize(make_variants, 'bf16', True, True, False)
+build_bf16_with_topk_weights_with_x_sf_with_sf = specialize(make_variants, 'bf16', True, True, True)
+build_fp32 = specialize(make_variants, 'fp32', False, False, False)
+build_fp32_with_sf = specialize(make_variants, 'fp32', False, False, True)
+build_fp32_with_x_sf = specialize(make_variants, 'fp32', False, True, False)
+build_fp32_with_x_sf_with_sf = specialize(make_variants, 'fp32', False, True, True)
+build_fp32_with_topk_weights = specialize(make_variants, 'fp32', True, False, False)
+build_fp32_with_topk_weights_with_sf = specialize(make_variants, 'fp32', True, False, True)
+build_fp32_with_topk_weights_with_x_sf = specialize(make_variants, 'fp32', True, True, False)
+build_fp32_with_topk_weights_with_x_sf_with_sf = specialize(make_variants, 'fp32', True, True, True)
+build_e4m3 = specialize(make_variants, 'e4m3', False, False, False)
+build_e4m3_with_sf = specialize(make_variants, 'e4m3', False, False, True)
+build_e4m3_with_x_sf = specialize(make_variants, 'e4m3', False, True, False)
+build_e4m3_with_x_sf_with_sf = specialize(make_variants, 'e4m3', False, True, True)
+build_e4m3_with_topk_weights = specialize(make_variants, 'e4m3', True, False, False)
+build_e4m3_with_topk_weights_with_sf = specialize(make_variants, 'e4m3', True, False, True)
+build_e4m3_with_topk_weights_with_x_sf = specialize(make_variants, 'e4m3', True, True, False)
+build_e4m3_with_topk_weights_with_x_sf_with_sf = specialize(make_variants, 'e4m3', True, True, True)

@@ -40,7 +40,7 @@ def make_reference_variants(out_format, with_topk_weights, with_x_sf, with_sf, x
             torch.where(((p[:, :, None] >= 0) & (p[:, :, None] < n_x)),
                 _gather(x, (p[:, :, None], _ix(N_h, 2, 3, _dev)), ((p[:, :, None] >= 0) & (p[:, :, None] < n_x))).to(
                     torch.float32), 0), (N_t, N_k, N_h))
-        if (with_topk_weights, with_x_sf) == (False, False):
+        if not with_topk_weights and not with_x_sf:
             w = _fit(torch.where((p >= 0), _f32(1.0), _f32(0.0)), (N_t, N_k))
         if with_topk_weights:
             _t0 = _fit(_view(topk_weights, (N_t, N_k), (N_t, N_k), (), ('t', 'k'), ('t', 'k')).to(torch.float32),
@@ -49,11 +49,11 @@ def make_reference_variants(out_format, with_topk_weights, with_x_sf, with_sf, x
             _t1 = _fit(
                 torch.where(((p >= 0) & (p < n_x_sf)),
                     _gather(x_sf.reshape(-1), (p,), ((p >= 0) & (p < n_x_sf))).to(torch.float32), 0), (N_t, N_k))
-        if (with_topk_weights, with_x_sf) == (False, True):
+        if not with_topk_weights and with_x_sf:
             w = _fit(torch.where((p >= 0), _t1, _f32(0.0)), (N_t, N_k))
-        if (with_topk_weights, with_x_sf) == (True, False):
+        if with_topk_weights and not with_x_sf:
             w = _fit(torch.where((p >= 0), _t0, _f32(0.0)), (N_t, N_k))
-        if (with_topk_weights, with_x_sf) == (True, True):
+        if with_topk_weights and with_x_sf:
             w = _fit(torch.where((p >= 0), (_t0 * _t1), _f32(0.0)), (N_t, N_k))
         acc = _fit(_f32(0.0), (N_t, N_h))
         xv_by_k = _fit(xv, (N_t, N_k, N_h))

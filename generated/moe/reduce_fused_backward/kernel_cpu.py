@@ -20,7 +20,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def build_base(K, H, grad_out_dtype, *, threads, block_t, tile_elems):
+def make_variants(with_topk_weights, K, H, grad_out_dtype, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     n_x = T.dynamic("n_x")
     n_pos_to_expert = T.dynamic("n_pos_to_expert")
@@ -43,6 +43,7 @@ def build_base(K, H, grad_out_dtype, *, threads, block_t, tile_elems):
     def kernel(
         grad_out: T.Tensor((T_, H), STORAGE_grad_out),
         x: T.Tensor((n_x, H), STORAGE_grad_out),
+        topk_weights: T.Tensor((T_, K), 'float32') if with_topk_weights else None,
         token_topk_to_pos: T.Tensor((T_, K), 'int32'),
         pos_to_expert: T.Tensor((n_pos_to_expert,), 'int32'),
         x_grad: T.Tensor((n_x_grad, H), STORAGE_grad_out),
@@ -68,6 +69,8 @@ def build_base(K, H, grad_out_dtype, *, threads, block_t, tile_elems):
             b_k = pid % T.ceildiv(N_k, B_k)
             p = T.alloc_local((B_t, B_k), 'int32')
             g = T.alloc_local((B_t, B_h), 'float32')
+            if with_topk_weights:
+                _t0 = T.alloc_local((B_t, B_k), 'float32')
             xv = T.alloc_local((B_t, B_k, B_h), 'float32')
             gx = T.alloc_local((B_t, B_k, B_h), 'float32')
             topk_weights_grad_tile = T.alloc_local((B_t, B_k), 'float32')
@@ -77,10 +80,18 @@ def build_base(K, H, grad_out_dtype, *, threads, block_t, tile_elems):
             for i_t, i_h in T.grid(B_t, B_h):
                 g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                     LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+            if with_topk_weights:
+                for i_t, i_k in T.grid(B_t, B_k):
+                    _t0[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        topk_weights[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], T.float32(0.0))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
                 if (((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    x_grad[p[i_t, i_k], i_h] = STORE_grad_out(
-                        T.Select((p[i_t, i_k] >= T.int32(0)), g[i_t, i_h], T.float32(0.0)))
+                    if not with_topk_weights:
+                        x_grad[p[i_t, i_k], i_h] = STORE_grad_out(
+                            T.Select((p[i_t, i_k] >= T.int32(0)), g[i_t, i_h], T.float32(0.0)))
+                    if with_topk_weights:
+                        x_grad[p[i_t, i_k], i_h] = STORE_grad_out(
+                            T.Select((p[i_t, i_k] >= T.int32(0)), (g[i_t, i_h] * _t0[i_t, i_k]), T.float32(0.0)))
             for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
                 xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x))
                         & (((b_t * B_t) + i_t) < N_t)), LOAD_grad_out(x[p[i_t, i_k], i_h]), T.float32(0.0))
@@ -94,80 +105,6 @@ def build_base(K, H, grad_out_dtype, *, threads, block_t, tile_elems):
     return kernel
 
 
-def build_with_topk_weights(K, H, grad_out_dtype, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    n_pos_to_expert = T.dynamic("n_pos_to_expert")
-    n_x_grad = T.dynamic("n_x_grad")
-    N_t = T_
-    N_k = K
-    N_h = H
-    N_padrow_x_grad = (n_x_grad + 1)
-    N_padcol_x_grad = H
-    B_padrow_x_grad = 1
-    B_padcol_x_grad = min(N_padcol_x_grad, 2048)
-    B_h = N_h
-    B_t = fit_rows(block_t, tile_elems, B_h)
-    B_k = pick_block(N_k, max(1, (tile_elems // (B_t * B_h))), 1)
-    STORAGE_grad_out = {'bf16': 'uint16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[grad_out_dtype]
-    STORE_grad_out = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[grad_out_dtype]
-
-    @T.prim_func
-    def kernel(
-        grad_out: T.Tensor((T_, H), STORAGE_grad_out),
-        x: T.Tensor((n_x, H), STORAGE_grad_out),
-        topk_weights: T.Tensor((T_, K), 'float32'),
-        token_topk_to_pos: T.Tensor((T_, K), 'int32'),
-        pos_to_expert: T.Tensor((n_pos_to_expert,), 'int32'),
-        x_grad: T.Tensor((n_x_grad, H), STORAGE_grad_out),
-        topk_weights_grad: T.Tensor((T_, K), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_padrow_x_grad, B_padrow_x_grad) * T.ceildiv(N_padcol_x_grad, B_padcol_x_grad),
-                threads=threads) as (pid,):
-            b_padrow_x_grad = pid // (T.ceildiv(N_padcol_x_grad, B_padcol_x_grad))
-            b_padcol_x_grad = pid % T.ceildiv(N_padcol_x_grad, B_padcol_x_grad)
-            for i_padrow_x_grad, i_padcol_x_grad in T.grid(B_padrow_x_grad, B_padcol_x_grad):
-                if ((((b_padcol_x_grad * B_padcol_x_grad) + i_padcol_x_grad) < N_padcol_x_grad)
-                        & ((((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad) < n_x_grad)
-                            & (
-                                T.if_then_else((((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad) < n_x_grad),
-                                    T.cast(pos_to_expert[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad)],
-                                        "int32"), T.int32(0)) < T.int32(0)))):
-                    x_grad[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad), ((b_padcol_x_grad * B_padcol_x_grad)
-                            + i_padcol_x_grad)] = T.if_then_else(False,
-                        x_grad[((b_padrow_x_grad * B_padrow_x_grad) + i_padrow_x_grad),
-                            ((b_padcol_x_grad * B_padcol_x_grad) + i_padcol_x_grad)], T.cast(0, STORAGE_grad_out))
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_k, B_k), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_k, B_k))
-            b_k = pid % T.ceildiv(N_k, B_k)
-            p = T.alloc_local((B_t, B_k), 'int32')
-            g = T.alloc_local((B_t, B_h), 'float32')
-            _t0 = T.alloc_local((B_t, B_k), 'float32')
-            xv = T.alloc_local((B_t, B_k, B_h), 'float32')
-            gx = T.alloc_local((B_t, B_k, B_h), 'float32')
-            topk_weights_grad_tile = T.alloc_local((B_t, B_k), 'float32')
-            for i_t, i_k in T.grid(B_t, B_k):
-                p[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(token_topk_to_pos[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "int32"), T.int32(0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-            for i_t, i_k in T.grid(B_t, B_k):
-                _t0[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    topk_weights[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], T.float32(0.0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                if (((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x_grad)) & (((b_t * B_t) + i_t) < N_t)):
-                    x_grad[p[i_t, i_k], i_h] = STORE_grad_out(
-                        T.Select((p[i_t, i_k] >= T.int32(0)), (g[i_t, i_h] * _t0[i_t, i_k]), T.float32(0.0)))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                xv[i_t, i_k, i_h] = T.if_then_else((((p[i_t, i_k] >= T.int32(0)) & (p[i_t, i_k] < n_x))
-                        & (((b_t * B_t) + i_t) < N_t)), LOAD_grad_out(x[p[i_t, i_k], i_h]), T.float32(0.0))
-            for i_t, i_k, i_h in T.grid(B_t, B_k, B_h):
-                gx[i_t, i_k, i_h] = (g[i_t, i_h] * xv[i_t, i_k, i_h])
-            T.reduce_sum(gx, topk_weights_grad_tile, dim=2)
-            for i_t, i_k in T.grid(B_t, B_k):
-                if (((b_t * B_t) + i_t) < N_t):
-                    topk_weights_grad[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = topk_weights_grad_tile[i_t, i_k]
-
-    return kernel
+# the variants of the shared factories
+build_base = specialize(make_variants, False)
+build_with_topk_weights = specialize(make_variants, True)

@@ -21,1316 +21,8 @@ from ...common.tilelang_helpers import order_key
 
 
 
-def make_base(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_shared, ep_rank, num_dups,
-        num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    N_p = (num_topk + num_shared)
-    N_x = (E + num_shared)
-    N_d = num_dups
-    B_e = N_e
-    B_g = N_g
-    B_c = N_c
-    B_i = N_i
-    B_h = N_h
-    B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j))
-    B_p = pick_block(N_p, max(1, (tile_elems // B_t)), 1, 1)
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (((E + num_dups) - 1) // num_ep_ranks)
-    per_dp = (num_tp_ranks * (((E + num_dups) - 1) // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        topk_idx: T.Tensor((T_, (num_topk + num_shared)), 'int64'),
-        topk_weights: T.Tensor((T_, (num_topk + num_shared)), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_p, B_p), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_p, B_p))
-            b_p = pid % T.ceildiv(N_p, B_p)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'softmax':
-                l_for_max_over_e = T.alloc_local((B_t, B_e), 'float32')
-                _t2 = T.alloc_local((B_t,), 'float32')
-                ex = T.alloc_local((B_t, B_e), 'float32')
-                total = T.alloc_local((B_t,), 'float32')
-                ex_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring in ('sigmoid', 'softmax'):
-                s = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            member = T.alloc_local((B_g, B_c), 'int32')
-            r_by_e = T.alloc_local((B_t, B_e), 'float32')
-            grouped = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_local((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_local((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_local((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_local((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_local((B_t, B_g), 'int32')
-            groups_best = T.alloc_local((B_t,), 'int32')
-            groups_cand = T.alloc_local((B_t, B_g), 'int32')
-            groups_pick = T.alloc_local((B_t,), 'int32')
-            groups = T.alloc_local((B_t, B_h), 'int32')
-            hits = T.alloc_local((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_local((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_local((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_local((B_e,), 'int32')
-            kept_by_g = T.alloc_local((B_t, B_g), 'float32')
-            expert_kept = T.alloc_local((B_t, B_e), 'float32')
-            ranked = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            if scoring in ('sigmoid', 'softmax'):
-                s_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            picked_by_j = T.alloc_local((B_t, B_j), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_p,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_p), 'int64')
-            logical = T.alloc_local((B_t, B_p), 'int64')
-            local = T.alloc_local((B_t, B_p), 'int64')
-            remapped = T.alloc_local((B_t, B_p), 'int64')
-            mine = T.alloc_local((B_t, B_p), 'bool')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t8 = T.alloc_local((B_t, B_p), 'float32')
-            weight = T.alloc_local((B_t, B_p), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            if scoring == 'softmax':
-                for i_t, i_e in T.grid(B_t, B_e):
-                    l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
-                T.reduce_max(l_for_max_over_e, _t2, dim=1)
-                for i_t in T.grid(B_t):
-                    _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t2[i_t]))
-                for i_t in T.grid(B_t):
-                    total[i_t] = T.float32(0.0)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
-                for r_e in T.serial(N_e):
-                    for i_t in T.grid(B_t):
-                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus[i_t, i_e] = T.sqrt(
-                        T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-                if scoring == 'softmax':
-                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.grid(B_e):
-                _t3[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    r[i_t, i_e] = (s[i_t, i_e] + _t3[i_e])
-                if scoring == 'sqrtsoftplus':
-                    r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t3[i_e])
-                if scoring == 'softmax':
-                    r[i_t, i_e] = (l[i_t, i_e] + _t3[i_e])
-            for i_g, i_c in T.grid(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.grid(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.grid(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.grid(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.grid(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring in ('sigmoid', 'softmax'):
-                    s_by_e[i_t, i_e] = s[i_t, i_e]
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if scoring in ('sigmoid', 'softmax'):
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))), s_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                        T.float32(0.0))
-                if scoring == 'sqrtsoftplus':
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))),
-                        sqrt_softplus_by_e[i_t, T.cast(sel[i_t, i_j], "int32")], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.grid(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_p in T.grid(B_p):
-                slot[i_p] = ((b_p * B_p) + i_p)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t6[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)),
-                    sel_by_j[i_t, slot[i_p]], T.int64(0))
-                logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
-                    T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
-                local[i_t, i_p] = (logical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
-                remapped[i_t, i_p] = (local[i_t, i_p]
-                    - (
-                        T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
-                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
-                                T.floordiv(local[i_t, i_p],
-                                    T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_dp), "int64")))))
-                        * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
-                mine[i_t, i_p] = ((
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
-                            T.floormod(
-                                T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
-                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)), (-logical[i_t, i_p]),
-                                        T.floordiv(logical[i_t, i_p],
-                                        T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_rank), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)) & (remapped[i_t, i_p] >= T.int64(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
-                        T.Select(mine[i_t, i_p], remapped[i_t, i_p], T.int64(-1)), "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t8[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)), w_by_j[i_t, slot[i_p]],
-                    T.float32(0.0))
-                weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = weight[i_t, i_p]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(sel[i_t, i_j], "int64")
-
-    return kernel
-
-
-def make_with_to_physical_map(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_shared,
-        ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    N_p = (num_topk + num_shared)
-    N_x = (E + num_shared)
-    N_d = num_dups
-    B_e = N_e
-    B_g = N_g
-    B_c = N_c
-    B_i = N_i
-    B_h = N_h
-    B_j = N_j
-    B_x = N_x
-    B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j, B_d))
-    B_p = pick_block(N_p, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (((E + num_dups) - 1) // num_ep_ranks)
-    per_dp = (num_tp_ranks * (((E + num_dups) - 1) // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        to_physical_map: T.Tensor(((E + num_shared), num_dups), 'int32'),
-        logical_count: T.Tensor(((E + num_shared),), 'int32'),
-        topk_idx: T.Tensor((T_, (num_topk + num_shared)), 'int64'),
-        topk_weights: T.Tensor((T_, (num_topk + num_shared)), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_p, B_p), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_p, B_p))
-            b_p = pid % T.ceildiv(N_p, B_p)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'softmax':
-                l_for_max_over_e = T.alloc_local((B_t, B_e), 'float32')
-                _t2 = T.alloc_local((B_t,), 'float32')
-                ex = T.alloc_local((B_t, B_e), 'float32')
-                total = T.alloc_local((B_t,), 'float32')
-                ex_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring in ('sigmoid', 'softmax'):
-                s = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            member = T.alloc_local((B_g, B_c), 'int32')
-            r_by_e = T.alloc_local((B_t, B_e), 'float32')
-            grouped = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_local((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_local((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_local((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_local((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_local((B_t, B_g), 'int32')
-            groups_best = T.alloc_local((B_t,), 'int32')
-            groups_cand = T.alloc_local((B_t, B_g), 'int32')
-            groups_pick = T.alloc_local((B_t,), 'int32')
-            groups = T.alloc_local((B_t, B_h), 'int32')
-            hits = T.alloc_local((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_local((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_local((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_local((B_e,), 'int32')
-            kept_by_g = T.alloc_local((B_t, B_g), 'float32')
-            expert_kept = T.alloc_local((B_t, B_e), 'float32')
-            ranked = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            if scoring in ('sigmoid', 'softmax'):
-                s_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            picked_by_j = T.alloc_local((B_t, B_j), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_p,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_p), 'int64')
-            logical = T.alloc_local((B_t, B_p), 'int64')
-            lc = T.alloc_local((B_x,), 'int32')
-            lc_by_x = T.alloc_local((B_x,), 'int32')
-            count = T.alloc_local((B_t, B_p), 'int32')
-            tok = T.alloc_local((B_t,), 'int32')
-            cnt = T.alloc_local((B_t, B_p), 'int32')
-            rem = T.alloc_local((B_t, B_p), 'int32')
-            crem = T.alloc_local((B_t, B_p), 'int32')
-            back = T.alloc_local((B_t, B_p), 'bool')
-            pmap = T.alloc_local((B_x, B_d), 'int32')
-            row = T.alloc_local((B_t, B_p), 'int64')
-            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
-            prow = T.alloc_local((B_t, B_p, B_d), 'int32')
-            col = T.alloc_local((B_t, B_p), 'int32')
-            prow_by_d = T.alloc_local((B_t, B_p, B_d), 'int32')
-            _t7 = T.alloc_local((B_t, B_p), 'int32')
-            physical = T.alloc_local((B_t, B_p), 'int64')
-            local = T.alloc_local((B_t, B_p), 'int64')
-            remapped = T.alloc_local((B_t, B_p), 'int64')
-            mine = T.alloc_local((B_t, B_p), 'bool')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t8 = T.alloc_local((B_t, B_p), 'float32')
-            weight = T.alloc_local((B_t, B_p), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            if scoring == 'softmax':
-                for i_t, i_e in T.grid(B_t, B_e):
-                    l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
-                T.reduce_max(l_for_max_over_e, _t2, dim=1)
-                for i_t in T.grid(B_t):
-                    _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t2[i_t]))
-                for i_t in T.grid(B_t):
-                    total[i_t] = T.float32(0.0)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
-                for r_e in T.serial(N_e):
-                    for i_t in T.grid(B_t):
-                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus[i_t, i_e] = T.sqrt(
-                        T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-                if scoring == 'softmax':
-                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.grid(B_e):
-                _t3[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    r[i_t, i_e] = (s[i_t, i_e] + _t3[i_e])
-                if scoring == 'sqrtsoftplus':
-                    r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t3[i_e])
-                if scoring == 'softmax':
-                    r[i_t, i_e] = (l[i_t, i_e] + _t3[i_e])
-            for i_g, i_c in T.grid(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.grid(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.grid(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.grid(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.grid(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring in ('sigmoid', 'softmax'):
-                    s_by_e[i_t, i_e] = s[i_t, i_e]
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if scoring in ('sigmoid', 'softmax'):
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))), s_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                        T.float32(0.0))
-                if scoring == 'sqrtsoftplus':
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))),
-                        sqrt_softplus_by_e[i_t, T.cast(sel[i_t, i_j], "int32")], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.grid(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_p in T.grid(B_p):
-                slot[i_p] = ((b_p * B_p) + i_p)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t6[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)),
-                    sel_by_j[i_t, slot[i_p]], T.int64(0))
-                logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
-                    T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
-            for i_x in T.grid(B_x):
-                lc[i_x] = T.cast(logical_count[i_x], "int32")
-            for i_x in T.grid(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_p in T.grid(B_t, B_p):
-                count[i_t, i_p] = T.if_then_else(((logical[i_t, i_p] >= T.int64(0))
-                        & (logical[i_t, i_p] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_p], "int32")],
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_p in T.grid(B_t, B_p):
-                cnt[i_t, i_p] = T.max(count[i_t, i_p], T.int32(1))
-                rem[i_t, i_p] = T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_p])))
-                crem[i_t, i_p] = T.Select(((rem[i_t, i_p] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_p] - cnt[i_t, i_p]), rem[i_t, i_p])
-                back[i_t, i_p] = (crem[i_t, i_p] < T.int32(0))
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
-            for i_t, i_p in T.grid(B_t, B_p):
-                row[i_t, i_p] = T.Select(back[i_t, i_p], (logical[i_t, i_p] - T.int64(1)), logical[i_t, i_p])
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
-                prow[i_t, i_p, i_d] = T.if_then_else(((row[i_t, i_p] >= T.int64(0))
-                        & (row[i_t, i_p] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_p], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_p in T.grid(B_t, B_p):
-                col[i_t, i_p] = T.Select(back[i_t, i_p], (crem[i_t, i_p] + T.int32(num_dups)), crem[i_t, i_p])
-            for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
-                prow_by_d[i_t, i_p, i_d] = prow[i_t, i_p, i_d]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t7[i_t, i_p] = T.if_then_else(((col[i_t, i_p] >= T.int32(0)) & (col[i_t, i_p] < N_d)),
-                    prow_by_d[i_t, i_p, col[i_t, i_p]], T.int32(0))
-                physical[i_t, i_p] = T.Select((count[i_t, i_p] > T.int32(0)), T.cast(_t7[i_t, i_p], "int64"),
-                    logical[i_t, i_p])
-                local[i_t, i_p] = (physical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
-                remapped[i_t, i_p] = (local[i_t, i_p]
-                    - (
-                        T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
-                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
-                                T.floordiv(local[i_t, i_p],
-                                    T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_dp), "int64")))))
-                        * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
-                mine[i_t, i_p] = ((
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
-                            T.floormod(
-                                T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
-                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)), (-physical[i_t, i_p]),
-                                        T.floordiv(physical[i_t, i_p],
-                                        T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_rank), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)) & (remapped[i_t, i_p] >= T.int64(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
-                        T.Select(mine[i_t, i_p], remapped[i_t, i_p], T.int64(-1)), "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t8[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)), w_by_j[i_t, slot[i_p]],
-                    T.float32(0.0))
-                weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = weight[i_t, i_p]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(sel[i_t, i_j], "int64")
-
-    return kernel
-
-
-def make_with_fix_routing_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_shared,
-        ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    N_p = (num_topk + num_shared)
-    N_x = (E + num_shared)
-    N_d = num_dups
-    B_e = N_e
-    B_g = N_g
-    B_c = N_c
-    B_i = N_i
-    B_h = N_h
-    B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j))
-    B_p = pick_block(N_p, max(1, (tile_elems // B_t)), 1, 1)
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (((E + num_dups) - 1) // num_ep_ranks)
-    per_dp = (num_tp_ranks * (((E + num_dups) - 1) // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_idx: T.Tensor((T_, (num_topk + num_shared)), 'int64'),
-        topk_weights: T.Tensor((T_, (num_topk + num_shared)), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_p, B_p), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_p, B_p))
-            b_p = pid % T.ceildiv(N_p, B_p)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            fixed = T.alloc_local((B_t,), 'bool')
-            if scoring == 'softmax':
-                l_for_max_over_e = T.alloc_local((B_t, B_e), 'float32')
-                _t2 = T.alloc_local((B_t,), 'float32')
-                ex = T.alloc_local((B_t, B_e), 'float32')
-                total = T.alloc_local((B_t,), 'float32')
-                ex_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring in ('sigmoid', 'softmax'):
-                s = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            member = T.alloc_local((B_g, B_c), 'int32')
-            r_by_e = T.alloc_local((B_t, B_e), 'float32')
-            grouped = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_local((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_local((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_local((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_local((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_local((B_t, B_g), 'int32')
-            groups_best = T.alloc_local((B_t,), 'int32')
-            groups_cand = T.alloc_local((B_t, B_g), 'int32')
-            groups_pick = T.alloc_local((B_t,), 'int32')
-            groups = T.alloc_local((B_t, B_h), 'int32')
-            hits = T.alloc_local((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_local((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_local((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_local((B_e,), 'int32')
-            kept_by_g = T.alloc_local((B_t, B_g), 'float32')
-            expert_kept = T.alloc_local((B_t, B_e), 'float32')
-            ranked = T.alloc_local((B_t, B_e), 'float32')
-            _t4 = T.alloc_local((B_t, B_j), 'int64')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            if scoring in ('sigmoid', 'softmax'):
-                s_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            picked_by_j = T.alloc_local((B_t, B_j), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_p,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_p), 'int64')
-            logical = T.alloc_local((B_t, B_p), 'int64')
-            local = T.alloc_local((B_t, B_p), 'int64')
-            remapped = T.alloc_local((B_t, B_p), 'int64')
-            mine = T.alloc_local((B_t, B_p), 'bool')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t8 = T.alloc_local((B_t, B_p), 'float32')
-            weight = T.alloc_local((B_t, B_p), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                fixed[i_t] = (_t1[i_t] != T.int32(0))
-            if scoring == 'softmax':
-                for i_t, i_e in T.grid(B_t, B_e):
-                    l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
-                T.reduce_max(l_for_max_over_e, _t2, dim=1)
-                for i_t in T.grid(B_t):
-                    _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t2[i_t]))
-                for i_t in T.grid(B_t):
-                    total[i_t] = T.float32(0.0)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
-                for r_e in T.serial(N_e):
-                    for i_t in T.grid(B_t):
-                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus[i_t, i_e] = T.sqrt(
-                        T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-                if scoring == 'softmax':
-                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.grid(B_e):
-                _t3[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    r[i_t, i_e] = (s[i_t, i_e] + _t3[i_e])
-                if scoring == 'sqrtsoftplus':
-                    r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t3[i_e])
-                if scoring == 'softmax':
-                    r[i_t, i_e] = (l[i_t, i_e] + _t3[i_e])
-            for i_g, i_c in T.grid(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.grid(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.grid(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.grid(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.grid(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-            for i_t, i_j in T.grid(B_t, B_j):
-                _t4[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t4[i_t, i_j], T.cast(_t5[i_t, i_j], "int64"))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring in ('sigmoid', 'softmax'):
-                    s_by_e[i_t, i_e] = s[i_t, i_e]
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if scoring in ('sigmoid', 'softmax'):
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))), s_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                        T.float32(0.0))
-                if scoring == 'sqrtsoftplus':
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))),
-                        sqrt_softplus_by_e[i_t, T.cast(sel[i_t, i_j], "int32")], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.grid(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_p in T.grid(B_p):
-                slot[i_p] = ((b_p * B_p) + i_p)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t6[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)),
-                    sel_by_j[i_t, slot[i_p]], T.int64(0))
-                logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
-                    T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
-                local[i_t, i_p] = (logical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
-                remapped[i_t, i_p] = (local[i_t, i_p]
-                    - (
-                        T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
-                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
-                                T.floordiv(local[i_t, i_p],
-                                    T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_dp), "int64")))))
-                        * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
-                mine[i_t, i_p] = ((
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
-                            T.floormod(
-                                T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
-                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)), (-logical[i_t, i_p]),
-                                        T.floordiv(logical[i_t, i_p],
-                                        T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_rank), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)) & (remapped[i_t, i_p] >= T.int64(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
-                        T.Select(mine[i_t, i_p], remapped[i_t, i_p], T.int64(-1)), "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t8[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)), w_by_j[i_t, slot[i_p]],
-                    T.float32(0.0))
-                weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = weight[i_t, i_p]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(sel[i_t, i_j], "int64")
-
-    return kernel
-
-
-def make_with_fix_routing_mask_with_to_physical_map(scoring, E, num_topk, num_groups, num_topk_groups,
-        routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t,
-        tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    N_p = (num_topk + num_shared)
-    N_x = (E + num_shared)
-    N_d = num_dups
-    B_e = N_e
-    B_g = N_g
-    B_c = N_c
-    B_i = N_i
-    B_h = N_h
-    B_j = N_j
-    B_x = N_x
-    B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j, B_d))
-    B_p = pick_block(N_p, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (((E + num_dups) - 1) // num_ep_ranks)
-    per_dp = (num_tp_ranks * (((E + num_dups) - 1) // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        to_physical_map: T.Tensor(((E + num_shared), num_dups), 'int32'),
-        logical_count: T.Tensor(((E + num_shared),), 'int32'),
-        topk_idx: T.Tensor((T_, (num_topk + num_shared)), 'int64'),
-        topk_weights: T.Tensor((T_, (num_topk + num_shared)), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_p, B_p), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_p, B_p))
-            b_p = pid % T.ceildiv(N_p, B_p)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            fixed = T.alloc_local((B_t,), 'bool')
-            if scoring == 'softmax':
-                l_for_max_over_e = T.alloc_local((B_t, B_e), 'float32')
-                _t2 = T.alloc_local((B_t,), 'float32')
-                ex = T.alloc_local((B_t, B_e), 'float32')
-                total = T.alloc_local((B_t,), 'float32')
-                ex_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring in ('sigmoid', 'softmax'):
-                s = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            member = T.alloc_local((B_g, B_c), 'int32')
-            r_by_e = T.alloc_local((B_t, B_e), 'float32')
-            grouped = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_local((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_local((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_local((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_local((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_local((B_t, B_g), 'int32')
-            groups_best = T.alloc_local((B_t,), 'int32')
-            groups_cand = T.alloc_local((B_t, B_g), 'int32')
-            groups_pick = T.alloc_local((B_t,), 'int32')
-            groups = T.alloc_local((B_t, B_h), 'int32')
-            hits = T.alloc_local((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_local((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_local((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_local((B_e,), 'int32')
-            kept_by_g = T.alloc_local((B_t, B_g), 'float32')
-            expert_kept = T.alloc_local((B_t, B_e), 'float32')
-            ranked = T.alloc_local((B_t, B_e), 'float32')
-            _t4 = T.alloc_local((B_t, B_j), 'int64')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            if scoring in ('sigmoid', 'softmax'):
-                s_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            picked_by_j = T.alloc_local((B_t, B_j), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_p,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_p), 'int64')
-            logical = T.alloc_local((B_t, B_p), 'int64')
-            lc = T.alloc_local((B_x,), 'int32')
-            lc_by_x = T.alloc_local((B_x,), 'int32')
-            count = T.alloc_local((B_t, B_p), 'int32')
-            tok = T.alloc_local((B_t,), 'int32')
-            cnt = T.alloc_local((B_t, B_p), 'int32')
-            rem = T.alloc_local((B_t, B_p), 'int32')
-            crem = T.alloc_local((B_t, B_p), 'int32')
-            back = T.alloc_local((B_t, B_p), 'bool')
-            pmap = T.alloc_local((B_x, B_d), 'int32')
-            row = T.alloc_local((B_t, B_p), 'int64')
-            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
-            prow = T.alloc_local((B_t, B_p, B_d), 'int32')
-            col = T.alloc_local((B_t, B_p), 'int32')
-            prow_by_d = T.alloc_local((B_t, B_p, B_d), 'int32')
-            _t7 = T.alloc_local((B_t, B_p), 'int32')
-            physical = T.alloc_local((B_t, B_p), 'int64')
-            local = T.alloc_local((B_t, B_p), 'int64')
-            remapped = T.alloc_local((B_t, B_p), 'int64')
-            mine = T.alloc_local((B_t, B_p), 'bool')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t8 = T.alloc_local((B_t, B_p), 'float32')
-            weight = T.alloc_local((B_t, B_p), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                fixed[i_t] = (_t1[i_t] != T.int32(0))
-            if scoring == 'softmax':
-                for i_t, i_e in T.grid(B_t, B_e):
-                    l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
-                T.reduce_max(l_for_max_over_e, _t2, dim=1)
-                for i_t in T.grid(B_t):
-                    _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t2[i_t]))
-                for i_t in T.grid(B_t):
-                    total[i_t] = T.float32(0.0)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
-                for r_e in T.serial(N_e):
-                    for i_t in T.grid(B_t):
-                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus[i_t, i_e] = T.sqrt(
-                        T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-                if scoring == 'softmax':
-                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.grid(B_e):
-                _t3[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    r[i_t, i_e] = (s[i_t, i_e] + _t3[i_e])
-                if scoring == 'sqrtsoftplus':
-                    r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t3[i_e])
-                if scoring == 'softmax':
-                    r[i_t, i_e] = (l[i_t, i_e] + _t3[i_e])
-            for i_g, i_c in T.grid(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.grid(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.grid(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.grid(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.grid(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-            for i_t, i_j in T.grid(B_t, B_j):
-                _t4[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t4[i_t, i_j], T.cast(_t5[i_t, i_j], "int64"))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring in ('sigmoid', 'softmax'):
-                    s_by_e[i_t, i_e] = s[i_t, i_e]
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if scoring in ('sigmoid', 'softmax'):
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))), s_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                        T.float32(0.0))
-                if scoring == 'sqrtsoftplus':
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))),
-                        sqrt_softplus_by_e[i_t, T.cast(sel[i_t, i_j], "int32")], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.grid(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_p in T.grid(B_p):
-                slot[i_p] = ((b_p * B_p) + i_p)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t6[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)),
-                    sel_by_j[i_t, slot[i_p]], T.int64(0))
-                logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
-                    T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
-            for i_x in T.grid(B_x):
-                lc[i_x] = T.cast(logical_count[i_x], "int32")
-            for i_x in T.grid(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_p in T.grid(B_t, B_p):
-                count[i_t, i_p] = T.if_then_else(((logical[i_t, i_p] >= T.int64(0))
-                        & (logical[i_t, i_p] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_p], "int32")],
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_p in T.grid(B_t, B_p):
-                cnt[i_t, i_p] = T.max(count[i_t, i_p], T.int32(1))
-                rem[i_t, i_p] = T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_p])))
-                crem[i_t, i_p] = T.Select(((rem[i_t, i_p] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_p] - cnt[i_t, i_p]), rem[i_t, i_p])
-                back[i_t, i_p] = (crem[i_t, i_p] < T.int32(0))
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
-            for i_t, i_p in T.grid(B_t, B_p):
-                row[i_t, i_p] = T.Select(back[i_t, i_p], (logical[i_t, i_p] - T.int64(1)), logical[i_t, i_p])
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
-                prow[i_t, i_p, i_d] = T.if_then_else(((row[i_t, i_p] >= T.int64(0))
-                        & (row[i_t, i_p] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_p], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_p in T.grid(B_t, B_p):
-                col[i_t, i_p] = T.Select(back[i_t, i_p], (crem[i_t, i_p] + T.int32(num_dups)), crem[i_t, i_p])
-            for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
-                prow_by_d[i_t, i_p, i_d] = prow[i_t, i_p, i_d]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t7[i_t, i_p] = T.if_then_else(((col[i_t, i_p] >= T.int32(0)) & (col[i_t, i_p] < N_d)),
-                    prow_by_d[i_t, i_p, col[i_t, i_p]], T.int32(0))
-                physical[i_t, i_p] = T.Select((count[i_t, i_p] > T.int32(0)), T.cast(_t7[i_t, i_p], "int64"),
-                    logical[i_t, i_p])
-                local[i_t, i_p] = (physical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
-                remapped[i_t, i_p] = (local[i_t, i_p]
-                    - (
-                        T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
-                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
-                                T.floordiv(local[i_t, i_p],
-                                    T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_dp), "int64")))))
-                        * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
-                mine[i_t, i_p] = ((
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
-                            T.floormod(
-                                T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
-                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)), (-physical[i_t, i_p]),
-                                        T.floordiv(physical[i_t, i_p],
-                                        T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_rank), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)) & (remapped[i_t, i_p] >= T.int64(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
-                        T.Select(mine[i_t, i_p], remapped[i_t, i_p], T.int64(-1)), "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t8[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)), w_by_j[i_t, slot[i_p]],
-                    T.float32(0.0))
-                weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = weight[i_t, i_p]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(sel[i_t, i_j], "int64")
-
-    return kernel
-
-
-def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_shared, ep_rank,
+def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_idx, with_to_physical_map,
+        with_logical_count, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor, num_shared, ep_rank,
         num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
     T_ = T.dynamic("T")
     N_t = T_
@@ -1349,8 +41,14 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
     B_i = N_i
     B_h = N_h
     B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j))
-    B_p = pick_block(N_p, max(1, (tile_elems // B_t)), 1, 1)
+    if not with_to_physical_map:
+        B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j))
+        B_p = pick_block(N_p, max(1, (tile_elems // B_t)), 1, 1)
+    if with_to_physical_map:
+        B_x = N_x
+        B_d = N_d
+        B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j, B_d))
+        B_p = pick_block(N_p, max(1, (tile_elems // (B_t * B_d))), 1, 1)
     if not ((num_groups != 0)):
         raise ValueError('per_group divides by num_groups, which is 0')
     if not ((num_ep_ranks != 0)):
@@ -1365,7 +63,11 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
     def kernel(
         logits: T.Tensor((T_, E), 'float32'),
         bias: T.Tensor((E,), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
+        mask: T.Tensor((T_,), 'int32') if with_mask else None,
+        fix_routing_mask: T.Tensor((T_,), 'int32') if with_fix_routing_mask else None,
+        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64') if with_unmapped_topk_idx else None,
+        to_physical_map: T.Tensor(((E + num_shared), num_dups), 'int32') if with_to_physical_map else None,
+        logical_count: T.Tensor(((E + num_shared),), 'int32') if with_logical_count else None,
         topk_idx: T.Tensor((T_, (num_topk + num_shared)), 'int64'),
         topk_weights: T.Tensor((T_, (num_topk + num_shared)), 'float32'),
         unmapped: T.Tensor((T_, num_topk), 'int64'),
@@ -1374,8 +76,12 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             b_t = pid // (T.ceildiv(N_p, B_p))
             b_p = pid % T.ceildiv(N_p, B_p)
             l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
+            if with_mask:
+                _t0 = T.alloc_local((B_t,), 'int32')
+                routed = T.alloc_local((B_t,), 'bool')
+            if with_fix_routing_mask:
+                _t1 = T.alloc_local((B_t,), 'int32')
+                fixed = T.alloc_local((B_t,), 'bool')
             if scoring == 'softmax':
                 l_for_max_over_e = T.alloc_local((B_t, B_e), 'float32')
                 _t2 = T.alloc_local((B_t,), 'float32')
@@ -1412,6 +118,8 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             kept_by_g = T.alloc_local((B_t, B_g), 'float32')
             expert_kept = T.alloc_local((B_t, B_e), 'float32')
             ranked = T.alloc_local((B_t, B_e), 'float32')
+            if with_fix_routing_mask:
+                _t4 = T.alloc_local((B_t, B_j), 'int64')
             _t5_key = T.alloc_local((B_t, B_e), 'int32')
             _t5_best = T.alloc_local((B_t,), 'int32')
             _t5_cand = T.alloc_local((B_t, B_e), 'int32')
@@ -1430,6 +138,23 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             sel_by_j = T.alloc_local((B_t, B_j), 'int64')
             _t6 = T.alloc_local((B_t, B_p), 'int64')
             logical = T.alloc_local((B_t, B_p), 'int64')
+            if with_to_physical_map:
+                lc = T.alloc_local((B_x,), 'int32')
+                lc_by_x = T.alloc_local((B_x,), 'int32')
+                count = T.alloc_local((B_t, B_p), 'int32')
+                tok = T.alloc_local((B_t,), 'int32')
+                cnt = T.alloc_local((B_t, B_p), 'int32')
+                rem = T.alloc_local((B_t, B_p), 'int32')
+                crem = T.alloc_local((B_t, B_p), 'int32')
+                back = T.alloc_local((B_t, B_p), 'bool')
+                pmap = T.alloc_local((B_x, B_d), 'int32')
+                row = T.alloc_local((B_t, B_p), 'int64')
+                pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
+                prow = T.alloc_local((B_t, B_p, B_d), 'int32')
+                col = T.alloc_local((B_t, B_p), 'int32')
+                prow_by_d = T.alloc_local((B_t, B_p, B_d), 'int32')
+                _t7 = T.alloc_local((B_t, B_p), 'int32')
+                physical = T.alloc_local((B_t, B_p), 'int64')
             local = T.alloc_local((B_t, B_p), 'int64')
             remapped = T.alloc_local((B_t, B_p), 'int64')
             mine = T.alloc_local((B_t, B_p), 'bool')
@@ -1439,21 +164,81 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
             for i_t, i_e in T.grid(B_t, B_e):
                 l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
                     T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
+            if (scoring, with_mask, with_fix_routing_mask) in (('softmax', False, True), ('softmax', True, False),
+                    ('softmax', True, True)):
+                for i_t in T.grid(B_t):
+                    if not with_mask:
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if with_mask:
+                        _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                for i_t in T.grid(B_t):
+                    if not with_mask:
+                        fixed[i_t] = (_t1[i_t] != T.int32(0))
+                    if with_mask:
+                        routed[i_t] = (_t0[i_t] != T.int32(0))
+            if (scoring, with_mask, with_fix_routing_mask) == ('softmax', True, True):
+                for i_t in T.grid(B_t):
+                    _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                for i_t in T.grid(B_t):
+                    fixed[i_t] = (_t1[i_t] != T.int32(0))
             if scoring == 'softmax':
                 for i_t, i_e in T.grid(B_t, B_e):
                     l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
                 T.reduce_max(l_for_max_over_e, _t2, dim=1)
+            if (scoring, with_mask, with_fix_routing_mask, with_to_physical_map) in (('sigmoid', True, True, False),
+                    ('sigmoid', True, True, True), ('sqrtsoftplus', True, False, True),
+                    ('sqrtsoftplus', True, True, False), ('sqrtsoftplus', True, True, True),
+                    ('softmax', False, False, False), ('softmax', False, False, True), ('softmax', False, True, False),
+                    ('softmax', False, True, True), ('softmax', True, False, False), ('softmax', True, False, True),
+                    ('softmax', True, True, False), ('softmax', True, True, True)):
                 for i_t in T.grid(B_t):
-                    _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
+                    if scoring in ('sigmoid', 'sqrtsoftplus'):
+                        _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if scoring == 'softmax':
+                        _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
+            if scoring == 'softmax':
                 for i_t, i_e in T.grid(B_t, B_e):
                     ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t2[i_t]))
+            if (scoring, with_mask, with_fix_routing_mask, with_to_physical_map) in (('sigmoid', True, True, False),
+                    ('sigmoid', True, True, True), ('sqrtsoftplus', True, False, True),
+                    ('sqrtsoftplus', True, True, False), ('sqrtsoftplus', True, True, True),
+                    ('softmax', False, False, False), ('softmax', False, False, True), ('softmax', True, False, True)):
                 for i_t in T.grid(B_t):
-                    total[i_t] = T.float32(0.0)
+                    if scoring in ('sigmoid', 'sqrtsoftplus'):
+                        routed[i_t] = (_t0[i_t] != T.int32(0))
+                    if scoring == 'softmax':
+                        total[i_t] = T.float32(0.0)
+            if (scoring, with_mask, with_fix_routing_mask, with_to_physical_map) in (('sigmoid', False, True, False),
+                    ('sigmoid', False, True, True), ('sigmoid', True, False, False), ('sigmoid', True, False, True),
+                    ('sigmoid', True, True, False), ('sigmoid', True, True, True), ('sqrtsoftplus', False, True, False),
+                    ('sqrtsoftplus', False, True, True), ('sqrtsoftplus', True, False, False),
+                    ('sqrtsoftplus', True, True, False), ('sqrtsoftplus', True, True, True)):
+                for i_t in T.grid(B_t):
+                    if with_fix_routing_mask:
+                        _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+                    if not with_fix_routing_mask:
+                        _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
+            if (scoring, with_mask, with_fix_routing_mask, with_to_physical_map) in (('sigmoid', False, True, False),
+                    ('sigmoid', False, True, True), ('sigmoid', True, False, False), ('sigmoid', True, False, True),
+                    ('sigmoid', True, True, False), ('sigmoid', True, True, True), ('sqrtsoftplus', False, True, False),
+                    ('sqrtsoftplus', False, True, True), ('sqrtsoftplus', True, False, False),
+                    ('sqrtsoftplus', True, True, False), ('sqrtsoftplus', True, True, True),
+                    ('softmax', False, True, False), ('softmax', False, True, True), ('softmax', True, False, False),
+                    ('softmax', True, True, False), ('softmax', True, True, True)):
+                for i_t in T.grid(B_t):
+                    if (scoring, with_fix_routing_mask) in (('sigmoid', True), ('sqrtsoftplus', True)):
+                        fixed[i_t] = (_t1[i_t] != T.int32(0))
+                    if (scoring, with_fix_routing_mask) in (('sigmoid', False), ('sqrtsoftplus', False)):
+                        routed[i_t] = (_t0[i_t] != T.int32(0))
+                    if scoring == 'softmax':
+                        total[i_t] = T.float32(0.0)
+            if scoring == 'softmax':
                 for i_t, i_e in T.grid(B_t, B_e):
                     ex_by_e[i_t, i_e] = ex[i_t, i_e]
                 for r_e in T.serial(N_e):
@@ -1538,12 +323,32 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
                                 T.int32(1), T.int32(per_group)))))
             for i_t, i_g in T.grid(B_t, B_g):
                 kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.grid(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
+            if (scoring, with_fix_routing_mask, with_to_physical_map) in (('sigmoid', False, False),
+                    ('sigmoid', False, True), ('sigmoid', True, False), ('sigmoid', True, True),
+                    ('sqrtsoftplus', False, False), ('sqrtsoftplus', True, False), ('sqrtsoftplus', True, True),
+                    ('softmax', False, False), ('softmax', True, False), ('softmax', True, True)):
+                for i_t, i_e in T.grid(B_t, B_e):
+                    expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
+                        kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
+                    ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
+                        T.float32(-float('inf')))
+                    if not with_fix_routing_mask:
+                        _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
+            if with_fix_routing_mask:
+                for i_t, i_j in T.grid(B_t, B_j):
+                    _t4[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
+            if (scoring, with_fix_routing_mask, with_to_physical_map) in (('sigmoid', True, False),
+                    ('sigmoid', True, True), ('sqrtsoftplus', False, True), ('sqrtsoftplus', True, False),
+                    ('sqrtsoftplus', True, True), ('softmax', False, True), ('softmax', True, False),
+                    ('softmax', True, True)):
+                for i_t, i_e in T.grid(B_t, B_e):
+                    if not with_fix_routing_mask:
+                        expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
+                            kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
+                        ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
+                            T.float32(-float('inf')))
+                    _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
             for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
                 T.reduce_max(_t5_key, _t5_best, dim=1)
                 for i_t, i_e in T.grid(B_t, B_e):
@@ -1554,7 +359,10 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
                 for i_t, i_e in T.grid(B_t, B_e):
                     _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
             for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+                if not with_fix_routing_mask:
+                    sel[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
+                if with_fix_routing_mask:
+                    sel[i_t, i_j] = T.Select(fixed[i_t], _t4[i_t, i_j], T.cast(_t5[i_t, i_j], "int64"))
             for i_t, i_e in T.grid(B_t, B_e):
                 if scoring in ('sigmoid', 'softmax'):
                     s_by_e[i_t, i_e] = s[i_t, i_e]
@@ -1588,32 +396,112 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
                     sel_by_j[i_t, slot[i_p]], T.int64(0))
                 logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
                     T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
-                local[i_t, i_p] = (logical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
-                remapped[i_t, i_p] = (local[i_t, i_p]
-                    - (
-                        T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
-                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
-                                T.floordiv(local[i_t, i_p],
-                                    T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_dp), "int64")))))
-                        * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
-                mine[i_t, i_p] = ((
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
-                            T.floormod(
-                                T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
-                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)), (-logical[i_t, i_p]),
-                                        T.floordiv(logical[i_t, i_p],
-                                        T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_rank), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)) & (remapped[i_t, i_p] >= T.int64(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
-                        T.Select((routed[i_t] & mine[i_t, i_p]), remapped[i_t, i_p], T.int64(-1)), "int64")
+                if not with_to_physical_map:
+                    local[i_t, i_p] = (logical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
+                    remapped[i_t, i_p] = (local[i_t, i_p]
+                        - (
+                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
+                                T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
+                                    T.floordiv(local[i_t, i_p],
+                                        T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
+                                            | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
+                                            T.cast(T.int32(per_dp), "int64")))))
+                            * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
+                    mine[i_t, i_p] = ((
+                            T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
+                                T.int64(0),
+                                T.floormod(
+                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
+                                        T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)),
+                                            (-logical[i_t, i_p]),
+                                            T.floordiv(logical[i_t, i_p],
+                                            T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
+                                            | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
+                                            T.cast(T.int32(per_rank), "int64"))))),
+                                    T.Select(((T.int64(num_tp_ranks) == T.int64(0))
+                                            | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1),
+                                        T.int64(num_tp_ranks)))) == T.int64(tp_rank))
+                        & (remapped[i_t, i_p] >= T.int64(0)))
+                    if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
+                        if not with_mask:
+                            topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
+                                T.Select(mine[i_t, i_p], remapped[i_t, i_p], T.int64(-1)), "int64")
+                        if with_mask:
+                            topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
+                                T.Select((routed[i_t] & mine[i_t, i_p]), remapped[i_t, i_p], T.int64(-1)), "int64")
+            if with_to_physical_map:
+                for i_x in T.grid(B_x):
+                    lc[i_x] = T.cast(logical_count[i_x], "int32")
+                for i_x in T.grid(B_x):
+                    lc_by_x[i_x] = lc[i_x]
+                for i_t, i_p in T.grid(B_t, B_p):
+                    count[i_t, i_p] = T.if_then_else(((logical[i_t, i_p] >= T.int64(0))
+                            & (logical[i_t, i_p] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_p], "int32")],
+                        T.int32(0))
+                for i_t in T.grid(B_t):
+                    tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
+                        "int32")
+                for i_t, i_p in T.grid(B_t, B_p):
+                    cnt[i_t, i_p] = T.max(count[i_t, i_p], T.int32(1))
+                    rem[i_t, i_p] = T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))),
+                        T.int32(0),
+                        T.floormod(tok[i_t],
+                            T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(1),
+                                cnt[i_t, i_p])))
+                    crem[i_t, i_p] = T.Select(((rem[i_t, i_p] != T.int32(0)) & (tok[i_t] < T.int32(0))),
+                        (rem[i_t, i_p] - cnt[i_t, i_p]), rem[i_t, i_p])
+                    back[i_t, i_p] = (crem[i_t, i_p] < T.int32(0))
+                for i_x, i_d in T.grid(B_x, B_d):
+                    pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
+                for i_t, i_p in T.grid(B_t, B_p):
+                    row[i_t, i_p] = T.Select(back[i_t, i_p], (logical[i_t, i_p] - T.int64(1)), logical[i_t, i_p])
+                for i_x, i_d in T.grid(B_x, B_d):
+                    pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
+                for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
+                    prow[i_t, i_p, i_d] = T.if_then_else(((row[i_t, i_p] >= T.int64(0))
+                            & (row[i_t, i_p] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_p], "int32"), i_d],
+                        T.int32(0))
+                for i_t, i_p in T.grid(B_t, B_p):
+                    col[i_t, i_p] = T.Select(back[i_t, i_p], (crem[i_t, i_p] + T.int32(num_dups)), crem[i_t, i_p])
+                for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
+                    prow_by_d[i_t, i_p, i_d] = prow[i_t, i_p, i_d]
+                for i_t, i_p in T.grid(B_t, B_p):
+                    _t7[i_t, i_p] = T.if_then_else(((col[i_t, i_p] >= T.int32(0)) & (col[i_t, i_p] < N_d)),
+                        prow_by_d[i_t, i_p, col[i_t, i_p]], T.int32(0))
+                    physical[i_t, i_p] = T.Select((count[i_t, i_p] > T.int32(0)), T.cast(_t7[i_t, i_p], "int64"),
+                        logical[i_t, i_p])
+                    local[i_t, i_p] = (physical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
+                    remapped[i_t, i_p] = (local[i_t, i_p]
+                        - (
+                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
+                                T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
+                                    T.floordiv(local[i_t, i_p],
+                                        T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
+                                            | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
+                                            T.cast(T.int32(per_dp), "int64")))))
+                            * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
+                    mine[i_t, i_p] = ((
+                            T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
+                                T.int64(0),
+                                T.floormod(
+                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
+                                        T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)),
+                                            (-physical[i_t, i_p]),
+                                            T.floordiv(physical[i_t, i_p],
+                                            T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
+                                            | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
+                                            T.cast(T.int32(per_rank), "int64"))))),
+                                    T.Select(((T.int64(num_tp_ranks) == T.int64(0))
+                                            | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1),
+                                        T.int64(num_tp_ranks)))) == T.int64(tp_rank))
+                        & (remapped[i_t, i_p] >= T.int64(0)))
+                    if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
+                        if not with_mask:
+                            topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
+                                T.Select(mine[i_t, i_p], remapped[i_t, i_p], T.int64(-1)), "int64")
+                        if with_mask:
+                            topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
+                                T.Select((routed[i_t] & mine[i_t, i_p]), remapped[i_t, i_p], T.int64(-1)), "int64")
             for i_t, i_j in T.grid(B_t, B_j):
                 w_by_j[i_t, i_j] = w[i_t, i_j]
             for i_t, i_p in T.grid(B_t, B_p):
@@ -1621,1092 +509,52 @@ def make_with_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_sca
                     T.float32(0.0))
                 weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
                 if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.Select(routed[i_t], weight[i_t, i_p],
-                        T.float32(0.0))
+                    if not with_mask:
+                        topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = weight[i_t, i_p]
+                    if with_mask:
+                        topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.Select(routed[i_t], weight[i_t, i_p],
+                            T.float32(0.0))
             for i_t, i_j in T.grid(B_t, B_j):
                 if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def make_with_mask_with_to_physical_map(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor,
-        num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    N_p = (num_topk + num_shared)
-    N_x = (E + num_shared)
-    N_d = num_dups
-    B_e = N_e
-    B_g = N_g
-    B_c = N_c
-    B_i = N_i
-    B_h = N_h
-    B_j = N_j
-    B_x = N_x
-    B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j, B_d))
-    B_p = pick_block(N_p, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (((E + num_dups) - 1) // num_ep_ranks)
-    per_dp = (num_tp_ranks * (((E + num_dups) - 1) // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        to_physical_map: T.Tensor(((E + num_shared), num_dups), 'int32'),
-        logical_count: T.Tensor(((E + num_shared),), 'int32'),
-        topk_idx: T.Tensor((T_, (num_topk + num_shared)), 'int64'),
-        topk_weights: T.Tensor((T_, (num_topk + num_shared)), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_p, B_p), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_p, B_p))
-            b_p = pid % T.ceildiv(N_p, B_p)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
-            if scoring == 'softmax':
-                l_for_max_over_e = T.alloc_local((B_t, B_e), 'float32')
-                _t2 = T.alloc_local((B_t,), 'float32')
-                ex = T.alloc_local((B_t, B_e), 'float32')
-                total = T.alloc_local((B_t,), 'float32')
-                ex_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring in ('sigmoid', 'softmax'):
-                s = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            member = T.alloc_local((B_g, B_c), 'int32')
-            r_by_e = T.alloc_local((B_t, B_e), 'float32')
-            grouped = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_local((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_local((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_local((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_local((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_local((B_t, B_g), 'int32')
-            groups_best = T.alloc_local((B_t,), 'int32')
-            groups_cand = T.alloc_local((B_t, B_g), 'int32')
-            groups_pick = T.alloc_local((B_t,), 'int32')
-            groups = T.alloc_local((B_t, B_h), 'int32')
-            hits = T.alloc_local((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_local((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_local((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_local((B_e,), 'int32')
-            kept_by_g = T.alloc_local((B_t, B_g), 'float32')
-            expert_kept = T.alloc_local((B_t, B_e), 'float32')
-            ranked = T.alloc_local((B_t, B_e), 'float32')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            if scoring in ('sigmoid', 'softmax'):
-                s_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            picked_by_j = T.alloc_local((B_t, B_j), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_p,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_p), 'int64')
-            logical = T.alloc_local((B_t, B_p), 'int64')
-            lc = T.alloc_local((B_x,), 'int32')
-            lc_by_x = T.alloc_local((B_x,), 'int32')
-            count = T.alloc_local((B_t, B_p), 'int32')
-            tok = T.alloc_local((B_t,), 'int32')
-            cnt = T.alloc_local((B_t, B_p), 'int32')
-            rem = T.alloc_local((B_t, B_p), 'int32')
-            crem = T.alloc_local((B_t, B_p), 'int32')
-            back = T.alloc_local((B_t, B_p), 'bool')
-            pmap = T.alloc_local((B_x, B_d), 'int32')
-            row = T.alloc_local((B_t, B_p), 'int64')
-            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
-            prow = T.alloc_local((B_t, B_p, B_d), 'int32')
-            col = T.alloc_local((B_t, B_p), 'int32')
-            prow_by_d = T.alloc_local((B_t, B_p, B_d), 'int32')
-            _t7 = T.alloc_local((B_t, B_p), 'int32')
-            physical = T.alloc_local((B_t, B_p), 'int64')
-            local = T.alloc_local((B_t, B_p), 'int64')
-            remapped = T.alloc_local((B_t, B_p), 'int64')
-            mine = T.alloc_local((B_t, B_p), 'bool')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t8 = T.alloc_local((B_t, B_p), 'float32')
-            weight = T.alloc_local((B_t, B_p), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            if scoring == 'softmax':
-                for i_t, i_e in T.grid(B_t, B_e):
-                    l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
-                T.reduce_max(l_for_max_over_e, _t2, dim=1)
-                for i_t in T.grid(B_t):
-                    _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t2[i_t]))
-                for i_t in T.grid(B_t):
-                    total[i_t] = T.float32(0.0)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
-                for r_e in T.serial(N_e):
-                    for i_t in T.grid(B_t):
-                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus[i_t, i_e] = T.sqrt(
-                        T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-                if scoring == 'softmax':
-                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.grid(B_e):
-                _t3[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    r[i_t, i_e] = (s[i_t, i_e] + _t3[i_e])
-                if scoring == 'sqrtsoftplus':
-                    r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t3[i_e])
-                if scoring == 'softmax':
-                    r[i_t, i_e] = (l[i_t, i_e] + _t3[i_e])
-            for i_g, i_c in T.grid(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.grid(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.grid(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.grid(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.grid(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.cast(_t5[i_t, i_j], "int64")
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring in ('sigmoid', 'softmax'):
-                    s_by_e[i_t, i_e] = s[i_t, i_e]
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if scoring in ('sigmoid', 'softmax'):
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))), s_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                        T.float32(0.0))
-                if scoring == 'sqrtsoftplus':
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))),
-                        sqrt_softplus_by_e[i_t, T.cast(sel[i_t, i_j], "int32")], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.grid(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_p in T.grid(B_p):
-                slot[i_p] = ((b_p * B_p) + i_p)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t6[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)),
-                    sel_by_j[i_t, slot[i_p]], T.int64(0))
-                logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
-                    T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
-            for i_x in T.grid(B_x):
-                lc[i_x] = T.cast(logical_count[i_x], "int32")
-            for i_x in T.grid(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_p in T.grid(B_t, B_p):
-                count[i_t, i_p] = T.if_then_else(((logical[i_t, i_p] >= T.int64(0))
-                        & (logical[i_t, i_p] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_p], "int32")],
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_p in T.grid(B_t, B_p):
-                cnt[i_t, i_p] = T.max(count[i_t, i_p], T.int32(1))
-                rem[i_t, i_p] = T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_p])))
-                crem[i_t, i_p] = T.Select(((rem[i_t, i_p] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_p] - cnt[i_t, i_p]), rem[i_t, i_p])
-                back[i_t, i_p] = (crem[i_t, i_p] < T.int32(0))
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
-            for i_t, i_p in T.grid(B_t, B_p):
-                row[i_t, i_p] = T.Select(back[i_t, i_p], (logical[i_t, i_p] - T.int64(1)), logical[i_t, i_p])
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
-                prow[i_t, i_p, i_d] = T.if_then_else(((row[i_t, i_p] >= T.int64(0))
-                        & (row[i_t, i_p] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_p], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_p in T.grid(B_t, B_p):
-                col[i_t, i_p] = T.Select(back[i_t, i_p], (crem[i_t, i_p] + T.int32(num_dups)), crem[i_t, i_p])
-            for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
-                prow_by_d[i_t, i_p, i_d] = prow[i_t, i_p, i_d]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t7[i_t, i_p] = T.if_then_else(((col[i_t, i_p] >= T.int32(0)) & (col[i_t, i_p] < N_d)),
-                    prow_by_d[i_t, i_p, col[i_t, i_p]], T.int32(0))
-                physical[i_t, i_p] = T.Select((count[i_t, i_p] > T.int32(0)), T.cast(_t7[i_t, i_p], "int64"),
-                    logical[i_t, i_p])
-                local[i_t, i_p] = (physical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
-                remapped[i_t, i_p] = (local[i_t, i_p]
-                    - (
-                        T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
-                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
-                                T.floordiv(local[i_t, i_p],
-                                    T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_dp), "int64")))))
-                        * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
-                mine[i_t, i_p] = ((
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
-                            T.floormod(
-                                T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
-                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)), (-physical[i_t, i_p]),
-                                        T.floordiv(physical[i_t, i_p],
-                                        T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_rank), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)) & (remapped[i_t, i_p] >= T.int64(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
-                        T.Select((routed[i_t] & mine[i_t, i_p]), remapped[i_t, i_p], T.int64(-1)), "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t8[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)), w_by_j[i_t, slot[i_p]],
-                    T.float32(0.0))
-                weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.Select(routed[i_t], weight[i_t, i_p],
-                        T.float32(0.0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def make_with_mask_with_fix_routing_mask(scoring, E, num_topk, num_groups, num_topk_groups, routed_scaling_factor,
-        num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    N_p = (num_topk + num_shared)
-    N_x = (E + num_shared)
-    N_d = num_dups
-    B_e = N_e
-    B_g = N_g
-    B_c = N_c
-    B_i = N_i
-    B_h = N_h
-    B_j = N_j
-    B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j))
-    B_p = pick_block(N_p, max(1, (tile_elems // B_t)), 1, 1)
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (((E + num_dups) - 1) // num_ep_ranks)
-    per_dp = (num_tp_ranks * (((E + num_dups) - 1) // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        topk_idx: T.Tensor((T_, (num_topk + num_shared)), 'int64'),
-        topk_weights: T.Tensor((T_, (num_topk + num_shared)), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_p, B_p), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_p, B_p))
-            b_p = pid % T.ceildiv(N_p, B_p)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            fixed = T.alloc_local((B_t,), 'bool')
-            if scoring == 'softmax':
-                l_for_max_over_e = T.alloc_local((B_t, B_e), 'float32')
-                _t2 = T.alloc_local((B_t,), 'float32')
-                ex = T.alloc_local((B_t, B_e), 'float32')
-                total = T.alloc_local((B_t,), 'float32')
-                ex_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring in ('sigmoid', 'softmax'):
-                s = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            member = T.alloc_local((B_g, B_c), 'int32')
-            r_by_e = T.alloc_local((B_t, B_e), 'float32')
-            grouped = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_local((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_local((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_local((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_local((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_local((B_t, B_g), 'int32')
-            groups_best = T.alloc_local((B_t,), 'int32')
-            groups_cand = T.alloc_local((B_t, B_g), 'int32')
-            groups_pick = T.alloc_local((B_t,), 'int32')
-            groups = T.alloc_local((B_t, B_h), 'int32')
-            hits = T.alloc_local((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_local((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_local((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_local((B_e,), 'int32')
-            kept_by_g = T.alloc_local((B_t, B_g), 'float32')
-            expert_kept = T.alloc_local((B_t, B_e), 'float32')
-            ranked = T.alloc_local((B_t, B_e), 'float32')
-            _t4 = T.alloc_local((B_t, B_j), 'int64')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            if scoring in ('sigmoid', 'softmax'):
-                s_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            picked_by_j = T.alloc_local((B_t, B_j), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_p,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_p), 'int64')
-            logical = T.alloc_local((B_t, B_p), 'int64')
-            local = T.alloc_local((B_t, B_p), 'int64')
-            remapped = T.alloc_local((B_t, B_p), 'int64')
-            mine = T.alloc_local((B_t, B_p), 'bool')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t8 = T.alloc_local((B_t, B_p), 'float32')
-            weight = T.alloc_local((B_t, B_p), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                fixed[i_t] = (_t1[i_t] != T.int32(0))
-            if scoring == 'softmax':
-                for i_t, i_e in T.grid(B_t, B_e):
-                    l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
-                T.reduce_max(l_for_max_over_e, _t2, dim=1)
-                for i_t in T.grid(B_t):
-                    _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t2[i_t]))
-                for i_t in T.grid(B_t):
-                    total[i_t] = T.float32(0.0)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
-                for r_e in T.serial(N_e):
-                    for i_t in T.grid(B_t):
-                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus[i_t, i_e] = T.sqrt(
-                        T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-                if scoring == 'softmax':
-                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.grid(B_e):
-                _t3[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    r[i_t, i_e] = (s[i_t, i_e] + _t3[i_e])
-                if scoring == 'sqrtsoftplus':
-                    r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t3[i_e])
-                if scoring == 'softmax':
-                    r[i_t, i_e] = (l[i_t, i_e] + _t3[i_e])
-            for i_g, i_c in T.grid(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.grid(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.grid(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.grid(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.grid(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-            for i_t, i_j in T.grid(B_t, B_j):
-                _t4[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t4[i_t, i_j], T.cast(_t5[i_t, i_j], "int64"))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring in ('sigmoid', 'softmax'):
-                    s_by_e[i_t, i_e] = s[i_t, i_e]
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if scoring in ('sigmoid', 'softmax'):
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))), s_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                        T.float32(0.0))
-                if scoring == 'sqrtsoftplus':
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))),
-                        sqrt_softplus_by_e[i_t, T.cast(sel[i_t, i_j], "int32")], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.grid(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_p in T.grid(B_p):
-                slot[i_p] = ((b_p * B_p) + i_p)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t6[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)),
-                    sel_by_j[i_t, slot[i_p]], T.int64(0))
-                logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
-                    T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
-                local[i_t, i_p] = (logical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
-                remapped[i_t, i_p] = (local[i_t, i_p]
-                    - (
-                        T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
-                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
-                                T.floordiv(local[i_t, i_p],
-                                    T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_dp), "int64")))))
-                        * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
-                mine[i_t, i_p] = ((
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
-                            T.floormod(
-                                T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
-                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)), (-logical[i_t, i_p]),
-                                        T.floordiv(logical[i_t, i_p],
-                                        T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_rank), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)) & (remapped[i_t, i_p] >= T.int64(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
-                        T.Select((routed[i_t] & mine[i_t, i_p]), remapped[i_t, i_p], T.int64(-1)), "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t8[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)), w_by_j[i_t, slot[i_p]],
-                    T.float32(0.0))
-                weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.Select(routed[i_t], weight[i_t, i_p],
-                        T.float32(0.0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
-
-    return kernel
-
-
-def make_with_mask_with_fix_routing_mask_with_to_physical_map(scoring, E, num_topk, num_groups, num_topk_groups,
-        routed_scaling_factor, num_shared, ep_rank, num_dups, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t,
-        tile_elems):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_e = E
-    N_g = num_groups
-    N_c = (E // num_groups)
-    N_i = 2
-    N_h = num_topk_groups
-    N_j = num_topk
-    N_p = (num_topk + num_shared)
-    N_x = (E + num_shared)
-    N_d = num_dups
-    B_e = N_e
-    B_g = N_g
-    B_c = N_c
-    B_i = N_i
-    B_h = N_h
-    B_j = N_j
-    B_x = N_x
-    B_d = N_d
-    B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j, B_d))
-    B_p = pick_block(N_p, max(1, (tile_elems // (B_t * B_d))), 1, 1)
-    if not ((num_groups != 0)):
-        raise ValueError('per_group divides by num_groups, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_rank divides by num_ep_ranks, which is 0')
-    if not ((num_ep_ranks != 0)):
-        raise ValueError('per_dp divides by num_ep_ranks, which is 0')
-    per_group = (E // num_groups)
-    per_rank = (((E + num_dups) - 1) // num_ep_ranks)
-    per_dp = (num_tp_ranks * (((E + num_dups) - 1) // num_ep_ranks))
-
-    @T.prim_func
-    def kernel(
-        logits: T.Tensor((T_, E), 'float32'),
-        bias: T.Tensor((E,), 'float32'),
-        mask: T.Tensor((T_,), 'int32'),
-        fix_routing_mask: T.Tensor((T_,), 'int32'),
-        unmapped_topk_idx: T.Tensor((T_, num_topk), 'int64'),
-        to_physical_map: T.Tensor(((E + num_shared), num_dups), 'int32'),
-        logical_count: T.Tensor(((E + num_shared),), 'int32'),
-        topk_idx: T.Tensor((T_, (num_topk + num_shared)), 'int64'),
-        topk_weights: T.Tensor((T_, (num_topk + num_shared)), 'float32'),
-        unmapped: T.Tensor((T_, num_topk), 'int64'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t) * T.ceildiv(N_p, B_p), threads=threads) as (pid,):
-            b_t = pid // (T.ceildiv(N_p, B_p))
-            b_p = pid % T.ceildiv(N_p, B_p)
-            l = T.alloc_local((B_t, B_e), 'float32')
-            _t0 = T.alloc_local((B_t,), 'int32')
-            routed = T.alloc_local((B_t,), 'bool')
-            _t1 = T.alloc_local((B_t,), 'int32')
-            fixed = T.alloc_local((B_t,), 'bool')
-            if scoring == 'softmax':
-                l_for_max_over_e = T.alloc_local((B_t, B_e), 'float32')
-                _t2 = T.alloc_local((B_t,), 'float32')
-                ex = T.alloc_local((B_t, B_e), 'float32')
-                total = T.alloc_local((B_t,), 'float32')
-                ex_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring in ('sigmoid', 'softmax'):
-                s = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus = T.alloc_local((B_t, B_e), 'float32')
-            _t3 = T.alloc_local((B_e,), 'float32')
-            r = T.alloc_local((B_t, B_e), 'float32')
-            member = T.alloc_local((B_g, B_c), 'int32')
-            r_by_e = T.alloc_local((B_t, B_e), 'float32')
-            grouped = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _top2_picks_key = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_best = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks_cand = T.alloc_local((B_t, B_g, B_c), 'int32')
-            _top2_picks_pick = T.alloc_local((B_t, B_g), 'int32')
-            _top2_picks = T.alloc_local((B_t, B_g, B_i), 'int32')
-            grouped_by_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            top2 = T.alloc_local((B_t, B_g, B_i), 'float32')
-            group_score = T.alloc_local((B_t, B_g), 'float32')
-            top2_by_i = T.alloc_local((B_t, B_g, B_i), 'float32')
-            groups_key = T.alloc_local((B_t, B_g), 'int32')
-            groups_best = T.alloc_local((B_t,), 'int32')
-            groups_cand = T.alloc_local((B_t, B_g), 'int32')
-            groups_pick = T.alloc_local((B_t,), 'int32')
-            groups = T.alloc_local((B_t, B_h), 'int32')
-            hits = T.alloc_local((B_t, B_g, B_h), 'float32')
-            kept = T.alloc_local((B_t, B_g), 'float32')
-            hits_by_h = T.alloc_local((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_local((B_e,), 'int32')
-            kept_by_g = T.alloc_local((B_t, B_g), 'float32')
-            expert_kept = T.alloc_local((B_t, B_e), 'float32')
-            ranked = T.alloc_local((B_t, B_e), 'float32')
-            _t4 = T.alloc_local((B_t, B_j), 'int64')
-            _t5_key = T.alloc_local((B_t, B_e), 'int32')
-            _t5_best = T.alloc_local((B_t,), 'int32')
-            _t5_cand = T.alloc_local((B_t, B_e), 'int32')
-            _t5_pick = T.alloc_local((B_t,), 'int32')
-            _t5 = T.alloc_local((B_t, B_j), 'int32')
-            sel = T.alloc_local((B_t, B_j), 'int64')
-            if scoring in ('sigmoid', 'softmax'):
-                s_by_e = T.alloc_local((B_t, B_e), 'float32')
-            if scoring == 'sqrtsoftplus':
-                sqrt_softplus_by_e = T.alloc_local((B_t, B_e), 'float32')
-            picked = T.alloc_local((B_t, B_j), 'float32')
-            den = T.alloc_local((B_t,), 'float32')
-            picked_by_j = T.alloc_local((B_t, B_j), 'float32')
-            w = T.alloc_local((B_t, B_j), 'float32')
-            slot = T.alloc_local((B_p,), 'int32')
-            sel_by_j = T.alloc_local((B_t, B_j), 'int64')
-            _t6 = T.alloc_local((B_t, B_p), 'int64')
-            logical = T.alloc_local((B_t, B_p), 'int64')
-            lc = T.alloc_local((B_x,), 'int32')
-            lc_by_x = T.alloc_local((B_x,), 'int32')
-            count = T.alloc_local((B_t, B_p), 'int32')
-            tok = T.alloc_local((B_t,), 'int32')
-            cnt = T.alloc_local((B_t, B_p), 'int32')
-            rem = T.alloc_local((B_t, B_p), 'int32')
-            crem = T.alloc_local((B_t, B_p), 'int32')
-            back = T.alloc_local((B_t, B_p), 'bool')
-            pmap = T.alloc_local((B_x, B_d), 'int32')
-            row = T.alloc_local((B_t, B_p), 'int64')
-            pmap_by_x = T.alloc_local((B_x, B_d), 'int32')
-            prow = T.alloc_local((B_t, B_p, B_d), 'int32')
-            col = T.alloc_local((B_t, B_p), 'int32')
-            prow_by_d = T.alloc_local((B_t, B_p, B_d), 'int32')
-            _t7 = T.alloc_local((B_t, B_p), 'int32')
-            physical = T.alloc_local((B_t, B_p), 'int64')
-            local = T.alloc_local((B_t, B_p), 'int64')
-            remapped = T.alloc_local((B_t, B_p), 'int64')
-            mine = T.alloc_local((B_t, B_p), 'bool')
-            w_by_j = T.alloc_local((B_t, B_j), 'float32')
-            _t8 = T.alloc_local((B_t, B_p), 'float32')
-            weight = T.alloc_local((B_t, B_p), 'float32')
-            for i_t, i_e in T.grid(B_t, B_e):
-                l[i_t, i_e] = T.if_then_else((((b_t * B_t) + i_t) < N_t), logits[((b_t * B_t) + i_t), i_e],
-                    T.float32(0.0))
-            for i_t in T.grid(B_t):
-                _t0[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), T.cast(mask[((b_t * B_t) + i_t)], "int32"),
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                routed[i_t] = (_t0[i_t] != T.int32(0))
-            for i_t in T.grid(B_t):
-                _t1[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(fix_routing_mask[((b_t * B_t) + i_t)], "int32"), T.int32(0))
-            for i_t in T.grid(B_t):
-                fixed[i_t] = (_t1[i_t] != T.int32(0))
-            if scoring == 'softmax':
-                for i_t, i_e in T.grid(B_t, B_e):
-                    l_for_max_over_e[i_t, i_e] = T.Select(T.isnan(l[i_t, i_e]), T.float32(-float('inf')), l[i_t, i_e])
-                T.reduce_max(l_for_max_over_e, _t2, dim=1)
-                for i_t in T.grid(B_t):
-                    _t2[i_t] = (_t2[i_t] + T.reinterpret(T.uint32(0x0), "float32"))
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex[i_t, i_e] = T.exp((l[i_t, i_e] - _t2[i_t]))
-                for i_t in T.grid(B_t):
-                    total[i_t] = T.float32(0.0)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    ex_by_e[i_t, i_e] = ex[i_t, i_e]
-                for r_e in T.serial(N_e):
-                    for i_t in T.grid(B_t):
-                        total[i_t] = (total[i_t] + ex_by_e[i_t, r_e])
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    s[i_t, i_e] = (T.float32(1.0) / (T.float32(1.0) + T.exp((-l[i_t, i_e]))))
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus[i_t, i_e] = T.sqrt(
-                        T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
-                if scoring == 'softmax':
-                    s[i_t, i_e] = (ex[i_t, i_e] / total[i_t])
-            for i_e in T.grid(B_e):
-                _t3[i_e] = bias[i_e]
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring == 'sigmoid':
-                    r[i_t, i_e] = (s[i_t, i_e] + _t3[i_e])
-                if scoring == 'sqrtsoftplus':
-                    r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t3[i_e])
-                if scoring == 'softmax':
-                    r[i_t, i_e] = (l[i_t, i_e] + _t3[i_e])
-            for i_g, i_c in T.grid(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
-            for i_t, i_e in T.grid(B_t, B_e):
-                r_by_e[i_t, i_e] = r[i_t, i_e]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
-                _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
-                    T.int32(-2147483648))
-            for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
-                T.reduce_max(_top2_picks_key, _top2_picks_best, dim=2)
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_cand[i_t, i_g, i_c] = T.Select((_top2_picks_key[i_t, i_g, i_c]
-                            == _top2_picks_best[i_t, i_g]), i_c, N_c)
-                T.reduce_min(_top2_picks_cand, _top2_picks_pick, dim=2)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    _top2_picks[i_t, i_g, r_i] = _top2_picks_pick[i_t, i_g]
-                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                    _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c == _top2_picks_pick[i_t, i_g]), T.int32(-2147483648),
-                        _top2_picks_key[i_t, i_g, i_c])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                grouped_by_c[i_t, i_g, i_c] = grouped[i_t, i_g, i_c]
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2[i_t, i_g, i_i] = T.if_then_else(((_top2_picks[i_t, i_g, i_i] >= T.int32(0))
-                        & (_top2_picks[i_t, i_g, i_i] < N_c)), grouped_by_c[i_t, i_g, _top2_picks[i_t, i_g, i_i]],
-                    T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                group_score[i_t, i_g] = T.float32(-0.0)
-            for i_t, i_g, i_i in T.grid(B_t, B_g, B_i):
-                top2_by_i[i_t, i_g, i_i] = top2[i_t, i_g, i_i]
-            for r_i in T.serial(N_i):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    group_score[i_t, i_g] = (group_score[i_t, i_g] + top2_by_i[i_t, i_g, r_i])
-            for i_t, i_g in T.grid(B_t, B_g):
-                groups_key[i_t, i_g] = T.Select((i_g < N_g), order_key(group_score[i_t, i_g]), T.int32(-2147483648))
-            for r_h in (T.unroll if N_h <= 16 else T.serial)(N_h):
-                T.reduce_max(groups_key, groups_best, dim=1)
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_cand[i_t, i_g] = T.Select((groups_key[i_t, i_g] == groups_best[i_t]), i_g, N_g)
-                T.reduce_min(groups_cand, groups_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    groups[i_t, r_h] = groups_pick[i_t]
-                for i_t, i_g in T.grid(B_t, B_g):
-                    groups_key[i_t, i_g] = T.Select((i_g == groups_pick[i_t]), T.int32(-2147483648),
-                        groups_key[i_t, i_g])
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits[i_t, i_g, i_h] = T.Select((groups[i_t, i_h] == i_g), T.float32(1.0), T.float32(0.0))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept[i_t, i_g] = T.float32(0.0)
-            for i_t, i_g, i_h in T.grid(B_t, B_g, B_h):
-                hits_by_h[i_t, i_g, i_h] = hits[i_t, i_g, i_h]
-            for r_h in T.serial(N_h):
-                for i_t, i_g in T.grid(B_t, B_g):
-                    kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.grid(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
-            for i_t, i_g in T.grid(B_t, B_g):
-                kept_by_g[i_t, i_g] = kept[i_t, i_g]
-            for i_t, i_e in T.grid(B_t, B_e):
-                expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                    kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
-                ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
-                    T.float32(-float('inf')))
-            for i_t, i_j in T.grid(B_t, B_j):
-                _t4[i_t, i_j] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    T.cast(unmapped_topk_idx[((b_t * B_t) + i_t), i_j], "int64"), T.int64(0))
-            for i_t, i_e in T.grid(B_t, B_e):
-                _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
-            for r_j in (T.unroll if N_j <= 16 else T.serial)(N_j):
-                T.reduce_max(_t5_key, _t5_best, dim=1)
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_cand[i_t, i_e] = T.Select((_t5_key[i_t, i_e] == _t5_best[i_t]), i_e, N_e)
-                T.reduce_min(_t5_cand, _t5_pick, dim=1)
-                for i_t in T.grid(B_t):
-                    _t5[i_t, r_j] = _t5_pick[i_t]
-                for i_t, i_e in T.grid(B_t, B_e):
-                    _t5_key[i_t, i_e] = T.Select((i_e == _t5_pick[i_t]), T.int32(-2147483648), _t5_key[i_t, i_e])
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel[i_t, i_j] = T.Select(fixed[i_t], _t4[i_t, i_j], T.cast(_t5[i_t, i_j], "int64"))
-            for i_t, i_e in T.grid(B_t, B_e):
-                if scoring in ('sigmoid', 'softmax'):
-                    s_by_e[i_t, i_e] = s[i_t, i_e]
-                if scoring == 'sqrtsoftplus':
-                    sqrt_softplus_by_e[i_t, i_e] = sqrt_softplus[i_t, i_e]
-            for i_t, i_j in T.grid(B_t, B_j):
-                if scoring in ('sigmoid', 'softmax'):
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))), s_by_e[i_t, T.cast(sel[i_t, i_j], "int32")],
-                        T.float32(0.0))
-                if scoring == 'sqrtsoftplus':
-                    picked[i_t, i_j] = T.if_then_else(((sel[i_t, i_j] >= T.int64(0))
-                            & (sel[i_t, i_j] < T.cast(N_e, "int64"))),
-                        sqrt_softplus_by_e[i_t, T.cast(sel[i_t, i_j], "int32")], T.float32(0.0))
-            for i_t in T.grid(B_t):
-                den[i_t] = T.float32(1e-20)
-            for i_t, i_j in T.grid(B_t, B_j):
-                picked_by_j[i_t, i_j] = picked[i_t, i_j]
-            for r_j in T.serial(N_j):
-                for i_t in T.grid(B_t):
-                    den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
-            for i_t, i_j in T.grid(B_t, B_j):
-                w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t])
-                    * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32"))
-            for i_p in T.grid(B_p):
-                slot[i_p] = ((b_p * B_p) + i_p)
-            for i_t, i_j in T.grid(B_t, B_j):
-                sel_by_j[i_t, i_j] = sel[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t6[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)),
-                    sel_by_j[i_t, slot[i_p]], T.int64(0))
-                logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
-                    T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
-            for i_x in T.grid(B_x):
-                lc[i_x] = T.cast(logical_count[i_x], "int32")
-            for i_x in T.grid(B_x):
-                lc_by_x[i_x] = lc[i_x]
-            for i_t, i_p in T.grid(B_t, B_p):
-                count[i_t, i_p] = T.if_then_else(((logical[i_t, i_p] >= T.int64(0))
-                        & (logical[i_t, i_p] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_p], "int32")],
-                    T.int32(0))
-            for i_t in T.grid(B_t):
-                tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))), "int32")
-            for i_t, i_p in T.grid(B_t, B_p):
-                cnt[i_t, i_p] = T.max(count[i_t, i_p], T.int32(1))
-                rem[i_t, i_p] = T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(0),
-                    T.floormod(tok[i_t],
-                        T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(1),
-                            cnt[i_t, i_p])))
-                crem[i_t, i_p] = T.Select(((rem[i_t, i_p] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                    (rem[i_t, i_p] - cnt[i_t, i_p]), rem[i_t, i_p])
-                back[i_t, i_p] = (crem[i_t, i_p] < T.int32(0))
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap[i_x, i_d] = T.cast(to_physical_map[i_x, i_d], "int32")
-            for i_t, i_p in T.grid(B_t, B_p):
-                row[i_t, i_p] = T.Select(back[i_t, i_p], (logical[i_t, i_p] - T.int64(1)), logical[i_t, i_p])
-            for i_x, i_d in T.grid(B_x, B_d):
-                pmap_by_x[i_x, i_d] = pmap[i_x, i_d]
-            for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
-                prow[i_t, i_p, i_d] = T.if_then_else(((row[i_t, i_p] >= T.int64(0))
-                        & (row[i_t, i_p] < T.cast(N_x, "int64"))), pmap_by_x[T.cast(row[i_t, i_p], "int32"), i_d],
-                    T.int32(0))
-            for i_t, i_p in T.grid(B_t, B_p):
-                col[i_t, i_p] = T.Select(back[i_t, i_p], (crem[i_t, i_p] + T.int32(num_dups)), crem[i_t, i_p])
-            for i_t, i_p, i_d in T.grid(B_t, B_p, B_d):
-                prow_by_d[i_t, i_p, i_d] = prow[i_t, i_p, i_d]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t7[i_t, i_p] = T.if_then_else(((col[i_t, i_p] >= T.int32(0)) & (col[i_t, i_p] < N_d)),
-                    prow_by_d[i_t, i_p, col[i_t, i_p]], T.int32(0))
-                physical[i_t, i_p] = T.Select((count[i_t, i_p] > T.int32(0)), T.cast(_t7[i_t, i_p], "int64"),
-                    logical[i_t, i_p])
-                local[i_t, i_p] = (physical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
-                remapped[i_t, i_p] = (local[i_t, i_p]
-                    - (
-                        T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(0)), T.int64(0),
-                            T.Select((T.cast(T.int32(per_dp), "int64") == T.int64(-1)), (-local[i_t, i_p]),
-                                T.floordiv(local[i_t, i_p],
-                                    T.Select(((T.cast(T.int32(per_dp), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_dp), "int64")))))
-                        * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
-                mine[i_t, i_p] = ((
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
-                            T.floormod(
-                                T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
-                                    T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)), (-physical[i_t, i_p]),
-                                        T.floordiv(physical[i_t, i_p],
-                                        T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
-                                        | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
-                                        T.cast(T.int32(per_rank), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)) & (remapped[i_t, i_p] >= T.int64(0)))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_idx[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.cast(
-                        T.Select((routed[i_t] & mine[i_t, i_p]), remapped[i_t, i_p], T.int64(-1)), "int64")
-            for i_t, i_j in T.grid(B_t, B_j):
-                w_by_j[i_t, i_j] = w[i_t, i_j]
-            for i_t, i_p in T.grid(B_t, B_p):
-                _t8[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)), w_by_j[i_t, slot[i_p]],
-                    T.float32(0.0))
-                weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
-                if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
-                    topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = T.Select(routed[i_t], weight[i_t, i_p],
-                        T.float32(0.0))
-            for i_t, i_j in T.grid(B_t, B_j):
-                if (((b_t * B_t) + i_t) < N_t):
-                    unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
-                        "int64")
+                    if not with_mask:
+                        unmapped[((b_t * B_t) + i_t), i_j] = T.cast(sel[i_t, i_j], "int64")
+                    if with_mask:
+                        unmapped[((b_t * B_t) + i_t), i_j] = T.cast(T.Select(routed[i_t], sel[i_t, i_j], T.int64(-1)),
+                            "int64")
 
     return kernel
 
 
 # the variants of the shared factories
-build_sigmoid = specialize(make_base, 'sigmoid')
-build_sqrtsoftplus = specialize(make_base, 'sqrtsoftplus')
-build_softmax = specialize(make_base, 'softmax')
-build_sigmoid_with_to_physical_map = specialize(make_with_to_physical_map, 'sigmoid')
-build_sqrtsoftplus_with_to_physical_map = specialize(make_with_to_physical_map, 'sqrtsoftplus')
-build_softmax_with_to_physical_map = specialize(make_with_to_physical_map, 'softmax')
-build_sigmoid_with_fix_routing_mask = specialize(make_with_fix_routing_mask, 'sigmoid')
-build_sqrtsoftplus_with_fix_routing_mask = specialize(make_with_fix_routing_mask, 'sqrtsoftplus')
-build_softmax_with_fix_routing_mask = specialize(make_with_fix_routing_mask, 'softmax')
+build_sigmoid = specialize(make_variants, 'sigmoid', False, False, False, False, False)
+build_sigmoid_with_to_physical_map = specialize(make_variants, 'sigmoid', False, False, False, True, True)
+build_sigmoid_with_fix_routing_mask = specialize(make_variants, 'sigmoid', False, True, True, False, False)
 build_sigmoid_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_with_fix_routing_mask_with_to_physical_map, 'sigmoid'))
-build_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_with_fix_routing_mask_with_to_physical_map, 'sqrtsoftplus'))
-build_softmax_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_with_fix_routing_mask_with_to_physical_map, 'softmax'))
-build_sigmoid_with_mask = specialize(make_with_mask, 'sigmoid')
-build_sqrtsoftplus_with_mask = specialize(make_with_mask, 'sqrtsoftplus')
-build_softmax_with_mask = specialize(make_with_mask, 'softmax')
-build_sigmoid_with_mask_with_to_physical_map = specialize(make_with_mask_with_to_physical_map, 'sigmoid')
-build_sqrtsoftplus_with_mask_with_to_physical_map = specialize(make_with_mask_with_to_physical_map, 'sqrtsoftplus')
-build_softmax_with_mask_with_to_physical_map = specialize(make_with_mask_with_to_physical_map, 'softmax')
-build_sigmoid_with_mask_with_fix_routing_mask = specialize(make_with_mask_with_fix_routing_mask, 'sigmoid')
-build_sqrtsoftplus_with_mask_with_fix_routing_mask = specialize(make_with_mask_with_fix_routing_mask, 'sqrtsoftplus')
-build_softmax_with_mask_with_fix_routing_mask = specialize(make_with_mask_with_fix_routing_mask, 'softmax')
+    specialize(make_variants, 'sigmoid', False, True, True, True, True))
+build_sigmoid_with_mask = specialize(make_variants, 'sigmoid', True, False, False, False, False)
+build_sigmoid_with_mask_with_to_physical_map = specialize(make_variants, 'sigmoid', True, False, False, True, True)
+build_sigmoid_with_mask_with_fix_routing_mask = specialize(make_variants, 'sigmoid', True, True, True, False, False)
 build_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_with_mask_with_fix_routing_mask_with_to_physical_map, 'sigmoid'))
+    specialize(make_variants, 'sigmoid', True, True, True, True, True))
+build_sqrtsoftplus = specialize(make_variants, 'sqrtsoftplus', False, False, False, False, False)
+build_sqrtsoftplus_with_to_physical_map = specialize(make_variants, 'sqrtsoftplus', False, False, False, True, True)
+build_sqrtsoftplus_with_fix_routing_mask = specialize(make_variants, 'sqrtsoftplus', False, True, True, False, False)
+build_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map = (
+    specialize(make_variants, 'sqrtsoftplus', False, True, True, True, True))
+build_sqrtsoftplus_with_mask = specialize(make_variants, 'sqrtsoftplus', True, False, False, False, False)
+build_sqrtsoftplus_with_mask_with_to_physical_map = (
+    specialize(make_variants, 'sqrtsoftplus', True, False, False, True, True))
+build_sqrtsoftplus_with_mask_with_fix_routing_mask = (
+    specialize(make_variants, 'sqrtsoftplus', True, True, True, False, False))
 build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_with_mask_with_fix_routing_mask_with_to_physical_map, 'sqrtsoftplus'))
+    specialize(make_variants, 'sqrtsoftplus', True, True, True, True, True))
+build_softmax = specialize(make_variants, 'softmax', False, False, False, False, False)
+build_softmax_with_to_physical_map = specialize(make_variants, 'softmax', False, False, False, True, True)
+build_softmax_with_fix_routing_mask = specialize(make_variants, 'softmax', False, True, True, False, False)
+build_softmax_with_fix_routing_mask_with_to_physical_map = (
+    specialize(make_variants, 'softmax', False, True, True, True, True))
+build_softmax_with_mask = specialize(make_variants, 'softmax', True, False, False, False, False)
+build_softmax_with_mask_with_to_physical_map = specialize(make_variants, 'softmax', True, False, False, True, True)
+build_softmax_with_mask_with_fix_routing_mask = specialize(make_variants, 'softmax', True, True, True, False, False)
 build_softmax_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_with_mask_with_fix_routing_mask_with_to_physical_map, 'softmax'))
+    specialize(make_variants, 'softmax', True, True, True, True, True))

@@ -19,7 +19,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def build_base(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
+def make_variants(with_weight, with_grad_residual, H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
     T_ = T.dynamic("T")
     N_t = T_
     N_h = H
@@ -36,22 +36,33 @@ def build_base(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
         grad_out: T.Tensor((T_, H), STORAGE_grad_out),
         x: T.Tensor((T_, H), STORAGE_grad_out),
         rstd: T.Tensor((T_,), 'float32'),
+        weight: T.Tensor((H,), STORAGE_grad_out) if with_weight else None,
+        grad_residual: T.Tensor((T_, H), STORAGE_grad_out) if with_grad_residual else None,
         x_grad: T.Tensor((T_, H), STORAGE_grad_out),
         dot: T.Tensor((T_,), 'float32'),
         weight_grad: T.Tensor((H,), 'float32'),
         scratch_weight_grad: T.Tensor((blocks, H), 'float32'),
     ):
         with T.Kernel(blocks, threads=threads) as (bid,):
+            if with_weight:
+                _t2 = T.alloc_fragment((B_h,), 'float32')
             carry_weight_grad = T.alloc_fragment((B_h,), 'float32')
             r = T.alloc_fragment((B_t,), 'float32')
             _t0 = T.alloc_fragment((B_t, B_h), 'float32')
             xhat = T.alloc_fragment((B_t, B_h), 'float32')
             _t1 = T.alloc_fragment((B_t, B_h), 'float32')
             g = T.alloc_fragment((B_t, B_h), 'float32')
+            if with_weight:
+                gw = T.alloc_fragment((B_t, B_h), 'float32')
             p = T.alloc_fragment((B_t, B_h), 'float32')
             dot_tile = T.alloc_fragment((B_t,), 'float32')
+            if with_grad_residual:
+                _t3 = T.alloc_fragment((B_t, B_h), 'float32')
             q = T.alloc_fragment((B_t, B_h), 'float32')
             weight_grad_tile = T.alloc_fragment((B_h,), 'float32')
+            if with_weight:
+                for i_h in T.Parallel(B_h):
+                    _t2[i_h] = T.if_then_else((i_h < N_h), LOAD_grad_out(weight[i_h]), T.float32(0.0))
             T.fill(carry_weight_grad, T.float32(0.0))
             for tile in T.serial(
                     T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
@@ -68,16 +79,42 @@ def build_base(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
                         LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
-                    p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+                    if not with_weight:
+                        p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+                    if with_weight:
+                        gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
+                        p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * gw[i_t, i_h]), T.float32(0.0))
                 T.reduce_sum(p, dot_tile, dim=1)
                 for i_t in T.Parallel(B_t):
                     if (((b_t * B_t) + i_t) < N_t):
                         dot[((b_t * B_t) + i_t)] = dot_tile[i_t]
                 for i_t, i_h in T.Parallel(B_t, B_h):
-                    if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                        x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out(((g[i_t, i_h]
-                                    - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
-                    q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
+                    if not with_grad_residual:
+                        if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                            if not with_weight:
+                                x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out(((g[i_t, i_h]
+                                            - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                            if with_weight:
+                                x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h]
+                                            - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
+                        q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]),
+                            T.float32(0.0))
+                    if with_grad_residual:
+                        _t3[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
+                            LOAD_grad_out(grad_residual[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_grad_residual:
+                    for i_t, i_h in T.Parallel(B_t, B_h):
+                        if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
+                            if not with_weight:
+                                x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out((((g[i_t, i_h]
+                                                - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t])
+                                        + _t3[i_t, i_h]))
+                            if with_weight:
+                                x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h]
+                                                - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t])
+                                        + _t3[i_t, i_h]))
+                        q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]),
+                            T.float32(0.0))
                 T.reduce_sum(q, weight_grad_tile, dim=0)
                 for i_h in T.Parallel(B_h):
                     carry_weight_grad[i_h] = (carry_weight_grad[i_h]
@@ -107,287 +144,8 @@ def build_base(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
     return kernel
 
 
-def build_with_grad_residual(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_h = H
-    N_blocksum_weight_grad = H
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    B_blocksum_weight_grad = min(128, threads)
-    STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
-    STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
-
-    @T.prim_func
-    def kernel(
-        grad_out: T.Tensor((T_, H), STORAGE_grad_out),
-        x: T.Tensor((T_, H), STORAGE_grad_out),
-        rstd: T.Tensor((T_,), 'float32'),
-        grad_residual: T.Tensor((T_, H), STORAGE_grad_out),
-        x_grad: T.Tensor((T_, H), STORAGE_grad_out),
-        dot: T.Tensor((T_,), 'float32'),
-        weight_grad: T.Tensor((H,), 'float32'),
-        scratch_weight_grad: T.Tensor((blocks, H), 'float32'),
-    ):
-        with T.Kernel(blocks, threads=threads) as (bid,):
-            carry_weight_grad = T.alloc_fragment((B_h,), 'float32')
-            r = T.alloc_fragment((B_t,), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_h), 'float32')
-            xhat = T.alloc_fragment((B_t, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            p = T.alloc_fragment((B_t, B_h), 'float32')
-            dot_tile = T.alloc_fragment((B_t,), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_h), 'float32')
-            q = T.alloc_fragment((B_t, B_h), 'float32')
-            weight_grad_tile = T.alloc_fragment((B_h,), 'float32')
-            T.fill(carry_weight_grad, T.float32(0.0))
-            for tile in T.serial(
-                    T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
-                b_t = (bid + (tile * blocks))
-                for i_t in T.Parallel(B_t):
-                    r[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd[((b_t * B_t) + i_t)], T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    _t0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_grad_out(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    _t1[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
-                    p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
-                T.reduce_sum(p, dot_tile, dim=1)
-                for i_t in T.Parallel(B_t):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        dot[((b_t * B_t) + i_t)] = dot_tile[i_t]
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    _t3[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_grad_out(grad_residual[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                        x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out((((g[i_t, i_h]
-                                        - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
-                    q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
-                T.reduce_sum(q, weight_grad_tile, dim=0)
-                for i_h in T.Parallel(B_h):
-                    carry_weight_grad[i_h] = (carry_weight_grad[i_h]
-                        + T.Select((i_h < N_h), weight_grad_tile[i_h], T.float32(0.0)))
-            for i_h in T.Parallel(B_h):
-                if (i_h < N_h):
-                    scratch_weight_grad[bid, i_h] = carry_weight_grad[i_h]
-        with T.Kernel(T.ceildiv(N_blocksum_weight_grad, B_blocksum_weight_grad), threads=B_blocksum_weight_grad) as (
-                b_blocksum_weight_grad,):
-            carry_weight_grad = T.alloc_fragment((B_blocksum_weight_grad,), 'float32')
-            T.fill(carry_weight_grad, T.float32(0.0))
-            for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
-                for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
-                    carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else((((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
-                                < N_blocksum_weight_grad),
-                            scratch_weight_grad[part,
-                                ((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
-                            T.float32(0.0)))
-            for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
-                if (((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
-                        < N_blocksum_weight_grad):
-                    T.atomic_add(
-                        weight_grad[((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
-                        carry_weight_grad[i_blocksum_weight_grad])
-
-    return kernel
-
-
-def build_with_weight(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_h = H
-    N_blocksum_weight_grad = H
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    B_blocksum_weight_grad = min(128, threads)
-    STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
-    STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
-
-    @T.prim_func
-    def kernel(
-        grad_out: T.Tensor((T_, H), STORAGE_grad_out),
-        x: T.Tensor((T_, H), STORAGE_grad_out),
-        rstd: T.Tensor((T_,), 'float32'),
-        weight: T.Tensor((H,), STORAGE_grad_out),
-        x_grad: T.Tensor((T_, H), STORAGE_grad_out),
-        dot: T.Tensor((T_,), 'float32'),
-        weight_grad: T.Tensor((H,), 'float32'),
-        scratch_weight_grad: T.Tensor((blocks, H), 'float32'),
-    ):
-        with T.Kernel(blocks, threads=threads) as (bid,):
-            _t2 = T.alloc_fragment((B_h,), 'float32')
-            carry_weight_grad = T.alloc_fragment((B_h,), 'float32')
-            r = T.alloc_fragment((B_t,), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_h), 'float32')
-            xhat = T.alloc_fragment((B_t, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            gw = T.alloc_fragment((B_t, B_h), 'float32')
-            p = T.alloc_fragment((B_t, B_h), 'float32')
-            dot_tile = T.alloc_fragment((B_t,), 'float32')
-            q = T.alloc_fragment((B_t, B_h), 'float32')
-            weight_grad_tile = T.alloc_fragment((B_h,), 'float32')
-            for i_h in T.Parallel(B_h):
-                _t2[i_h] = T.if_then_else((i_h < N_h), LOAD_grad_out(weight[i_h]), T.float32(0.0))
-            T.fill(carry_weight_grad, T.float32(0.0))
-            for tile in T.serial(
-                    T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
-                b_t = (bid + (tile * blocks))
-                for i_t in T.Parallel(B_t):
-                    r[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd[((b_t * B_t) + i_t)], T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    _t0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_grad_out(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    _t1[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
-                    gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
-                    p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * gw[i_t, i_h]), T.float32(0.0))
-                T.reduce_sum(p, dot_tile, dim=1)
-                for i_t in T.Parallel(B_t):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        dot[((b_t * B_t) + i_t)] = dot_tile[i_t]
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                        x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out(((gw[i_t, i_h]
-                                    - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]))
-                    q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
-                T.reduce_sum(q, weight_grad_tile, dim=0)
-                for i_h in T.Parallel(B_h):
-                    carry_weight_grad[i_h] = (carry_weight_grad[i_h]
-                        + T.Select((i_h < N_h), weight_grad_tile[i_h], T.float32(0.0)))
-            for i_h in T.Parallel(B_h):
-                if (i_h < N_h):
-                    scratch_weight_grad[bid, i_h] = carry_weight_grad[i_h]
-        with T.Kernel(T.ceildiv(N_blocksum_weight_grad, B_blocksum_weight_grad), threads=B_blocksum_weight_grad) as (
-                b_blocksum_weight_grad,):
-            carry_weight_grad = T.alloc_fragment((B_blocksum_weight_grad,), 'float32')
-            T.fill(carry_weight_grad, T.float32(0.0))
-            for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
-                for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
-                    carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else((((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
-                                < N_blocksum_weight_grad),
-                            scratch_weight_grad[part,
-                                ((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
-                            T.float32(0.0)))
-            for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
-                if (((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
-                        < N_blocksum_weight_grad):
-                    T.atomic_add(
-                        weight_grad[((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
-                        carry_weight_grad[i_blocksum_weight_grad])
-
-    return kernel
-
-
-def build_with_weight_with_grad_residual(H, out_scale, grad_out_dtype, *, threads, block_t, blocks):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_h = H
-    N_blocksum_weight_grad = H
-    B_h = pad_pow2(N_h)
-    B_t = block_t
-    B_blocksum_weight_grad = min(128, threads)
-    STORAGE_grad_out = {'bf16': 'bfloat16', 'fp32': 'float32'}[grad_out_dtype]
-    LOAD_grad_out = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[grad_out_dtype]
-    STORE_grad_out = {'bf16': lambda v: T.cast(v, "bfloat16"), 'fp32': lambda v: v}[grad_out_dtype]
-
-    @T.prim_func
-    def kernel(
-        grad_out: T.Tensor((T_, H), STORAGE_grad_out),
-        x: T.Tensor((T_, H), STORAGE_grad_out),
-        rstd: T.Tensor((T_,), 'float32'),
-        weight: T.Tensor((H,), STORAGE_grad_out),
-        grad_residual: T.Tensor((T_, H), STORAGE_grad_out),
-        x_grad: T.Tensor((T_, H), STORAGE_grad_out),
-        dot: T.Tensor((T_,), 'float32'),
-        weight_grad: T.Tensor((H,), 'float32'),
-        scratch_weight_grad: T.Tensor((blocks, H), 'float32'),
-    ):
-        with T.Kernel(blocks, threads=threads) as (bid,):
-            _t2 = T.alloc_fragment((B_h,), 'float32')
-            carry_weight_grad = T.alloc_fragment((B_h,), 'float32')
-            r = T.alloc_fragment((B_t,), 'float32')
-            _t0 = T.alloc_fragment((B_t, B_h), 'float32')
-            xhat = T.alloc_fragment((B_t, B_h), 'float32')
-            _t1 = T.alloc_fragment((B_t, B_h), 'float32')
-            g = T.alloc_fragment((B_t, B_h), 'float32')
-            gw = T.alloc_fragment((B_t, B_h), 'float32')
-            p = T.alloc_fragment((B_t, B_h), 'float32')
-            dot_tile = T.alloc_fragment((B_t,), 'float32')
-            _t3 = T.alloc_fragment((B_t, B_h), 'float32')
-            q = T.alloc_fragment((B_t, B_h), 'float32')
-            weight_grad_tile = T.alloc_fragment((B_h,), 'float32')
-            for i_h in T.Parallel(B_h):
-                _t2[i_h] = T.if_then_else((i_h < N_h), LOAD_grad_out(weight[i_h]), T.float32(0.0))
-            T.fill(carry_weight_grad, T.float32(0.0))
-            for tile in T.serial(
-                    T.floordiv(((T.floordiv(((N_t + B_t) - T.int32(1)), B_t) + blocks) - T.int32(1)), blocks)):
-                b_t = (bid + (tile * blocks))
-                for i_t in T.Parallel(B_t):
-                    r[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t), rstd[((b_t * B_t) + i_t)], T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    _t0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_grad_out(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    xhat[i_t, i_h] = (_t0[i_t, i_h] * r[i_t])
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    _t1[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_grad_out(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    g[i_t, i_h] = (_t1[i_t, i_h] * T.float32(out_scale))
-                    gw[i_t, i_h] = (g[i_t, i_h] * _t2[i_h])
-                    p[i_t, i_h] = T.Select((i_h < N_h), (xhat[i_t, i_h] * gw[i_t, i_h]), T.float32(0.0))
-                T.reduce_sum(p, dot_tile, dim=1)
-                for i_t in T.Parallel(B_t):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        dot[((b_t * B_t) + i_t)] = dot_tile[i_t]
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    _t3[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
-                        LOAD_grad_out(grad_residual[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                for i_t, i_h in T.Parallel(B_t, B_h):
-                    if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                        x_grad[((b_t * B_t) + i_t), i_h] = STORE_grad_out((((gw[i_t, i_h]
-                                        - (xhat[i_t, i_h] * (dot_tile[i_t] / T.float32(H)))) * r[i_t]) + _t3[i_t, i_h]))
-                    q[i_t, i_h] = T.Select((((b_t * B_t) + i_t) < N_t), (xhat[i_t, i_h] * g[i_t, i_h]), T.float32(0.0))
-                T.reduce_sum(q, weight_grad_tile, dim=0)
-                for i_h in T.Parallel(B_h):
-                    carry_weight_grad[i_h] = (carry_weight_grad[i_h]
-                        + T.Select((i_h < N_h), weight_grad_tile[i_h], T.float32(0.0)))
-            for i_h in T.Parallel(B_h):
-                if (i_h < N_h):
-                    scratch_weight_grad[bid, i_h] = carry_weight_grad[i_h]
-        with T.Kernel(T.ceildiv(N_blocksum_weight_grad, B_blocksum_weight_grad), threads=B_blocksum_weight_grad) as (
-                b_blocksum_weight_grad,):
-            carry_weight_grad = T.alloc_fragment((B_blocksum_weight_grad,), 'float32')
-            T.fill(carry_weight_grad, T.float32(0.0))
-            for part in (T.unroll if blocks <= 1024 else T.serial)(blocks):
-                for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
-                    carry_weight_grad[i_blocksum_weight_grad] = (carry_weight_grad[i_blocksum_weight_grad]
-                        + T.if_then_else((((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
-                                < N_blocksum_weight_grad),
-                            scratch_weight_grad[part,
-                                ((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
-                            T.float32(0.0)))
-            for i_blocksum_weight_grad in T.Parallel(B_blocksum_weight_grad):
-                if (((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)
-                        < N_blocksum_weight_grad):
-                    T.atomic_add(
-                        weight_grad[((b_blocksum_weight_grad * B_blocksum_weight_grad) + i_blocksum_weight_grad)],
-                        carry_weight_grad[i_blocksum_weight_grad])
-
-    return kernel
+# the variants of the shared factories
+build_base = specialize(make_variants, False, False)
+build_with_grad_residual = specialize(make_variants, False, True)
+build_with_weight = specialize(make_variants, True, False)
+build_with_weight_with_grad_residual = specialize(make_variants, True, True)

@@ -40,16 +40,16 @@ def make_reference_variants(with_weight, with_grad_residual, grad_out, x, rstd, 
         if _given and 'dot' in _given:
             _g = _given['dot']
             dot_tile = _fit(_view(_g, (N_t,), (N_t,), (), ('t',), ('t',)).to(torch.float32), (N_t,))
-        if (with_weight, with_grad_residual) == (False, False):
+        if not with_weight and not with_grad_residual:
             x_grad_tile = _fit(((g - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]), (N_t, N_h))
         if with_grad_residual:
             _t3 = _fit(_view(grad_residual, (N_t, N_h), (N_t, N_h), (), ('t', 'h'), ('t', 'h')).to(torch.float32),
                 (N_t, N_h))
-        if (with_weight, with_grad_residual) == (False, True):
+        if not with_weight and with_grad_residual:
             x_grad_tile = _fit((((g - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]) + _t3), (N_t, N_h))
-        if (with_weight, with_grad_residual) == (True, False):
+        if with_weight and not with_grad_residual:
             x_grad_tile = _fit(((gw - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]), (N_t, N_h))
-        if (with_weight, with_grad_residual) == (True, True):
+        if with_weight and with_grad_residual:
             x_grad_tile = _fit((((gw - (xhat * (dot_tile[:, None] / _f32(float(H))))) * r[:, None]) + _t3), (N_t, N_h))
         _store_view(_s_x_grad, (N_t, N_h), (N_t, N_h), ('t', 'h'), ('t', 'h'),
             {torch.bfloat16: lambda v: _codes_as(encode_bf16(v), torch.uint16, torch.bfloat16), torch.float32: _same}[

@@ -21,7 +21,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
 
-def build_base(H, eps, out_scale, x_dtype, *, threads, block_t):
+def make_variants(with_weight, with_residual, H, eps, out_scale, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     N_t = T_
     N_h = H
@@ -34,180 +34,68 @@ def build_base(H, eps, out_scale, x_dtype, *, threads, block_t):
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
+        weight: T.Tensor((H,), STORAGE_x) if with_weight else None,
+        residual: T.Tensor((T_, H), STORAGE_x) if with_residual else None,
         out: T.Tensor((T_, H), STORAGE_x),
         rstd: T.Tensor((T_,), 'float32'),
+        residual_out: T.Tensor((T_, H), STORAGE_x) if with_residual else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t, B_h), 'float32')
+            if with_residual:
+                _t1 = T.alloc_local((B_t, B_h), 'float32')
             s = T.alloc_local((B_t, B_h), 'float32')
             s2 = T.alloc_local((B_t, B_h), 'float32')
             _t2 = T.alloc_local((B_t,), 'float32')
             rstd_tile = T.alloc_local((B_t,), 'float32')
+            if with_weight:
+                _t3 = T.alloc_local((B_h,), 'float32')
+            if with_residual or not with_weight:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
+                        T.float32(0.0))
             for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
-                s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
+                if not with_weight and not with_residual:
+                    s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
+                    s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
+                if with_residual:
+                    _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(residual[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
+                if with_weight and not with_residual:
+                    _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
+                        T.float32(0.0))
+            if with_residual or with_weight:
+                for i_t, i_h in T.grid(B_t, B_h):
+                    if with_residual:
+                        s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
+                        if (((b_t * B_t) + i_t) < N_t):
+                            residual_out[((b_t * B_t) + i_t), i_h] = STORE_x(s[i_t, i_h])
+                    if not with_residual:
+                        s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
+                    s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
             T.reduce_sum(s2, _t2, dim=1)
             for i_t in T.grid(B_t):
                 rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if (((b_t * B_t) + i_t) < N_t):
                     rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
+            if with_weight:
+                for i_h in T.grid(B_h):
+                    _t3[i_h] = LOAD_x(weight[i_h])
             for i_t, i_h in T.grid(B_t, B_h):
                 if (((b_t * B_t) + i_t) < N_t):
-                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
-                            * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))
+                    if not with_weight:
+                        out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                                * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))
+                    if with_weight:
+                        out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
+                                * (_t3[i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
 
     return kernel
 
 
-def build_with_residual(H, eps, out_scale, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_h = H
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        residual: T.Tensor((T_, H), STORAGE_x),
-        out: T.Tensor((T_, H), STORAGE_x),
-        rstd: T.Tensor((T_,), 'float32'),
-        residual_out: T.Tensor((T_, H), STORAGE_x),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_h), 'float32')
-            _t1 = T.alloc_local((B_t, B_h), 'float32')
-            s = T.alloc_local((B_t, B_h), 'float32')
-            s2 = T.alloc_local((B_t, B_h), 'float32')
-            _t2 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(residual[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
-                if (((b_t * B_t) + i_t) < N_t):
-                    residual_out[((b_t * B_t) + i_t), i_h] = STORE_x(s[i_t, i_h])
-                s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
-            T.reduce_sum(s2, _t2, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
-                            * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))
-
-    return kernel
-
-
-def build_with_weight(H, eps, out_scale, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_h = H
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        weight: T.Tensor((H,), STORAGE_x),
-        out: T.Tensor((T_, H), STORAGE_x),
-        rstd: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_h), 'float32')
-            s = T.alloc_local((B_t, B_h), 'float32')
-            s2 = T.alloc_local((B_t, B_h), 'float32')
-            _t2 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            _t3 = T.alloc_local((B_h,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                s[i_t, i_h] = LOAD_x(STORE_x(_t0[i_t, i_h]))
-                s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
-            T.reduce_sum(s2, _t2, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
-            for i_h in T.grid(B_h):
-                _t3[i_h] = LOAD_x(weight[i_h])
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
-                            * (_t3[i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
-
-    return kernel
-
-
-def build_with_weight_with_residual(H, eps, out_scale, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_h = H
-    B_h = N_h
-    B_t = block_t
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        weight: T.Tensor((H,), STORAGE_x),
-        residual: T.Tensor((T_, H), STORAGE_x),
-        out: T.Tensor((T_, H), STORAGE_x),
-        rstd: T.Tensor((T_,), 'float32'),
-        residual_out: T.Tensor((T_, H), STORAGE_x),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_h), 'float32')
-            _t1 = T.alloc_local((B_t, B_h), 'float32')
-            s = T.alloc_local((B_t, B_h), 'float32')
-            s2 = T.alloc_local((B_t, B_h), 'float32')
-            _t2 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            _t3 = T.alloc_local((B_h,), 'float32')
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                _t1[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(residual[((b_t * B_t) + i_t), i_h]),
-                    T.float32(0.0))
-            for i_t, i_h in T.grid(B_t, B_h):
-                s[i_t, i_h] = LOAD_x(STORE_x((_t0[i_t, i_h] + _t1[i_t, i_h])))
-                if (((b_t * B_t) + i_t) < N_t):
-                    residual_out[((b_t * B_t) + i_t), i_h] = STORE_x(s[i_t, i_h])
-                s2[i_t, i_h] = (s[i_t, i_h] * s[i_t, i_h])
-            T.reduce_sum(s2, _t2, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t2[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
-            for i_h in T.grid(B_h):
-                _t3[i_h] = LOAD_x(weight[i_h])
-            for i_t, i_h in T.grid(B_t, B_h):
-                if (((b_t * B_t) + i_t) < N_t):
-                    out[((b_t * B_t) + i_t), i_h] = STORE_x(((s[i_t, i_h] * rstd_tile[i_t])
-                            * (_t3[i_h] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
-
-    return kernel
+# the variants of the shared factories
+build_base = specialize(make_variants, False, False)
+build_with_residual = specialize(make_variants, False, True)
+build_with_weight = specialize(make_variants, True, False)
+build_with_weight_with_residual = specialize(make_variants, True, True)

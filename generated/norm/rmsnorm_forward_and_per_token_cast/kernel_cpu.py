@@ -21,7 +21,7 @@ from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
 
 
-def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
+def make_e4m3(scale, with_weight, with_residual, H, eps, out_scale, group, x_dtype, *, threads, block_t):
     T_ = T.dynamic("T")
     N_t = T_
     N_g = (H // group)
@@ -44,17 +44,24 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
     @T.prim_func
     def kernel(
         x: T.Tensor((T_, H), STORAGE_x),
+        weight: T.Tensor((H,), STORAGE_x) if with_weight else None,
+        residual: T.Tensor((T_, H), STORAGE_x) if with_residual else None,
         q: T.Tensor((T_, H), 'uint8'),
         sf: PARAM_sf,
         rstd: T.Tensor((T_,), 'float32'),
+        residual_out: T.Tensor((T_, H), STORAGE_x) if with_residual else None,
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
+            if with_residual:
+                _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
             s = T.alloc_local((B_t, B_g, B_c), 'float32')
             s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t2 = T.alloc_local((B_t, B_g), 'float32')
             _t3 = T.alloc_local((B_t,), 'float32')
             rstd_tile = T.alloc_local((B_t,), 'float32')
+            if with_weight:
+                _t4 = T.alloc_local((B_g, B_c), 'float32')
             y = T.alloc_local((B_t, B_g, B_c), 'float32')
             y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
             _t5 = T.alloc_local((B_t, B_g), 'float32')
@@ -63,12 +70,35 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
                 sf_tile = T.alloc_local((B_t, B_g), 'float32')
                 sf_codes = T.alloc_local((B_t, B_g), 'uint32')
             inv = T.alloc_local((B_t, B_g), 'float32')
+            if (scale, with_weight, with_residual) in (('fp32', False, False), ('fp32', False, True),
+                    ('fp32', True, False), ('fp32', True, True), ('pow2', False, False), ('pow2', False, True),
+                    ('pow2', True, False), ('pow2', True, True), ('ue8m0', False, True), ('ue8m0', True, False),
+                    ('ue8m0', True, True)):
+                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                    _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
+                if (scale, with_weight, with_residual) in (('fp32', False, False), ('fp32', True, False),
+                        ('pow2', False, False), ('pow2', True, False), ('ue8m0', True, False)):
+                    s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
+                    s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
+                if with_residual:
+                    _t1[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+                if (scale, with_weight, with_residual) == ('ue8m0', False, False):
+                    _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
+            if (scale, with_weight, with_residual) in (('fp32', False, True), ('fp32', True, True),
+                    ('pow2', False, True), ('pow2', True, True), ('ue8m0', False, False), ('ue8m0', False, True),
+                    ('ue8m0', True, True)):
+                for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
+                    if with_residual:
+                        s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
+                        if (((b_t * B_t) + i_t) < N_t):
+                            residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
+                    if not with_residual:
+                        s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
+                    s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
             T.reduce_sum(s2, _t2, dim=2)
             T.reduce_sum(_t2, _t3, dim=1)
             for i_t in T.grid(B_t):
@@ -76,373 +106,18 @@ def make_e4m3(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
                         + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
                 if (((b_t * B_t) + i_t) < N_t):
                     rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
+            if with_weight:
+                for i_g, i_c in T.grid(B_g, B_c):
+                    _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
             for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(
-                    STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
-                            * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if scale in ('fp32', 'pow2'):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        residual: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        rstd: T.Tensor((T_,), 'float32'),
-        residual_out: T.Tensor((T_, H), STORAGE_x),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g), 'float32')
-            _t3 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if (((b_t * B_t) + i_t) < N_t):
-                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(
-                    STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
-                            * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if scale in ('fp32', 'pow2'):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weight(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        weight: T.Tensor((H,), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        rstd: T.Tensor((T_,), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g), 'float32')
-            _t3 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            _t4 = T.alloc_local((B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x(_t0[i_t, i_g, i_c]))
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
-            for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(
-                    STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
-                            * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
-                y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
-                    y[i_t, i_g, i_c])
-            T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
-            for i_t, i_g in T.grid(B_t, B_g):
-                amax[i_t, i_g] = T.max(_t5[i_t, i_g], T.float32(0.0001))
-                if scale in ('fp32', 'pow2'):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        if scale == 'fp32':
-                            sf[((b_t * B_t) + i_t), i_g] = (amax[i_t, i_g] / T.float32(448.0))
-                        if scale == 'pow2':
-                            sf[((b_t * B_t) + i_t), i_g] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_t, i_g] = (T.float32(448.0) / amax[i_t, i_g])
-                if scale == 'pow2':
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
-                                        - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_t, i_g_p in T.grid(B_t, B_g_p):
-                    if (((b_t * B_t) + i_t) < N_t):
-                        sf[((b_t * B_t) + i_t), i_g_p] = T.reinterpret((((
-                                        T.if_then_else(((i_g_p * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
-                                        | (
-                                            T.if_then_else((((i_g_p * T.int32(4)) + T.int32(1)) < N_g),
-                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_g_p * T.int32(4)) + T.int32(2)) < N_g),
-                                            sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
-                                        << T.uint32(16)))
-                                | (
-                                    T.if_then_else((((i_g_p * T.int32(4)) + T.int32(3)) < N_g),
-                                        sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
-                                    << T.uint32(24))), "int32")
-                for i_t, i_g in T.grid(B_t, B_g):
-                    inv[i_t, i_g] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                if (((b_t * B_t) + i_t) < N_t):
-                    q[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = T.cast(
-                        encode_e4m3((y[i_t, i_g, i_c] * inv[i_t, i_g])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype, *, threads, block_t):
-    T_ = T.dynamic("T")
-    N_t = T_
-    N_g = (H // group)
-    N_c = group
-    if scale == 'ue8m0':
-        N_g_p = T.ceildiv(N_g, 4)
-    B_g = N_g
-    B_c = N_c
-    B_t = block_t
-    if scale == 'ue8m0':
-        B_g_p = T.ceildiv(B_g, 4)
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v}[x_dtype]
-    STORE_x = {'bf16': lambda v: T.cast(encode_bf16(v), "uint16"), 'fp32': lambda v: v}[x_dtype]
-
-    if scale in ('fp32', 'pow2'):
-        PARAM_sf = T.Tensor((T_, (H // group)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_sf = T.Tensor((T_, T.ceildiv((H // group), 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((T_, H), STORAGE_x),
-        weight: T.Tensor((H,), STORAGE_x),
-        residual: T.Tensor((T_, H), STORAGE_x),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: PARAM_sf,
-        rstd: T.Tensor((T_,), 'float32'),
-        residual_out: T.Tensor((T_, H), STORAGE_x),
-    ):
-        with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
-            _t0 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s = T.alloc_local((B_t, B_g, B_c), 'float32')
-            s2 = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_t, B_g), 'float32')
-            _t3 = T.alloc_local((B_t,), 'float32')
-            rstd_tile = T.alloc_local((B_t,), 'float32')
-            _t4 = T.alloc_local((B_g, B_c), 'float32')
-            y = T.alloc_local((B_t, B_g, B_c), 'float32')
-            y_for_absmax_over_c = T.alloc_local((B_t, B_g, B_c), 'float32')
-            _t5 = T.alloc_local((B_t, B_g), 'float32')
-            amax = T.alloc_local((B_t, B_g), 'float32')
-            if scale == 'ue8m0':
-                sf_tile = T.alloc_local((B_t, B_g), 'float32')
-                sf_codes = T.alloc_local((B_t, B_g), 'uint32')
-            inv = T.alloc_local((B_t, B_g), 'float32')
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t0[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(x[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                _t1[i_t, i_g, i_c] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                    LOAD_x(residual[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)]), T.float32(0.0))
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                s[i_t, i_g, i_c] = LOAD_x(STORE_x((_t0[i_t, i_g, i_c] + _t1[i_t, i_g, i_c])))
-                if (((b_t * B_t) + i_t) < N_t):
-                    residual_out[((b_t * B_t) + i_t), ((i_g * N_c) + i_c)] = STORE_x(s[i_t, i_g, i_c])
-                s2[i_t, i_g, i_c] = (s[i_t, i_g, i_c] * s[i_t, i_g, i_c])
-            T.reduce_sum(s2, _t2, dim=2)
-            T.reduce_sum(_t2, _t3, dim=1)
-            for i_t in T.grid(B_t):
-                rstd_tile[i_t] = T.rsqrt(((_t3[i_t] / T.reinterpret(T.uint32(f32_bits(H)), "float32"))
-                        + T.reinterpret(T.uint32(f32_bits(eps)), "float32")))
-                if (((b_t * B_t) + i_t) < N_t):
-                    rstd[((b_t * B_t) + i_t)] = rstd_tile[i_t]
-            for i_g, i_c in T.grid(B_g, B_c):
-                _t4[i_g, i_c] = LOAD_x(weight[((i_g * N_c) + i_c)])
-            for i_t, i_g, i_c in T.grid(B_t, B_g, B_c):
-                y[i_t, i_g, i_c] = LOAD_x(
-                    STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
-                            * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
+                if not with_weight:
+                    y[i_t, i_g, i_c] = LOAD_x(
+                        STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
+                                * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32"))))
+                if with_weight:
+                    y[i_t, i_g, i_c] = LOAD_x(
+                        STORE_x(((s[i_t, i_g, i_c] * rstd_tile[i_t])
+                                * (_t4[i_g, i_c] * T.reinterpret(T.uint32(f32_bits(out_scale)), "float32")))))
                 y_for_absmax_over_c[i_t, i_g, i_c] = T.Select(T.isnan(y[i_t, i_g, i_c]), T.float32(0.0),
                     y[i_t, i_g, i_c])
             T.reduce_absmax(y_for_absmax_over_c, _t5, dim=2)
@@ -498,15 +173,15 @@ def make_e4m3_with_weight_with_residual(scale, H, eps, out_scale, group, x_dtype
 
 
 # the variants of the shared factories
-build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
-build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
-build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0')
-build_e4m3_fp32_with_residual = specialize(make_e4m3_with_residual, 'fp32')
-build_e4m3_pow2_with_residual = specialize(make_e4m3_with_residual, 'pow2')
-build_e4m3_ue8m0_with_residual = specialize(make_e4m3_with_residual, 'ue8m0')
-build_e4m3_fp32_with_weight = specialize(make_e4m3_with_weight, 'fp32')
-build_e4m3_pow2_with_weight = specialize(make_e4m3_with_weight, 'pow2')
-build_e4m3_ue8m0_with_weight = specialize(make_e4m3_with_weight, 'ue8m0')
-build_e4m3_fp32_with_weight_with_residual = specialize(make_e4m3_with_weight_with_residual, 'fp32')
-build_e4m3_pow2_with_weight_with_residual = specialize(make_e4m3_with_weight_with_residual, 'pow2')
-build_e4m3_ue8m0_with_weight_with_residual = specialize(make_e4m3_with_weight_with_residual, 'ue8m0')
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32', False, False)
+build_e4m3_fp32_with_residual = specialize(make_e4m3, 'fp32', False, True)
+build_e4m3_fp32_with_weight = specialize(make_e4m3, 'fp32', True, False)
+build_e4m3_fp32_with_weight_with_residual = specialize(make_e4m3, 'fp32', True, True)
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2', False, False)
+build_e4m3_pow2_with_residual = specialize(make_e4m3, 'pow2', False, True)
+build_e4m3_pow2_with_weight = specialize(make_e4m3, 'pow2', True, False)
+build_e4m3_pow2_with_weight_with_residual = specialize(make_e4m3, 'pow2', True, True)
+build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0', False, False)
+build_e4m3_ue8m0_with_residual = specialize(make_e4m3, 'ue8m0', False, True)
+build_e4m3_ue8m0_with_weight = specialize(make_e4m3, 'ue8m0', True, False)
+build_e4m3_ue8m0_with_weight_with_residual = specialize(make_e4m3, 'ue8m0', True, True)

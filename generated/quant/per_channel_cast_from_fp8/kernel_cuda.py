@@ -19,7 +19,7 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def make_e4m3(in_scale, scale, H, group_tokens, in_group, q_dtype, *, threads, block_b, tile_elems):
+def make_e4m3(in_scale, scale, with_sf, H, group_tokens, in_group, q_dtype, *, threads, block_b, tile_elems):
     T_ = T.dynamic("T")
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
@@ -33,112 +33,21 @@ def make_e4m3(in_scale, scale, H, group_tokens, in_group, q_dtype, *, threads, b
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     if scale == 'ue8m0':
         B_b_p = T.ceildiv(B_b, 4)
-    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g * B_c), tile_elems)
+    if not with_sf:
+        threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g * B_c), tile_elems)
+    if with_sf:
+        threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
     STORAGE_q = {'e4m3': 'float8_e4m3fn', 'bf16': 'bfloat16', 'fp32': 'float32'}[q_dtype]
     LOAD_q = {'e4m3': lambda v: T.cast(v, "float32"), 'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[
         q_dtype]
 
-    if scale in ('fp32', 'pow2'):
-        PARAM_out_sf = T.Tensor((T.ceildiv(T_, group_tokens), (T.ceildiv(H, 4) * 4)), 'float32')
-    if scale == 'ue8m0':
-        PARAM_out_sf = T.Tensor((T.ceildiv(T.ceildiv(T_, group_tokens), 4), (T.ceildiv(H, 4) * 4)), 'int32')
-    @T.prim_func
-    def kernel(
-        q: T.Tensor((T_, H), STORAGE_q),
-        out: T.Tensor((T_, H), 'float8_e4m3fn'),
-        out_sf: PARAM_out_sf,
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_b, B_g, B_c), 'float32')
-            amax = T.alloc_fragment((B_b, B_g, B_c), 'float32')
-            if scale == 'ue8m0':
-                out_sf_tile = T.alloc_fragment((B_b, B_g, B_c), 'float32')
-                out_sf_codes = T.alloc_shared((B_b, B_g, B_c), 'uint32')
-            inv = T.alloc_fragment((B_b, B_g, B_c), 'float32')
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                _t0[i_b, i_r, i_g, i_c] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    LOAD_q(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            T.reduce_absmax(_t0, _t2, dim=1)
-            for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
-                amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(9.999999747378752e-05))
-                if scale in ('fp32', 'pow2'):
-                    if (((b_b * B_b) + i_b) < N_b):
-                        if scale == 'fp32':
-                            out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
-                                / T.float32(448.0))
-                        if scale == 'pow2':
-                            out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_b, i_g, i_c] = (T.float32(448.0) / amax[i_b, i_g, i_c])
-                if scale == 'pow2':
-                    inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    out_sf_tile[i_b, i_g, i_c] = T.reinterpret(((((
-                                        T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    out_sf_codes[i_b, i_g, i_c] = ((T.reinterpret(out_sf_tile[i_b, i_g, i_c], "uint32") >> T.uint32(23))
-                        & T.uint32(255))
-            if scale == 'ue8m0':
-                for i_b_p, i_g, i_c in T.Parallel(B_b_p, B_g, B_c):
-                    out_sf[((b_b * B_b_p) + i_b_p), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret((((
-                                    T.if_then_else(((((b_b * B_b_p) + i_b_p) * T.int32(4)) < N_b),
-                                        out_sf_codes[(i_b_p * T.int32(4)), i_g, i_c], T.uint32(0))
-                                    | (
-                                        T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(1)) < N_b),
-                                            out_sf_codes[((i_b_p * T.int32(4)) + T.int32(1)), i_g, i_c], T.uint32(0))
-                                        << T.uint32(8)))
-                                | (
-                                    T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(2)) < N_b),
-                                        out_sf_codes[((i_b_p * T.int32(4)) + T.int32(2)), i_g, i_c], T.uint32(0))
-                                    << T.uint32(16)))
-                            | (
-                                T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(3)) < N_b),
-                                    out_sf_codes[((i_b_p * T.int32(4)) + T.int32(3)), i_g, i_c], T.uint32(0))
-                                << T.uint32(24))), "int32")
-                for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
-                    inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
-                            _t0[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
-
-    return kernel
-
-
-def make_e4m3_with_sf(in_scale, scale, H, group_tokens, in_group, q_dtype, *, threads, block_b, tile_elems):
-    T_ = T.dynamic("T")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_g = (H // in_group)
-    N_c = in_group
-    if scale == 'ue8m0':
-        N_b_p = T.ceildiv(N_b, 4)
-    B_r = pad_pow2(N_r)
-    B_c = N_c
-    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-    if scale == 'ue8m0':
-        B_b_p = T.ceildiv(B_b, 4)
-    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
-    STORAGE_q = {'e4m3': 'float8_e4m3fn', 'bf16': 'bfloat16', 'fp32': 'float32'}[q_dtype]
-    LOAD_q = {'e4m3': lambda v: T.cast(v, "float32"), 'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[
-        q_dtype]
-
-    if in_scale == 'fp32':
+    if not with_sf:
+        PARAM_sf = None
+    if (in_scale, with_sf) == ('fp32', True):
         PARAM_sf = T.Tensor((T_, (H // in_group)), 'float32')
-    if in_scale == 'ue8m0':
+    if (in_scale, with_sf) == ('ue8m0', True):
         PARAM_sf = T.Tensor((T_, T.ceildiv((H // in_group), 4)), 'int32')
-    if in_scale == 'e4m3':
+    if (in_scale, with_sf) == ('e4m3', True):
         PARAM_sf = T.Tensor((T_, (H // in_group)), 'float8_e4m3fn')
     if scale in ('fp32', 'pow2'):
         PARAM_out_sf = T.Tensor((T.ceildiv(T_, group_tokens), (T.ceildiv(H, 4) * 4)), 'float32')
@@ -155,9 +64,10 @@ def make_e4m3_with_sf(in_scale, scale, H, group_tokens, in_group, q_dtype, *, th
             b_b = pid // (T.ceildiv(N_g, B_g))
             b_g = pid % T.ceildiv(N_g, B_g)
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
-            v = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            v_for_absmax_over_r = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+            if with_sf:
+                _t1 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
+                v = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+                v_for_absmax_over_r = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             _t2 = T.alloc_fragment((B_b, B_g, B_c), 'float32')
             amax = T.alloc_fragment((B_b, B_g, B_c), 'float32')
             if scale == 'ue8m0':
@@ -167,53 +77,62 @@ def make_e4m3_with_sf(in_scale, scale, H, group_tokens, in_group, q_dtype, *, th
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 _t0[i_b, i_r, i_g, i_c] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
                     LOAD_q(q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                if in_scale == 'fp32':
-                    _t1[i_b, i_r, i_g] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                        sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_g * B_g) + i_g)], T.float32(0.0))
-                if in_scale == 'ue8m0':
-                    _t1[i_b, i_r, i_g] = T.reinterpret((((
-                                    T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                                        (
-                                            T.cast(
-                                            sf[((((b_b * B_b) + i_b) * N_r) + i_r),
-                                            T.floordiv(((b_g * B_g) + i_g), T.int32(4))], "uint32")
-                                            & T.uint32(0xffffffff)), T.uint32(0))
-                                    >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
-                                & T.uint32(255)) << T.uint32(23)), "float32")
-                if in_scale == 'e4m3':
-                    _t1[i_b, i_r, i_g] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                        T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_g * B_g) + i_g)], "float32"), T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                v[i_b, i_r, i_g, i_c] = (_t0[i_b, i_r, i_g, i_c] * _t1[i_b, i_r, i_g])
-                v_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((i_r < N_r),
-                    T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), v[i_b, i_r, i_g, i_c], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(v_for_absmax_over_r, _t2, dim=1)
-            for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
-                amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(9.999999747378752e-05))
-                if scale in ('fp32', 'pow2'):
-                    if (((b_b * B_b) + i_b) < N_b):
-                        if scale == 'fp32':
-                            out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
-                                / T.float32(448.0))
-                        if scale == 'pow2':
-                            out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret(((((
-                                                T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
-                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
-                                "float32")
-                if scale == 'fp32':
-                    inv[i_b, i_g, i_c] = (T.float32(448.0) / amax[i_b, i_g, i_c])
-                if scale == 'pow2':
-                    inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-                if scale == 'ue8m0':
-                    out_sf_tile[i_b, i_g, i_c] = T.reinterpret(((((
-                                        T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                    >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                    out_sf_codes[i_b, i_g, i_c] = ((T.reinterpret(out_sf_tile[i_b, i_g, i_c], "uint32") >> T.uint32(23))
-                        & T.uint32(255))
+            if not with_sf:
+                T.reduce_absmax(_t0, _t2, dim=1)
+            if with_sf:
+                for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
+                    if in_scale == 'fp32':
+                        _t1[i_b, i_r, i_g] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                            sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_g * B_g) + i_g)], T.float32(0.0))
+                    if in_scale == 'ue8m0':
+                        _t1[i_b, i_r, i_g] = T.reinterpret((((
+                                        T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                                            (
+                                                T.cast(
+                                                sf[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                                T.floordiv(((b_g * B_g) + i_g), T.int32(4))], "uint32")
+                                                & T.uint32(0xffffffff)), T.uint32(0))
+                                        >> T.cast((T.floormod(((b_g * B_g) + i_g), T.int32(4)) * T.int32(8)), "uint32"))
+                                    & T.uint32(255)) << T.uint32(23)), "float32")
+                    if in_scale == 'e4m3':
+                        _t1[i_b, i_r, i_g] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
+                            T.cast(sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_g * B_g) + i_g)], "float32"),
+                            T.float32(0.0))
+                for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+                    v[i_b, i_r, i_g, i_c] = (_t0[i_b, i_r, i_g, i_c] * _t1[i_b, i_r, i_g])
+                    v_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((i_r < N_r),
+                        T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), v[i_b, i_r, i_g, i_c], T.float32(0.0)),
+                        T.float32(0.0))
+                T.reduce_absmax(v_for_absmax_over_r, _t2, dim=1)
+            if (in_scale, scale, with_sf) in (('fp32', 'ue8m0', False), ('fp32', 'ue8m0', True),
+                    ('ue8m0', 'fp32', True), ('ue8m0', 'pow2', True), ('ue8m0', 'ue8m0', False),
+                    ('ue8m0', 'ue8m0', True), ('e4m3', 'fp32', True), ('e4m3', 'pow2', True), ('e4m3', 'ue8m0', False),
+                    ('e4m3', 'ue8m0', True)):
+                for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
+                    amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(9.999999747378752e-05))
+                    if scale == 'ue8m0':
+                        out_sf_tile[i_b, i_g, i_c] = T.reinterpret(((((
+                                            T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
+                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
+                        out_sf_codes[i_b, i_g, i_c] = ((T.reinterpret(out_sf_tile[i_b, i_g, i_c], "uint32")
+                                >> T.uint32(23)) & T.uint32(255))
+                    if scale in ('fp32', 'pow2'):
+                        if (((b_b * B_b) + i_b) < N_b):
+                            if scale == 'fp32':
+                                out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
+                                    / T.float32(448.0))
+                            if scale == 'pow2':
+                                out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret(((((
+                                                    T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                    "float32")
+                    if scale == 'fp32':
+                        inv[i_b, i_g, i_c] = (T.float32(448.0) / amax[i_b, i_g, i_c])
+                    if scale == 'pow2':
+                        inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
+                                    - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
+                            "float32")
             if scale == 'ue8m0':
                 for i_b_p, i_g, i_c in T.Parallel(B_b_p, B_g, B_c):
                     out_sf[((b_b * B_b_p) + i_b_p), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret((((
@@ -231,34 +150,58 @@ def make_e4m3_with_sf(in_scale, scale, H, group_tokens, in_group, q_dtype, *, th
                                 T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(3)) < N_b),
                                     out_sf_codes[((i_b_p * T.int32(4)) + T.int32(3)), i_g, i_c], T.uint32(0))
                                 << T.uint32(24))), "int32")
+            if (in_scale, scale, with_sf) in (('fp32', 'fp32', False), ('fp32', 'fp32', True), ('fp32', 'pow2', False),
+                    ('fp32', 'pow2', True), ('fp32', 'ue8m0', False), ('fp32', 'ue8m0', True), ('ue8m0', 'fp32', False),
+                    ('ue8m0', 'pow2', False), ('ue8m0', 'ue8m0', False), ('ue8m0', 'ue8m0', True),
+                    ('e4m3', 'fp32', False), ('e4m3', 'pow2', False), ('e4m3', 'ue8m0', False),
+                    ('e4m3', 'ue8m0', True)):
                 for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
-                    inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
+                    if scale in ('fp32', 'pow2'):
+                        amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(9.999999747378752e-05))
+                        if (((b_b * B_b) + i_b) < N_b):
+                            if scale == 'fp32':
+                                out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
+                                    / T.float32(448.0))
+                            if scale == 'pow2':
+                                out_sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret(((((
+                                                    T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
+                                                    - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
+                                    "float32")
+                    if scale == 'fp32':
+                        inv[i_b, i_g, i_c] = (T.float32(448.0) / amax[i_b, i_g, i_c])
+                    if scale in ('pow2', 'ue8m0'):
+                        inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
+                                    - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
+                                                - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
+                            "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
-                            v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
+                    if not with_sf:
+                        out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
+                                _t0[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
+                    if with_sf:
+                        out[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
+                                v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
 
     return kernel
 
 
 # the variants of the shared factories
-build_e4m3_fp32_fp32 = specialize(make_e4m3, 'fp32', 'fp32')
-build_e4m3_fp32_pow2 = specialize(make_e4m3, 'fp32', 'pow2')
-build_e4m3_fp32_ue8m0 = specialize(make_e4m3, 'fp32', 'ue8m0')
-build_e4m3_ue8m0_fp32 = specialize(make_e4m3, 'ue8m0', 'fp32')
-build_e4m3_ue8m0_pow2 = specialize(make_e4m3, 'ue8m0', 'pow2')
-build_e4m3_ue8m0_ue8m0 = specialize(make_e4m3, 'ue8m0', 'ue8m0')
-build_e4m3_e4m3_fp32 = specialize(make_e4m3, 'e4m3', 'fp32')
-build_e4m3_e4m3_pow2 = specialize(make_e4m3, 'e4m3', 'pow2')
-build_e4m3_e4m3_ue8m0 = specialize(make_e4m3, 'e4m3', 'ue8m0')
-build_e4m3_fp32_fp32_with_sf = specialize(make_e4m3_with_sf, 'fp32', 'fp32')
-build_e4m3_fp32_pow2_with_sf = specialize(make_e4m3_with_sf, 'fp32', 'pow2')
-build_e4m3_fp32_ue8m0_with_sf = specialize(make_e4m3_with_sf, 'fp32', 'ue8m0')
-build_e4m3_ue8m0_fp32_with_sf = specialize(make_e4m3_with_sf, 'ue8m0', 'fp32')
-build_e4m3_ue8m0_pow2_with_sf = specialize(make_e4m3_with_sf, 'ue8m0', 'pow2')
-build_e4m3_ue8m0_ue8m0_with_sf = specialize(make_e4m3_with_sf, 'ue8m0', 'ue8m0')
-build_e4m3_e4m3_fp32_with_sf = specialize(make_e4m3_with_sf, 'e4m3', 'fp32')
-build_e4m3_e4m3_pow2_with_sf = specialize(make_e4m3_with_sf, 'e4m3', 'pow2')
-build_e4m3_e4m3_ue8m0_with_sf = specialize(make_e4m3_with_sf, 'e4m3', 'ue8m0')
+build_e4m3_fp32_fp32 = specialize(make_e4m3, 'fp32', 'fp32', False)
+build_e4m3_fp32_fp32_with_sf = specialize(make_e4m3, 'fp32', 'fp32', True)
+build_e4m3_fp32_pow2 = specialize(make_e4m3, 'fp32', 'pow2', False)
+build_e4m3_fp32_pow2_with_sf = specialize(make_e4m3, 'fp32', 'pow2', True)
+build_e4m3_fp32_ue8m0 = specialize(make_e4m3, 'fp32', 'ue8m0', False)
+build_e4m3_fp32_ue8m0_with_sf = specialize(make_e4m3, 'fp32', 'ue8m0', True)
+build_e4m3_ue8m0_fp32 = specialize(make_e4m3, 'ue8m0', 'fp32', False)
+build_e4m3_ue8m0_fp32_with_sf = specialize(make_e4m3, 'ue8m0', 'fp32', True)
+build_e4m3_ue8m0_pow2 = specialize(make_e4m3, 'ue8m0', 'pow2', False)
+build_e4m3_ue8m0_pow2_with_sf = specialize(make_e4m3, 'ue8m0', 'pow2', True)
+build_e4m3_ue8m0_ue8m0 = specialize(make_e4m3, 'ue8m0', 'ue8m0', False)
+build_e4m3_ue8m0_ue8m0_with_sf = specialize(make_e4m3, 'ue8m0', 'ue8m0', True)
+build_e4m3_e4m3_fp32 = specialize(make_e4m3, 'e4m3', 'fp32', False)
+build_e4m3_e4m3_fp32_with_sf = specialize(make_e4m3, 'e4m3', 'fp32', True)
+build_e4m3_e4m3_pow2 = specialize(make_e4m3, 'e4m3', 'pow2', False)
+build_e4m3_e4m3_pow2_with_sf = specialize(make_e4m3, 'e4m3', 'pow2', True)
+build_e4m3_e4m3_ue8m0 = specialize(make_e4m3, 'e4m3', 'ue8m0', False)
+build_e4m3_e4m3_ue8m0_with_sf = specialize(make_e4m3, 'e4m3', 'ue8m0', True)

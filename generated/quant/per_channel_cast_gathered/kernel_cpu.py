@@ -20,9 +20,11 @@ from ...common.tilelang_helpers import decode_bf16, decode_e4m3, encode_e4m3
 
 
 
-def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, block_g):
+def make_e4m3(scale, with_x_sf, H, group_tokens, in_group, x_dtype, *, threads, block_b, block_g):
     T_ = T.dynamic("T")
     n_x = T.dynamic("n_x")
+    if with_x_sf:
+        n_x_sf = T.dynamic("n_x_sf")
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_g = (H // in_group)
@@ -40,6 +42,7 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, bl
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
+        x_sf: T.Tensor((n_x_sf, (H // in_group)), 'float32') if with_x_sf else None,
         pos_to_token: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'uint8'),
         sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
@@ -49,8 +52,14 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, bl
             b_g = pid % T.ceildiv(N_g, B_g)
             _at_pos_to_token = T.alloc_local((B_b, B_r), 'int32')
             _t0 = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            _t0_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            _t0_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
+            if not with_x_sf:
+                _t0_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
+                _t0_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
+            if with_x_sf:
+                _t1 = T.alloc_local((B_b, B_r, B_g), 'float32')
+                v = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
+                v_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
+                v_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
             _t2 = T.alloc_local((B_b, B_g, B_c), 'float32')
             amax = T.alloc_local((B_b, B_g, B_c), 'float32')
             inv = T.alloc_local((B_b, B_g, B_c), 'float32')
@@ -61,13 +70,29 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, bl
                 _t0[i_b, i_r, i_g, i_c] = T.if_then_else((((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
                             & (_at_pos_to_token[i_b, i_r] >= T.int32(0))) & (_at_pos_to_token[i_b, i_r] < n_x)),
                     LOAD_x(x[_at_pos_to_token[i_b, i_r], ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
+            if with_x_sf:
+                for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
+                    _t1[i_b, i_r, i_g] = T.if_then_else((((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
+                                & (_at_pos_to_token[i_b, i_r] >= T.int32(0))) & (_at_pos_to_token[i_b, i_r] < n_x_sf)),
+                        x_sf[_at_pos_to_token[i_b, i_r], ((b_g * B_g) + i_g)], T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                _t0_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    _t0[i_b, i_r, i_g, i_c], T.float32(0.0))
-                _t0_for_absmax_over_r_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select(
-                    T.isnan(_t0_for_absmax_over_r[i_b, i_r, i_g, i_c]), T.float32(0.0),
-                    _t0_for_absmax_over_r[i_b, i_r, i_g, i_c])
-            T.reduce_absmax(_t0_for_absmax_over_r_for_absmax_over_r, _t2, dim=1)
+                if not with_x_sf:
+                    _t0_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                        _t0[i_b, i_r, i_g, i_c], T.float32(0.0))
+                    _t0_for_absmax_over_r_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select(
+                        T.isnan(_t0_for_absmax_over_r[i_b, i_r, i_g, i_c]), T.float32(0.0),
+                        _t0_for_absmax_over_r[i_b, i_r, i_g, i_c])
+                if with_x_sf:
+                    v[i_b, i_r, i_g, i_c] = (_t0[i_b, i_r, i_g, i_c] * _t1[i_b, i_r, i_g])
+                    v_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                        v[i_b, i_r, i_g, i_c], T.float32(0.0))
+                    v_for_absmax_over_r_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select(
+                        T.isnan(v_for_absmax_over_r[i_b, i_r, i_g, i_c]), T.float32(0.0),
+                        v_for_absmax_over_r[i_b, i_r, i_g, i_c])
+            if not with_x_sf:
+                T.reduce_absmax(_t0_for_absmax_over_r_for_absmax_over_r, _t2, dim=1)
+            if with_x_sf:
+                T.reduce_absmax(v_for_absmax_over_r_for_absmax_over_r, _t2, dim=1)
             for i_b, i_g, i_c in T.grid(B_b, B_g, B_c):
                 amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(0.0001))
                 if (((b_b * B_b) + i_b) < N_b):
@@ -86,95 +111,18 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, bl
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                 if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((_t0[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c])), "uint8")
-
-    return kernel
-
-
-def make_e4m3_with_x_sf(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, block_g):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    n_x_sf = T.dynamic("n_x_sf")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_g = (H // in_group)
-    N_c = in_group
-    B_r = N_r
-    B_c = N_c
-    B_b = block_b
-    B_g = block_g
-    if not (((N_g % B_g) == 0)):
-        raise ValueError('block size of axis g must divide its extent')
-    STORAGE_x = {'bf16': 'uint16', 'fp32': 'float32', 'e4m3': 'uint8'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: decode_bf16(T.cast(v, "uint32")), 'fp32': lambda v: v, 'e4m3': lambda v:
-        decode_e4m3(T.cast(v, "uint32"))}[x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        x_sf: T.Tensor((n_x_sf, (H // in_group)), 'float32'),
-        pos_to_token: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'uint8'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _at_pos_to_token = T.alloc_local((B_b, B_r), 'int32')
-            _t0 = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            _t1 = T.alloc_local((B_b, B_r, B_g), 'float32')
-            v = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            v_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            v_for_absmax_over_r_for_absmax_over_r = T.alloc_local((B_b, B_r, B_g, B_c), 'float32')
-            _t2 = T.alloc_local((B_b, B_g, B_c), 'float32')
-            amax = T.alloc_local((B_b, B_g, B_c), 'float32')
-            inv = T.alloc_local((B_b, B_g, B_c), 'float32')
-            for i_b, i_r in T.grid(B_b, B_r):
-                _at_pos_to_token[i_b, i_r] = T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    T.cast(pos_to_token[((((b_b * B_b) + i_b) * N_r) + i_r)], "int32"), T.int32(0))
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                _t0[i_b, i_r, i_g, i_c] = T.if_then_else((((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
-                            & (_at_pos_to_token[i_b, i_r] >= T.int32(0))) & (_at_pos_to_token[i_b, i_r] < n_x)),
-                    LOAD_x(x[_at_pos_to_token[i_b, i_r], ((((b_g * B_g) + i_g) * N_c) + i_c)]), T.float32(0.0))
-            for i_b, i_r, i_g in T.grid(B_b, B_r, B_g):
-                _t1[i_b, i_r, i_g] = T.if_then_else((((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
-                            & (_at_pos_to_token[i_b, i_r] >= T.int32(0))) & (_at_pos_to_token[i_b, i_r] < n_x_sf)),
-                    x_sf[_at_pos_to_token[i_b, i_r], ((b_g * B_g) + i_g)], T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                v[i_b, i_r, i_g, i_c] = (_t0[i_b, i_r, i_g, i_c] * _t1[i_b, i_r, i_g])
-                v_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
-                    v[i_b, i_r, i_g, i_c], T.float32(0.0))
-                v_for_absmax_over_r_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select(
-                    T.isnan(v_for_absmax_over_r[i_b, i_r, i_g, i_c]), T.float32(0.0),
-                    v_for_absmax_over_r[i_b, i_r, i_g, i_c])
-            T.reduce_absmax(v_for_absmax_over_r_for_absmax_over_r, _t2, dim=1)
-            for i_b, i_g, i_c in T.grid(B_b, B_g, B_c):
-                amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(0.0001))
-                if (((b_b * B_b) + i_b) < N_b):
-                    if scale == 'fp32':
-                        sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
-                            / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_b, i_g, i_c] = (T.float32(448.0) / amax[i_b, i_g, i_c])
-                if scale == 'pow2':
-                    inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
-                if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
-                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast(
-                        encode_e4m3((v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c])), "uint8")
+                    if not with_x_sf:
+                        q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast(
+                            encode_e4m3((_t0[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c])), "uint8")
+                    if with_x_sf:
+                        q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast(
+                            encode_e4m3((v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c])), "uint8")
 
     return kernel
 
 
 # the variants of the shared factories
-build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
-build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
-build_e4m3_fp32_with_x_sf = specialize(make_e4m3_with_x_sf, 'fp32')
-build_e4m3_pow2_with_x_sf = specialize(make_e4m3_with_x_sf, 'pow2')
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32', False)
+build_e4m3_fp32_with_x_sf = specialize(make_e4m3, 'fp32', True)
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2', False)
+build_e4m3_pow2_with_x_sf = specialize(make_e4m3, 'pow2', True)

@@ -19,9 +19,11 @@ from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, p
 
 
 
-def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, tile_elems):
+def make_e4m3(scale, with_x_sf, H, group_tokens, in_group, x_dtype, *, threads, block_b, tile_elems):
     T_ = T.dynamic("T")
     n_x = T.dynamic("n_x")
+    if with_x_sf:
+        n_x_sf = T.dynamic("n_x_sf")
     N_b = T.ceildiv(T_, group_tokens)
     N_r = group_tokens
     N_g = (H // in_group)
@@ -30,7 +32,11 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, ti
     B_c = N_c
     B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r, B_b * B_r * B_g * B_c), tile_elems)
+    if not with_x_sf:
+        threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r, B_b * B_r * B_g * B_c), tile_elems)
+    if with_x_sf:
+        threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r, B_b * B_r * B_g, B_b * B_r * B_g * B_c),
+            tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32', 'e4m3': 'float8_e4m3fn'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v, 'e4m3': lambda v: T.cast(v, "float32")}[
         x_dtype]
@@ -38,6 +44,7 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, ti
     @T.prim_func
     def kernel(
         x: T.Tensor((n_x, H), STORAGE_x),
+        x_sf: T.Tensor((n_x_sf, (H // in_group)), 'float32') if with_x_sf else None,
         pos_to_token: T.Tensor((T_,), 'int32'),
         q: T.Tensor((T_, H), 'float8_e4m3fn'),
         sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
@@ -47,7 +54,12 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, ti
             b_g = pid % T.ceildiv(N_g, B_g)
             _at_pos_to_token = T.alloc_fragment((B_b, B_r), 'int32')
             _t0 = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            _t0_for_absmax_over_r = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+            if not with_x_sf:
+                _t0_for_absmax_over_r = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+            if with_x_sf:
+                _t1 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
+                v = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
+                v_for_absmax_over_r = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             _t2 = T.alloc_fragment((B_b, B_g, B_c), 'float32')
             amax = T.alloc_fragment((B_b, B_g, B_c), 'float32')
             inv = T.alloc_fragment((B_b, B_g, B_c), 'float32')
@@ -59,11 +71,26 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, ti
                                 & (_at_pos_to_token[i_b, i_r] >= T.int32(0))) & (_at_pos_to_token[i_b, i_r] < n_x))
                         & (i_r < N_r)), LOAD_x(x[_at_pos_to_token[i_b, i_r], ((((b_g * B_g) + i_g) * N_c) + i_c)]),
                     T.float32(0.0))
+            if with_x_sf:
+                for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
+                    _t1[i_b, i_r, i_g] = T.if_then_else(((((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
+                                    & (_at_pos_to_token[i_b, i_r] >= T.int32(0)))
+                                & (_at_pos_to_token[i_b, i_r] < n_x_sf)) & (i_r < N_r)),
+                        x_sf[_at_pos_to_token[i_b, i_r], ((b_g * B_g) + i_g)], T.float32(0.0))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                _t0_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((i_r < N_r),
-                    T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), _t0[i_b, i_r, i_g, i_c], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(_t0_for_absmax_over_r, _t2, dim=1)
+                if not with_x_sf:
+                    _t0_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((i_r < N_r),
+                        T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), _t0[i_b, i_r, i_g, i_c], T.float32(0.0)),
+                        T.float32(0.0))
+                if with_x_sf:
+                    v[i_b, i_r, i_g, i_c] = (_t0[i_b, i_r, i_g, i_c] * _t1[i_b, i_r, i_g])
+                    v_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((i_r < N_r),
+                        T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), v[i_b, i_r, i_g, i_c], T.float32(0.0)),
+                        T.float32(0.0))
+            if not with_x_sf:
+                T.reduce_absmax(_t0_for_absmax_over_r, _t2, dim=1)
+            if with_x_sf:
+                T.reduce_absmax(v_for_absmax_over_r, _t2, dim=1)
             for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
                 amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(0.0001))
                 if (((b_b * B_b) + i_b) < N_b):
@@ -82,92 +109,18 @@ def make_e4m3(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, ti
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
-                            _t0[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
-
-    return kernel
-
-
-def make_e4m3_with_x_sf(scale, H, group_tokens, in_group, x_dtype, *, threads, block_b, tile_elems):
-    T_ = T.dynamic("T")
-    n_x = T.dynamic("n_x")
-    n_x_sf = T.dynamic("n_x_sf")
-    N_b = T.ceildiv(T_, group_tokens)
-    N_r = group_tokens
-    N_g = (H // in_group)
-    N_c = in_group
-    B_r = pad_pow2(N_r)
-    B_c = N_c
-    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
-    B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
-    threads = fit_threads(threads, max(B_b * B_g * B_c, B_b * B_r, B_b * B_r * B_g, B_b * B_r * B_g * B_c), tile_elems)
-    STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32', 'e4m3': 'float8_e4m3fn'}[x_dtype]
-    LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v, 'e4m3': lambda v: T.cast(v, "float32")}[
-        x_dtype]
-
-    @T.prim_func
-    def kernel(
-        x: T.Tensor((n_x, H), STORAGE_x),
-        x_sf: T.Tensor((n_x_sf, (H // in_group)), 'float32'),
-        pos_to_token: T.Tensor((T_,), 'int32'),
-        q: T.Tensor((T_, H), 'float8_e4m3fn'),
-        sf: T.Tensor((T.ceildiv(T_, group_tokens), H), 'float32'),
-    ):
-        with T.Kernel(T.ceildiv(N_b, B_b) * T.ceildiv(N_g, B_g), threads=threads) as (pid,):
-            b_b = pid // (T.ceildiv(N_g, B_g))
-            b_g = pid % T.ceildiv(N_g, B_g)
-            _at_pos_to_token = T.alloc_fragment((B_b, B_r), 'int32')
-            _t0 = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            _t1 = T.alloc_fragment((B_b, B_r, B_g), 'float32')
-            v = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            v_for_absmax_over_r = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
-            _t2 = T.alloc_fragment((B_b, B_g, B_c), 'float32')
-            amax = T.alloc_fragment((B_b, B_g, B_c), 'float32')
-            inv = T.alloc_fragment((B_b, B_g, B_c), 'float32')
-            for i_b, i_r in T.Parallel(B_b, B_r):
-                _at_pos_to_token[i_b, i_r] = T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)),
-                    T.cast(pos_to_token[((((b_b * B_b) + i_b) * N_r) + i_r)], "int32"), T.int32(0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                _t0[i_b, i_r, i_g, i_c] = T.if_then_else(((((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
-                                & (_at_pos_to_token[i_b, i_r] >= T.int32(0))) & (_at_pos_to_token[i_b, i_r] < n_x))
-                        & (i_r < N_r)), LOAD_x(x[_at_pos_to_token[i_b, i_r], ((((b_g * B_g) + i_g) * N_c) + i_c)]),
-                    T.float32(0.0))
-            for i_b, i_r, i_g in T.Parallel(B_b, B_r, B_g):
-                _t1[i_b, i_r, i_g] = T.if_then_else(((((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
-                                & (_at_pos_to_token[i_b, i_r] >= T.int32(0))) & (_at_pos_to_token[i_b, i_r] < n_x_sf))
-                        & (i_r < N_r)), x_sf[_at_pos_to_token[i_b, i_r], ((b_g * B_g) + i_g)], T.float32(0.0))
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                v[i_b, i_r, i_g, i_c] = (_t0[i_b, i_r, i_g, i_c] * _t1[i_b, i_r, i_g])
-                v_for_absmax_over_r[i_b, i_r, i_g, i_c] = T.Select((i_r < N_r),
-                    T.Select((((((b_b * B_b) + i_b) * N_r) + i_r) < T_), v[i_b, i_r, i_g, i_c], T.float32(0.0)),
-                    T.float32(0.0))
-            T.reduce_absmax(v_for_absmax_over_r, _t2, dim=1)
-            for i_b, i_g, i_c in T.Parallel(B_b, B_g, B_c):
-                amax[i_b, i_g, i_c] = T.max(_t2[i_b, i_g, i_c], T.float32(0.0001))
-                if (((b_b * B_b) + i_b) < N_b):
-                    if scale == 'fp32':
-                        sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = (amax[i_b, i_g, i_c]
-                            / T.float32(448.0))
-                    if scale == 'pow2':
-                        sf[((b_b * B_b) + i_b), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret(((((
-                                            T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32")
-                                            - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
-                if scale == 'fp32':
-                    inv[i_b, i_g, i_c] = (T.float32(448.0) / amax[i_b, i_g, i_c])
-                if scale == 'pow2':
-                    inv[i_b, i_g, i_c] = T.reinterpret(((T.uint32(254)
-                                - (((T.reinterpret((amax[i_b, i_g, i_c] / T.float32(448.0)), "uint32") - T.uint32(1))
-                                        >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
-            for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
-                if ((((((b_b * B_b) + i_b) * N_r) + i_r) < T_) & (i_r < N_r)):
-                    q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
-                            v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
+                    if not with_x_sf:
+                        q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
+                                _t0[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
+                    if with_x_sf:
+                        q[((((b_b * B_b) + i_b) * N_r) + i_r), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.cast((
+                                v[i_b, i_r, i_g, i_c] * inv[i_b, i_g, i_c]), "float8_e4m3fn")
 
     return kernel
 
 
 # the variants of the shared factories
-build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
-build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
-build_e4m3_fp32_with_x_sf = specialize(make_e4m3_with_x_sf, 'fp32')
-build_e4m3_pow2_with_x_sf = specialize(make_e4m3_with_x_sf, 'pow2')
+build_e4m3_fp32 = specialize(make_e4m3, 'fp32', False)
+build_e4m3_fp32_with_x_sf = specialize(make_e4m3, 'fp32', True)
+build_e4m3_pow2 = specialize(make_e4m3, 'pow2', False)
+build_e4m3_pow2_with_x_sf = specialize(make_e4m3, 'pow2', True)
