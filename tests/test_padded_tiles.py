@@ -67,3 +67,21 @@ def test_padded_reduced_axes_store_nothing_outside(name, tmp_path_factory):
     def prop(case):
         C.run_case(name, case, "cpu", arch=ARCH)
     prop()
+
+
+def test_a_block_of_packed_row_groups_holds_whole_words(tmp_path_factory):
+    """per_channel_cast_from_fp8's UE8M0 scales pack four row groups per int32, and a block stores whole
+    words. With groups of 128 tokens by 128 channels a group fills the tile budget of 16384 elements, and
+    the padded profile (as CUDA's) cut the block to one group: the block holding group 0 stored word 0 with
+    the other three bytes empty, and group 1 of a 129-token input was lost. fit_rows now keeps the pack."""
+    from tkgen.runtime.schedule import fit_rows
+    assert fit_rows(4, 16384, 16384) == 1 and fit_rows(4, 16384, 16384, 4) == 4 and fit_rows(8, 16384, 2048, 4) == 8
+    name = "per_channel_cast_from_fp8"
+    _padded_module(name, tmp_path_factory)
+    for tokens in (129, 300, 513):
+        case = {"dims": {"T": tokens, "H": 128},
+                "params": {"fmt": "e4m3", "group_tokens": 128, "in_group": 128, "in_scale": "fp32", "scale": "ue8m0"},
+                "shapes": {"q": [tokens, 128], "sf": (tokens, 1)},
+                "inputs": {"q": {"dtype": "e4m3", "seed": tokens, "scale_exp": 0, "style": "normal", "specials": []},
+                           "sf": {"dtype": "fp32", "seed": 1, "scale_exp": 0, "style": "normal", "specials": []}}}
+        C.run_case(name, case, "cpu", arch=ARCH)

@@ -22,10 +22,13 @@ def pick_block(extent: int, cap: int, multiple: int = 1, whole_if_fits: int = 0)
     return max(pow2 or fits or [extent])
 
 
-def fit_rows(block: int, tile_elems: int, row_elems: int) -> int:
+def fit_rows(block: int, tile_elems: int, row_elems: int, multiple: int = 1) -> int:
     """Rows per tile: `block` (the knob), fewer where one row's whole axes already fill the tile budget
-    (a row of 7168 channels held whole leaves room for one row, not the four a group of 128 takes)."""
-    return max(1, min(block, tile_elems // max(row_elems, 1)))
+    (a row of 7168 channels held whole leaves room for one row, not the four a group of 128 takes), but
+    a multiple of `multiple` and never below it: where an output packs `multiple` rows into one word
+    (UE8M0 scales of four row groups per int32), a block stores whole words, so it must hold their rows."""
+    rows = max(1, min(block, tile_elems // max(row_elems, 1)))
+    return max(multiple, rows // multiple * multiple)
 
 
 def fit_threads(threads: int, tile: int, tile_elems: int) -> int:

@@ -111,8 +111,9 @@ def plan_tiles(module: kir.Module, arch, sched, groups=None):
                 block_size = E.Name(KNOB_BLOCK.format(name))
                 if kind == "dyn" and auto and whole:
                     # rows that the tile budget holds: a row's whole axes may fill it alone
+                    pack = _pack_multiple(module, name)
                     block_size = P.call("fit_rows", block_size, E.Name("tile_elems"),
-                                        _budget_share(name, whole, groups))
+                                        _budget_share(name, whole, groups), *([E.Num(pack)] if pack > 1 else []))
                 tiles.append((name, kir.Tile(block_size, True)))
                 if kind == "fixed":
                     checks.append((E.Binary("==", E.Binary("%", n_, E.Name(ir.block_name(name))), E.Num(0)),

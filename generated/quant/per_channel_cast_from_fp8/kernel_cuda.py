@@ -29,7 +29,10 @@ def make_e4m3(in_scale, scale, with_sf, H, group_tokens, in_group, q_dtype, *, t
         N_b_p = T.ceildiv(N_b, 4)
     B_r = pad_pow2(N_r)
     B_c = N_c
-    B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
+    if scale in ('fp32', 'pow2'):
+        B_b = fit_rows(block_b, tile_elems, (B_r * B_c))
+    if scale == 'ue8m0':
+        B_b = fit_rows(block_b, tile_elems, (B_r * B_c), 4)
     B_g = pick_block(N_g, max(1, (tile_elems // ((B_b * B_r) * B_c))), 1)
     if scale == 'ue8m0':
         B_b_p = T.ceildiv(B_b, 4)

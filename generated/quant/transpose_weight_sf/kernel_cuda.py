@@ -29,7 +29,7 @@ def build_base(KB, block, *, threads, block_i, tile_elems):
     N_i_p = T.ceildiv(N_i, 4)
     B_r = N_r
     B_c = N_c
-    B_i = fit_rows(block_i, tile_elems, max(B_r, B_c))
+    B_i = fit_rows(block_i, tile_elems, max(B_r, B_c), 4)
     B_j = pick_block(N_j, max(1, (tile_elems // max((B_i * B_r), (B_i * B_c)))), 4)
     B_j_p = T.ceildiv(B_j, 4)
     B_i_p = T.ceildiv(B_i, 4)
