@@ -83,11 +83,10 @@ def scan_rows(module: kir.Module, kernel: kir.Kernel, blocks) -> kir.Module:
             continue
         body.append(over_tile(st) if isinstance(st, kir.Loop) and kir.writes(st) & carries else st)
 
-    # the partial sums: each scan loop keeps only its carries' additions, and nothing is stored
+    # the partial sums: each scan loop keeps only its carries' additions, and nothing is stored, at any depth
+    # (a store inside a loop, such as a top-k's round by round, would be written twice, or added twice)
     partial = []
-    for st in body:
-        if isinstance(st, kir.Store):
-            continue
+    for st in kir.rewrite(body, lambda st: [] if isinstance(st, kir.Store) else st):
         if isinstance(st, kir.Loop) and kir.writes(st) & carries:
             st = dataclasses.replace(st, body=tuple(s for s in st.body if kir.own_writes(s) & carries))
         partial.append(st)
