@@ -84,6 +84,13 @@ def into(out, result):
 CODE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8, torch.uint8)
 
 
+def plain_in_group(x: torch.Tensor) -> int:
+    """The channel group of a plain input to ops that split channels by an input scale's group (none given,
+    so any divisor of the width serves): 128 where it divides the width of an [T, H] input, else 32 (the op
+    then reports a wrong rank itself)."""
+    return 128 if x.dim() == 2 and x.shape[1] % 128 == 0 else 32
+
+
 def quant_tensor(name, x):
     """(codes, scales) of a quantized argument `x`: 8-bit codes [rows, cols] and a scale tensor."""
     require(isinstance(x, (tuple, list, torch.Tensor)), name, "x",

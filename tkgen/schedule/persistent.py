@@ -25,7 +25,7 @@ SUM_THREADS = 128          # threads (one element each) of a block of the kernel
 UNROLL_BLOCKS = 1024       # its loop over the blocks is unrolled up to this many
 
 
-def _ceildiv(a, b):
+def ceildiv(a, b):
     return op("floordiv", op("sub", op("add", a, b), ir.i32(1)), b)
 
 
@@ -44,7 +44,7 @@ def _row_sum(st, dyn) -> bool:
         not any(isinstance(n, ir.Index) and n.axis == dyn for i in st.indices for n in ir.walk(i))
 
 
-def _flat_index(indices, shape) -> ir.Expr:
+def flat_index(indices, shape) -> ir.Expr:
     """The row-major position of `indices` in a tensor of storage `shape` (spec expressions)."""
     flat = None
     for i, extent in zip(indices, shape):
@@ -92,7 +92,7 @@ def go_persistent(module: kir.Module, kernel: kir.Kernel, dyn: str) -> kir.Modul
             pre.append(kir.Fill(carry, zero))
             share = value if st.guard is None else op("select", st.guard, value, zero)
             loop.append(kir.Compute(carry, op("add", ir.Read(carry.name, value.dtype), share)))
-            post.append(kir.Store(scratch.name, (bid, _flat_index(st.indices, t.shape)),
+            post.append(kir.Store(scratch.name, (bid, flat_index(st.indices, t.shape)),
                                   ir.Encode(t.elem, ir.Read(carry.name, value.dtype)), st.axes, st.guard))
             sums.append((t, scratch, value.dtype))
             continue
@@ -106,9 +106,9 @@ def go_persistent(module: kir.Module, kernel: kir.Kernel, dyn: str) -> kir.Modul
     if not sums:
         raise ValueError(f"{module.op}: `persistent: true` needs a sum over the rows (an accumulated output "
                          f"without the row axis) to keep per block")
-    tiles = _ceildiv(ir.extent(dyn), ir.block(dyn))
+    tiles = ceildiv(ir.extent(dyn), ir.block(dyn))
     tile = ir.Var("tile", I32)
-    body = pre + [kir.Loop(tile.name, _ceildiv(tiles, ir.Size(BLOCKS)), tuple(loop),
+    body = pre + [kir.Loop(tile.name, ceildiv(tiles, ir.Size(BLOCKS)), tuple(loop),
                            binds=((ir.tile_var(dyn), op("add", bid, op("mul", tile, ir.Size(BLOCKS)))),))] + post
     kernels = [dataclasses.replace(kernel, body=tuple(body), persistent=True)]
     axes = dict(module.axes)

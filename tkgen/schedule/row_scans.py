@@ -25,16 +25,9 @@ from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
 from ..ir.prim import I32, I64, op
 from .passes import register
-from .persistent import BLOCKS, _ceildiv, _flat_index, numel_of
+from .persistent import BLOCKS, ceildiv, flat_index, numel_of
 
 _STORAGE = {I32: "int32", I64: "int64"}
-
-
-def _all(conds) -> Optional[ir.Expr]:
-    out = None
-    for c in conds:
-        out = c if out is None else op("and", out, c)
-    return out
 
 
 def _live(body, keep: Set[str]) -> List:
@@ -92,7 +85,7 @@ def scan_rows(module: kir.Module, kernel: kir.Kernel, blocks) -> kir.Module:
         partial.append(st)
     partial = _live(partial, carries)
 
-    per = _ceildiv(_ceildiv(ir.extent(dyn), ir.block(dyn)), ir.Size(BLOCKS))
+    per = ceildiv(ceildiv(ir.extent(dyn), ir.block(dyn)), ir.Size(BLOCKS))
     binds = ((tile_index.name, op("add", op("mul", bid, per), tile)),)
     scratch, stores, starts = [], [], []
     for fill in fills:
@@ -101,8 +94,8 @@ def scan_rows(module: kir.Module, kernel: kir.Kernel, blocks) -> kir.Module:
         shape = [module.axes[a].extent for a in rest]
         t = kir.TensorArg(f"scratch_{carry.name}", "scratch", _STORAGE[carry.dtype], (E.Name(BLOCKS), numel_of(shape)))
         scratch.append(t)
-        at = (bid, _flat_index([ir.Index(a) for a in rest], shape))
-        inside = _all(op("lt", ir.Index(a), ir.extent(a)) for a in rest)
+        at = (bid, flat_index([ir.Index(a) for a in rest], shape))
+        inside = ir.conj(*(op("lt", ir.Index(a), ir.extent(a)) for a in rest))
         stores.append(kir.Store(t.name, at, ir.Encode(t.elem, ir.Read(carry.name, carry.dtype)), rest, inside))
         earlier = ir.Decode(t.elem, ir.Fetch(t.name, (part,) + at[1:], guard=inside), carry.dtype)
         add = kir.Compute(carry, op("add", ir.Read(carry.name, carry.dtype), earlier))

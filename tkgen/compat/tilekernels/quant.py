@@ -7,8 +7,8 @@ import torch
 
 from ...runtime.conventions import as_format
 from ...runtime.ops import TORCH_DTYPES as _TORCH
-from .._common import (element_format, input_scale, into, laid_out, need, ops, out_format, quant_tensor,
-                       require, row_major, scale_format, tensor_arg, written_into)
+from .._common import (element_format, input_scale, into, laid_out, need, ops, out_format, plain_in_group,
+                       quant_tensor, require, row_major, scale_format, tensor_arg, written_into)
 
 
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
@@ -165,8 +165,7 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
     if use_packed_ue8m0:          # TileKernels' col-pack (four row groups per word): per_channel_cast_from_fp8's
         scale = scale_format(name, round_sf, True)
         tensor_arg(name, "x", x, (torch.bfloat16, torch.float32), 2, "[T, H]")
-        in_group = 128 if x.shape[1] % 128 == 0 else 32          # no input scales: any divisor of H
-        out, out_sf = ops().per_channel_cast_from_fp8(x, None, fmt, num_per_tokens, in_group, "fp32", scale)
+        out, out_sf = ops().per_channel_cast_from_fp8(x, None, fmt, num_per_tokens, plain_in_group(x), "fp32", scale)
         return out, out_sf.T
     return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._common import input_scale, need, ops, quant_tensor, require, row_major, scale_format, tensor_arg
+from .._common import input_scale, need, ops, plain_in_group, quant_tensor, require, row_major, scale_format, tensor_arg
 from ..tilekernels import quant as v2
 from ..tilekernels.quant import (cast_back, per_block_cast_lossless, per_token_cast_back,  # noqa: F401
                                  per_token_cast_with_sf_only, unpack_from_e2m1fn_x2)
@@ -67,8 +67,7 @@ def per_channel_cast_fused(x, fmt: str, num_per_tokens: int, round_sf=False, num
                 f"and scales {tuple(sf.shape)} for codes {tuple(q.shape)}")
         return ops().per_channel_cast_gathered(q, pos_to_token, row_major(sf), fmt, num_per_tokens, 128, scale)
     require(num_per_channels is None, name, "num_per_channels", "is given only with a quantized (q, sf) input")
-    in_group = 128 if x.dim() == 2 and x.shape[1] % 128 == 0 else 32     # no input scales: any divisor of H
-    return ops().per_channel_cast_gathered(x, pos_to_token, None, fmt, num_per_tokens, in_group, scale)
+    return ops().per_channel_cast_gathered(x, pos_to_token, None, fmt, num_per_tokens, plain_in_group(x), scale)
 
 
 def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, pos_to_token_topk=None, topk_weights=None,
