@@ -38,6 +38,29 @@ def test_fuzz_campaign_over_every_op_writes_a_summary(tmp_path):
     assert run("fuzz").returncode == 2 and run("fuzz", "topk_gate", "--all").returncode == 2
 
 
+
+def test_fuzz_campaign_resumes_from_its_summary_and_runs_ops_in_workers(tmp_path):
+    summary = str(tmp_path / "campaign.json")
+    r = run("fuzz", "topk_gate", "normalize_weight", "--examples", "2", "--seed", "5", "--summary", summary,
+            "--jobs", "2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    first = json.loads(open(summary).read())
+    assert sorted(first["ops"]) == ["normalize_weight", "topk_gate"] and first["seed"] == 5
+    assert all(o["examples"] == 2 and o["specializations"] >= 1 and o["builds"] >= 0 for o in first["ops"].values())
+    assert "[2/2 ops" in r.stdout                               # a line per op as its worker ends
+    # resumed with one more op: the two done are kept as they were, the new one drawn with the file's seed
+    r = run("fuzz", "topk_gate", "normalize_weight", "rmsnorm_forward", "--examples", "2", "--summary", summary,
+            "--resume")
+    assert r.returncode == 0 and "2 op(s) done, 1 to go (seed 5)" in r.stdout, r.stdout[-3000:] + r.stderr
+    data = json.loads(open(summary).read())
+    assert sorted(data["ops"]) == ["normalize_weight", "rmsnorm_forward", "topk_gate"] and data["examples"] == 6
+    assert data["ops"]["topk_gate"] == first["ops"]["topk_gate"]
+    # another campaign's file is refused in one line, and so is --resume without a summary
+    r = run("fuzz", "topk_gate", "--examples", "3", "--summary", summary, "--resume")
+    assert r.returncode == 2 and "examples_per_op=2, not 3" in r.stderr and "Traceback" not in r.stderr
+    r = run("fuzz", "topk_gate", "--resume")
+    assert r.returncode == 2 and "--summary" in r.stderr
+
 # unknown ops, files and archs: one line on stderr with the closest names, exit code 2, no traceback
 # (in-process through tkgen.tools.cli.main; --debug raises instead)
 def _main(capsys, *args):

@@ -9,6 +9,9 @@ import time
 
 _LOCK = threading.Lock()
 _CACHE = {}
+# the kernels this process built (from TileLang's disk cache or compiled) and the seconds the builds took
+# (`tkgen fuzz --summary` reports them per op)
+STATS = {"builds": 0, "build_seconds": 0.0}
 
 
 def _tilelang():
@@ -72,6 +75,7 @@ def compile_kernel(kernels, variant: str, args: tuple, schedule=None):
         hit = _CACHE.get(key)
     if hit is not None:
         return hit
+    t0 = time.time()
     tilelang = _tilelang()
     table = kernels.table
     with announced(kernels, variant, args, schedule):
@@ -82,6 +86,8 @@ def compile_kernel(kernels, variant: str, args: tuple, schedule=None):
     result = (kernel, storages_of(prim))
     with _LOCK:
         _CACHE[key] = result
+        STATS["builds"] += 1
+        STATS["build_seconds"] += time.time() - t0
     return result
 
 

@@ -193,29 +193,56 @@ def cmd_fuzz(args):
         if not torch.cuda.is_available():
             print("no CUDA device here", file=sys.stderr)
             return 2
-    if args.all == bool(args.op):
-        print("tkgen fuzz: name one op, or --all", file=sys.stderr)
+    if args.all == bool(args.ops):
+        print("tkgen fuzz: name ops, or --all", file=sys.stderr)
         return 2
-    if args.op:
-        known_op(args.op)
+    if args.replay and len(args.ops) != 1:
+        print("tkgen fuzz: --replay replays a case of one op; name it", file=sys.stderr)
+        return 2
+    for op in args.ops:
+        known_op(op)
     if args.all:          # the campaign's own progress line says what runs: no line per compiled kernel
         os.environ.setdefault("TKGEN_QUIET", "1")
     if args.replay:
         case = json.loads(args.replay)
         try:
-            C.run_case(args.op, case, args.device)
+            C.run_case(args.ops[0], case, args.device)
         except AssertionError as e:
             print(f"FAIL: {e}")
             return 1
         print("replayed case passes")
         return 0
-    names = sorted(registry.op_modules()) if args.all else [args.op]
+    names = sorted(registry.op_modules()) if args.all else list(dict.fromkeys(args.ops))
     for name in names:
         registry.op_package(name)          # an unknown op fails here, before any example runs
-    seed = args.seed if args.seed is not None else int(time.time() * 1000) % (1 << 32)
-    progress = Progress(len(names) * args.examples)
-    results = {name: fuzz_op(name, args.examples, args.device, seed, progress) for name in names}
-    progress.done()
+    if args.resume and not args.summary:
+        print("tkgen fuzz: --resume continues the campaign of a --summary file; name one", file=sys.stderr)
+        return 2
+    done = resumed(args) if args.resume else {}
+    if done is None:
+        return 2
+    seed = args.seed if args.seed is not None else done.pop("__seed__", None)
+    done.pop("__seed__", None)
+    if seed is None:
+        seed = int(time.time() * 1000) % (1 << 32)
+    results = {name: r for name, r in done.items() if name in names}
+    todo = [name for name in names if name not in results]
+    if results:
+        print(f"resuming {args.summary}: {len(results)} op(s) done, {len(todo)} to go (seed {seed})")
+
+    def record(name, result):
+        results[name] = result
+        if args.summary:            # after every op, so that a campaign cut short resumes where it stopped
+            write_summary(args, seed, {n: results[n] for n in names if n in results})
+
+    if args.jobs > 1 and len(todo) > 1:
+        fuzz_in_workers(todo, args, seed, record)
+    else:
+        progress = Progress(len(todo) * args.examples)
+        for name in todo:
+            record(name, fuzz_op(name, args.examples, args.device, seed, progress))
+        progress.done()
+    results = {n: results[n] for n in names}
     failed = [n for n, r in results.items() if r["failure"]]
     for name in failed:
         f = results[name]["failure"]
@@ -230,23 +257,77 @@ def cmd_fuzz(args):
     print(f"{total} examples of {len(names)} op(s) in {seconds:.0f} s ({total / max(seconds, 1e-9):.1f} examples/s); "
           f"{len(failed)} failed")
     if args.summary:
-        Path(args.summary).write_text(json.dumps({"device": args.device, "seed": seed, "examples_per_op": args.examples,
-                                                  "examples": total, "seconds": seconds,
-                                                  "per_second": total / max(seconds, 1e-9), "ops": results}, indent=1))
+        write_summary(args, seed, results)
         print(f"summary: {args.summary}")
     return 1 if failed else 0
+
+
+def write_summary(args, seed, results):
+    """The campaign's JSON summary (written whole, then renamed into place: a kill never leaves half a file)."""
+    total = sum(r["examples"] for r in results.values())
+    seconds = sum(r["seconds"] for r in results.values())
+    text = json.dumps({"device": args.device, "seed": seed, "examples_per_op": args.examples, "examples": total,
+                       "seconds": seconds, "per_second": total / max(seconds, 1e-9), "ops": results}, indent=1)
+    path = Path(args.summary)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def resumed(args):
+    """The ops a summary file already holds (with its seed under "__seed__"), or {} when there is no file yet;
+    None (after a line on stderr) when the file is another campaign's: another device or number of examples."""
+    path = Path(args.summary)
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    for key, mine in (("device", args.device), ("examples_per_op", args.examples)):
+        if data.get(key) != mine:
+            print(f"tkgen fuzz: {args.summary} is a campaign with {key}={data.get(key)!r}, not {mine!r}: "
+                  "resume it with the same options, or name another summary", file=sys.stderr)
+            return None
+    if args.seed is not None and data.get("seed") != args.seed:
+        print(f"tkgen fuzz: {args.summary} was drawn with seed {data.get('seed')}, not {args.seed}",
+              file=sys.stderr)
+        return None
+    return {**data["ops"], "__seed__": data["seed"]}
+
+
+def fuzz_in_workers(names, args, seed, record):
+    """Ops fuzzed in `args.jobs` processes, one op at a time each; a line per op as it ends."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import multiprocessing
+    t0 = time.time()
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(fuzz_one_in_worker, name, args.examples, args.device, seed, args.generated): name
+                   for name in names}
+        for i, future in enumerate(as_completed(futures), 1):
+            name = futures[future]
+            result = future.result()
+            record(name, result)
+            print(f"[{i}/{len(names)} ops, {time.time() - t0:.0f} s] {name}: {result['examples']} examples, "
+                  f"{'FAILED' if result['failure'] else 'agree'}", flush=True)
+
+
+def fuzz_one_in_worker(name, examples, device, seed, generated):
+    os.environ.setdefault("TKGEN_QUIET", "1")
+    registry.use_generated(generated)
+    return fuzz_op(name, examples, device, seed, Progress(examples, quiet=True))
 
 
 class Progress:
     """One progress line for a whole campaign: examples done of all, the op, examples per second."""
 
-    def __init__(self, total):
+    def __init__(self, total, quiet=False):
         self.total, self.n, self.t0, self.shown = total, 0, time.time(), 0.0
         self.tty = sys.stdout.isatty()
+        self.quiet = quiet
 
     def step(self, op):
         self.n += 1
         now = time.time()
+        if self.quiet:
+            return
         if now - self.shown < (0.5 if self.tty else 10.0) and self.n < self.total:
             return
         self.shown = now
@@ -270,7 +351,8 @@ def fuzz_op(name, examples, device, seed, progress):
     from ..testing import check as C
     pkg = registry.op_package(name)
     strategies = __import__(pkg.__name__ + ".strategies", fromlist=["cases"])
-    state = {"n": 0, "last_fail": None, "kernels": set()}
+    state = {"n": 0, "last_fail": None, "kernels": set(), "reuses": 0}
+    from ..runtime.compile import STATS
 
     @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck), print_blob=False)
@@ -280,12 +362,15 @@ def fuzz_op(name, examples, device, seed, progress):
         state["n"] += 1
         state["kernels"].add(json.dumps(C.specialization(pkg.OP, case)))
         progress.step(name)
+        builds = STATS["builds"]
         try:
             C.run_case(name, case, device)
+            state["reuses"] += STATS["builds"] == builds
         except Exception:
             state["last_fail"] = case
             raise
 
+    before = dict(STATS)
     t = time.time()
     failure = None
     try:
@@ -298,9 +383,13 @@ def fuzz_op(name, examples, device, seed, progress):
             failure["error"] = f"FAILED before any case ran: {failure['error']}"
     seconds = time.time() - t
     progress.n += max(0, examples - state["n"])      # examples hypothesis skipped (a small search space)
-    # `specializations`: the distinct kernels the examples needed (each compiles once, then is cached)
+    # `specializations`: the distinct kernels the examples needed; `builds`: those this process built (from
+    # TileLang's disk cache or compiled; an earlier op of the campaign may have built some), in `build_seconds`;
+    # `cache_hits`: examples that needed no build (every kernel they ran was built already in the process)
     return {"examples": state["n"], "seconds": seconds, "per_second": state["n"] / max(seconds, 1e-9),
-            "specializations": len(state["kernels"]), "failure": failure}
+            "specializations": len(state["kernels"]), "builds": STATS["builds"] - before["builds"],
+            "build_seconds": round(STATS["build_seconds"] - before["build_seconds"], 3),
+            "cache_hits": state["reuses"], "failure": failure}
 
 
 def main(argv=None):
@@ -325,10 +414,14 @@ def main(argv=None):
     p.add_argument("--out", default=None, help=f"where the code goes (default: {registry.generated_dir()})")
     p.add_argument("--check", action="store_true", help="fail, naming files, if generated/ is out of date")
     p.set_defaults(fn=cmd_generate)
-    p = sub.add_parser("fuzz", help="property-test an operator's kernel (or every one's) against its reference")
-    p.add_argument("op", nargs="?")
+    p = sub.add_parser("fuzz", help="property-test operators' kernels (or every one's) against their references")
+    p.add_argument("ops", nargs="*", metavar="op")
     p.add_argument("--all", action="store_true", help="a campaign over every op, one progress line")
-    p.add_argument("--summary", default=None, help="write a JSON summary (examples, seconds, failures per op)")
+    p.add_argument("--summary", default=None, help="write a JSON summary (examples, seconds, failures per op); "
+                   "rewritten after each op")
+    p.add_argument("--resume", action="store_true", help="with --summary: skip the ops the summary already holds, "
+                   "drawing with its seed (a campaign cut short goes on where it stopped)")
+    p.add_argument("--jobs", type=int, default=1, help="fuzz this many ops at once, each in a process of its own")
     p.add_argument("--examples", type=int, default=100)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--seed", type=int, default=None, help="seed of the search (the same seed draws the same cases)")
@@ -353,6 +446,9 @@ def main(argv=None):
         if args.specs_given:
             existing_path(args.specs, "specs directory")
         return args.fn(args)
+    except BrokenPipeError:           # `tkgen list | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())    # no second error at exit's flush
+        return 0
     except Exception as e:
         if args.debug:
             raise
