@@ -417,10 +417,15 @@ def children(e: Expr):
 
 
 def walk(e: Expr):
-    """Every node of the tree, parents first."""
-    yield e
-    for a in children(e):
-        yield from walk(a)
+    """Every node of the tree, parents first, children left to right (a stack, not nested generators:
+    those cost each node the depth of its tree, and the verifier walks every expression after every pass)."""
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        yield n
+        c = children(n)
+        if c:
+            stack.extend(reversed(c))
 
 
 def var_names(e: Expr) -> set:
