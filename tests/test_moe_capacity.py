@@ -53,6 +53,30 @@ def test_capacity_dispatch_matches_its_definition(tokens, k, experts, capacity):
         assert g.dtype == w.dtype and torch.equal(g, w), name
 
 
+
+def test_one_kernel_serves_every_capacity():
+    """`capacity` is a runtime param: the kernels take it as an argument, so calls with other capacities
+    (0, the mean load, past every count, the int32 maximum) build nothing new and each matches the definition."""
+    from tkgen.runtime.compile import STATS
+    idx = _routing(777, 4, 16, seed=3)
+    ops.moe_capacity_mask(idx, 16, 1)
+    builds = STATS["builds"]
+    for capacity in (0, 1, 190, 777 * 4, 2147483647):
+        got = ops.moe_capacity_mask(idx, 16, capacity)
+        for name, g, w in zip(("mask", "slot", "kept"), got, capacity_dispatch(idx, 16, capacity)):
+            assert torch.equal(g, w), (capacity, name)
+    assert STATS["builds"] == builds
+    import importlib
+    import inspect
+    from tkgen import registry
+    pkg = registry.op_package("moe_capacity_mask")
+    assert pkg.OP.factory_args == ("K", "num_experts") and pkg.OP.scalar_args == ("capacity",)
+    factory = importlib.import_module(pkg.__name__ + ".kernel_cpu").build_base
+    assert "capacity" not in inspect.signature(factory).parameters
+    assert [p.name for p in factory(4, 16, threads=1, block_t=16, blocks=2).params][-1] == "capacity"
+    with pytest.raises(ValueError, match="capacity"):
+        ops.moe_capacity_mask(idx, 16, -1)
+
 def test_repeated_unrouted_and_unknown_experts_count_in_token_major_order():
     """The same expert twice in a row (not a top-k's output, but admitted) ranks by k; -1 and ids outside
     the experts (3, -7, 2**40) count nothing and get no slot."""

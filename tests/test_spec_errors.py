@@ -241,3 +241,23 @@ def test_did_you_mean_in_workloads_and_schedules(tmp_path):
     assert "unknown input 'xx'; did you mean x?" in e.message, e
     e = _check(tmp_path, GOOD.replace("cpu: {block: {t: 1, g: all}}", "cpu: {block: {t: 1, gg: all}}"))
     assert e.field_path == ("schedule", "cpu", "block", "gg") and "did you mean g?" in e.message, e
+
+
+CAPACITY = (registry.specs_dir() / "moe" / "moe_capacity_mask.yaml").read_text()
+
+
+def test_a_runtime_param_is_a_value_only(tmp_path):
+    """`runtime: true` makes an integer param a kernel argument: it may not size, extend or constrain what
+    the factory decides (a shape, an axis extent, a requirement, a size statement), nor be a one_of or a float."""
+    e = _check(tmp_path, CAPACITY.replace("axes: {t: T, k: K, j: K, e: num_experts}",
+                                          "axes: {t: T, k: K, j: K, e: num_experts, x: capacity}"))
+    assert e.field_path == ("axes", "x") and "'capacity' is a runtime param" in e.message
+    e = _check(tmp_path, CAPACITY.replace("shape: [num_experts], view: [e]", "shape: [capacity], view: [e]"))
+    assert e.field_path[-2:] == ("shape", 0) and "runtime param" in e.message and "a shape" in e.message
+    e = _check(tmp_path, CAPACITY.replace("max: 32, test_values", "max: 32, require: [\"K <= capacity\"], test_values"))
+    assert e.field_path[:3] == ("dims", "K", "require") and "runtime param" in e.message
+    e = _check(tmp_path, CAPACITY.replace("  - jj = iota(j)", "  - half = capacity // 2\n  - jj = iota(j)"))
+    assert "'capacity' is a runtime param" in e.message and "size" in e.message
+    e = _check(tmp_path, CAPACITY.replace("num_experts: {range: [1, 1024], doc: experts}",
+                                          "num_experts: {one_of: [8, 16], runtime: true, doc: experts}"))
+    assert e.field_path == ("params", "num_experts", "runtime") and "integer params with a `range`" in e.message

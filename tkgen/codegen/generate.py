@@ -256,7 +256,9 @@ def op_module(catalog, spec, header):
     return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
                   symbolic=symbolic,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
-                  requires=requires, factory_args=repr(factory_args), custom_args=custom_args,
+                  requires=requires, factory_args=repr(factory_args),
+                  scalar_args=repr(tuple(p.name for p in spec.runtime_params)) if spec.runtime_params else None,
+                  custom_args=custom_args,
                   plain_args=plain_args, fake_args=fake_args, public_args=public_args, returns=returns, ret=ret, mutated=mutated, public_ret=public_ret,
                   docstring=doc,
                   tensor_args=_tuple_source(spec.inputs), param_args=_tuple_source(spec.params),
@@ -354,7 +356,8 @@ def docstring(catalog, spec) -> str:
                    ", ".join(map(str, p.choices)) if p.choices else
                    f"an integer in [{', '.join(py_expr(r, tl=False) for r in p.range)}]")
         default = "required" if p.default is None and not p.optional else f"default {p.default!r}"
-        lines.append(f"    {p.name}: {p.doc} ({allowed}; {default}).")
+        runtime = "; a kernel argument, no compile per value" if p.runtime else ""
+        lines.append(f"    {p.name}: {p.doc} ({allowed}; {default}{runtime}).")
     lines += ["", "Returns:"]
     for t in spec.outputs.values():
         kind = (f"format `{t.format_ref}`" if t.format_ref else f"scale format `{t.scale_ref}`" if t.scale_ref

@@ -135,6 +135,8 @@ class KernelPrinter:
         if isinstance(e, ir.Size):
             return e.name
         if isinstance(e, ir.Scalar):
+            if any(e.name == n for n, _ in self.m.scalar_args):     # a kernel argument, an int32
+                return e.name if e.dtype == ir.I32 else f'T.Cast("{tl_dtype(e.dtype)}", {e.name})'
             if e.dtype == F32 and self.arch.backend == "cpu":
                 # the float32 bits of a float param: TVM folds a cast of `T.float32(x)` from x itself (so an
                 # fma's float64 product took 0.95, not float32(0.95)), and C prints 7 digits
@@ -361,6 +363,7 @@ class KernelPrinter:
         params = [f"        {t.name}: T.Tensor({self.shape(t)}, {self.storage_src(t.elem)})," if t.strides is None else
                   f"        {t.name}: T.StridedTensor({self.shape(t)}, {self.tuple_src(t.strides)}, "
                   f"{self.storage_src(t.elem)})," for t in m.tensors]
+        params += [f"        {n}: T.{tl_dtype(dt)}," for n, dt in m.scalar_args]
         return head + ["    " + line for line in pre] + ["", "    @T.prim_func", "    def kernel(", *params, "    ):"] + \
             body + ["", "    return kernel"]
 

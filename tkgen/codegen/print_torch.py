@@ -331,7 +331,7 @@ class ReferencePrinter:
         return alloc, rets
 
     def function(self, name: str, choices=(), rows_only=False) -> List[str]:
-        statics = [P.sym(p.name) for p in self.spec.static_params]
+        statics = [P.sym(p.name) for p in self.spec.value_params]
         args = list(self.sigs[n].name for n in self.sigs if self.sigs[n].role == "input") + statics
         kw = (", *, " + ", ".join(choices)) if choices else ""
         head = [f"def {name}({', '.join(args)}{kw}, _given=None):"]

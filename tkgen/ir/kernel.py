@@ -257,6 +257,8 @@ class Module:
     samples: Optional[SizeSamples] = None  # sizes the spec admits
     # the carried sums of prefixes along the rows (tkgen/schedule/row_scans.py splits the kernel for them)
     row_carries: Tuple[str, ...] = ()
+    # the params the kernels take as arguments after the tensors (`runtime: true`): (name, dtype)
+    scalar_args: Tuple[Tuple[str, str], ...] = ()
     # what the printers read besides the statements: generated helpers the kernels call, each tensor's
     # signature (tkgen/spec/signature.py: TensorSig), the dtypes an input of several may have, and the sizes
     # the spec's `sizes:` defines (name, expression), in order

@@ -372,6 +372,7 @@ class Lowering:
                           (kir.Kernel("main", tuple(self.body)),), dims, dtype_args, dynamic, tuple(self.checks),
                           keep=keep, dyn=self.dyn_axis, row_inner=self.row_inner, samples=size_samples(spec),
                           row_carries=tuple(self.row_carries),
+                          scalar_args=tuple((P.sym(x.name), ir.I32) for x in spec.runtime_params),
                           helpers=frozenset(self.helpers),
                           sigs=self.sigs, dtypes=dtypes, sizes=sizes)
 

@@ -186,6 +186,8 @@ class Specialization:
         self.outputs = tuple(Output(o, variant, R.TORCH_DTYPES[o.dtype_fn(variant, dts)]) for o in op.outputs)
         self.allocators = tuple((o.shape_fn, o.allocator(self.device)) for o in self.outputs)
         self.rows = op.dynamic_dim
+        # the params the kernels take as arguments: part of the key, so each specialization holds its values
+        self.scalars = [dims[n] for n in op.scalar_args]
         kernel, storages = R.kernel_for(op, arch or R.arch_for(self.device),
                                         *R.specialization(op, tensors, params, dims), schedule)
         self.launch = launcher(kernel, self.device)
@@ -262,7 +264,7 @@ class Specialization:
         outputs it writes, as the buffers it declares, viewed as its storage dtypes."""
         bufs = [_viewed(tensors[j].reshape(-1) if flat else tensors[j], v) for j, flat, v in self.inputs]
         bufs += [_viewed(self.outputs[k].buffer(outs[k]), v) for k, v in self.written]
-        return bufs + [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in self.scratch]
+        return bufs + [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in self.scratch] + self.scalars
 
     def run(self, tensors, outs):
         if self.cuda_index is not None and torch._C._cuda_getDevice() != self.cuda_index:

@@ -117,6 +117,7 @@ class OpInfo:
     dims: Tuple[Tuple[str, bool, int, Optional[int]], ...]      # (name, dynamic, min, max)
     requires: Tuple[Tuple[str, Callable], ...]
     factory_args: Tuple[str, ...]
+    scalar_args: Tuple[str, ...] = ()   # params the kernels take as arguments, after the tensors (runtime: true)
 
     @property
     def dynamic_dim(self):

@@ -35,6 +35,7 @@ class Param:
     optional: bool = False            # float params: may be None; each presence compiles its own kernel
     absent: Optional[float] = None    # optional float params: their value in compute when None
     appended: bool = False            # added to a released op: after every other argument (api-conventions.md)
+    runtime: bool = False             # an integer param the kernel takes as an argument: no kernel per value
 
     @property
     def structural(self) -> bool:
@@ -191,6 +192,17 @@ class OpSpec:
 
     @property
     def static_params(self):
+        """The numeric params the kernel factory takes: one kernel per value."""
+        return [p for p in self.params.values() if not p.structural and not p.runtime]
+
+    @property
+    def runtime_params(self):
+        """The integer params the kernels take as arguments (`runtime: true`): one kernel serves every value."""
+        return [p for p in self.params.values() if p.runtime]
+
+    @property
+    def value_params(self):
+        """The numeric params the reference takes: the factory's and the kernels' runtime ones."""
         return [p for p in self.params.values() if not p.structural]
 
     @property
@@ -290,6 +302,15 @@ def _check_names(doc, path, node, known, what, offered=None):
             offered = sorted(known if offered is None else offered)
             raise doc.error(path, f"unknown name {short(n)} in {what}{safety.did_you_mean(n, offered)} "
                                   f"(expected one of {listing(offered)})")
+
+
+def _no_runtime_param(doc, path, node, params, what):
+    """A runtime param is a kernel argument, not a size: it may not shape, extend or constrain anything the
+    kernel factory decides."""
+    for n in E.names(node):
+        if n in params and params[n].runtime:
+            raise doc.error(path, f"{n!r} is a runtime param (a value the kernel takes as an argument): it cannot "
+                                  f"appear in {what}; only in compute, or drop `runtime`")
 
 
 def _row_dim(doc, dims, first, axes):
@@ -533,6 +554,11 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
             continue
         params[name] = Param(name, p["doc"], choices, rng, default)
     for name, p in d.get("params", {}).items():
+        if p.get("runtime"):
+            if params[name].range is None or params[name].kind != "int":
+                raise doc.error(("params", name, "runtime"), "`runtime` is for integer params with a `range` "
+                                                             "(a value the kernel takes as an argument)")
+            params[name] = dataclasses.replace(params[name], runtime=True)
         if p.get("appended"):
             if params[name].default is None and not params[name].optional:
                 raise doc.error(("params", name, "appended"), "an appended param needs a default (an argument added "
@@ -546,6 +572,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
         for i, text in enumerate(dd.get("require", [])):
             node = _parse(doc, ("dims", name, "require", i), text)
             _check_names(doc, ("dims", name, "require", i), node, set(d["dims"]) | set(params), "a requirement")
+            _no_runtime_param(doc, ("dims", name, "require", i), node, params, "a requirement")
             req.append((text, node))
         dims[name] = Dim(name, dd["doc"], dd.get("dynamic", False), dd.get("min", 0), dd.get("max"), tuple(req),
                          tuple(dd.get("test_values", ())))
@@ -562,6 +589,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
         claim(name, "axis", ("axes", name))
         node = _parse(doc, ("axes", name), text)
         _check_names(doc, ("axes", name), node, known_sizes, "an axis extent", sizes)
+        _no_runtime_param(doc, ("axes", name), node, params, "an axis extent")
         axes[name] = Axis(name, node, str(text))
     first = next(iter(axes.values()))
     dyn = _row_dim(doc, dims, first, axes)
@@ -679,6 +707,7 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
         shape = tuple(_parse(doc, base + ("shape", i), s) for i, s in enumerate(t["shape"]))
         for i, s in enumerate(shape):
             _check_names(doc, base + ("shape", i), s, known_sizes, "a shape", sizes)
+            _no_runtime_param(doc, base + ("shape", i), s, params, "a shape")
         if "at" in t and "view" not in t:
             return shape, (), None   # the view of its positions (set once every input is known)
         view, segments = [], None

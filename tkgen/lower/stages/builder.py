@@ -186,6 +186,10 @@ class Builder:
         i32 scalar that the factory and the reference compute in Python."""
         self.define(idx, name, (), ir.I32)       # checks the name
         del self.values[name]
+        runtime = [n for n in E.names(node) if n in self.spec.params and self.spec.params[n].runtime]
+        if runtime:
+            self.fail(idx, f"{runtime[0]!r} is a runtime param: a size (integer arithmetic with // or %) is "
+                           "computed when the kernel is built, before the kernel sees it", node)
         self.sizes[name] = node
         self.scalars[name] = "size"
         self.consts[name] = ir.Var(name, ir.I32)
