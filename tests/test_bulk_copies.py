@@ -44,7 +44,7 @@ def _copies(module):
 
 def test_the_pass_is_in_both_pipelines_and_off_by_default():
     assert all("bulk_copies" in [n for n, _ in PS.parse(p)] for p in PS.PIPELINES.values())
-    assert PS.registry()["bulk_copies"].params == {"max_copies": (int, 0)}
+    assert PS.registry()["bulk_copies"].params == {"max_copies": (int, 0), "instruction": (str, "")}
     for name in ("rmsnorm_backward", "per_channel_cast"):
         assert not any(_copies(m) for _, m in _scheduled(name, "sm90", 0))
 
@@ -132,6 +132,7 @@ def test_a_copy_and_a_copy_back_verify_and_show():
     ([dataclasses.replace(COPY, box=((ir.Index("t"), "t"), (ir.i32(0), "h")))], "varies along"),
     ([dataclasses.replace(COPY, buf=dataclasses.replace(STAGED, dtype=ir.F32, elem=None))], "stored elements"),
     ([dataclasses.replace(COPY, box=((ir.i32(0), None), (ir.i32(0), None)))], "names no axis"),
+    ([dataclasses.replace(COPY, instruction="dma")], "unknown copy instruction 'dma'"),
 ])
 def test_a_broken_copy_is_rejected(body, problem):
     with pytest.raises(VerifyError, match=problem):
@@ -161,6 +162,36 @@ def test_the_cuda_kernels_lower_to_bulk_copies_and_build(tmp_path):
         if shutil.which("nvcc"):
             r = nvcc_cubin(src, "sm_90a")
             assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_the_instruction_asked_for_reaches_the_lowered_cuda(tmp_path):
+    """`instruction`: per_channel_cast's 128 x 128 box by TMA (a tensor map and an mbarrier), rmsnorm_backward's
+    rows by cp.async; both build. A box TMA cannot move (rstd's one float per row: under 16 bytes) is an
+    error of TileLang's at compile time, which `tkgen tune` reports as a rejected candidate."""
+    from tkgen.runtime.compile import lower_source, nvcc_cubin
+    tma = {**ON, "bulk_copies.instruction": "tma"}
+    cp_async = {**ON, "bulk_copies.instruction": "cp_async"}
+    cases = ((("per_channel_cast", "e4m3_fp32_false", (7168, 128, "bf16")), tma, ("tma_load", "CUtensorMap")),
+             (("rmsnorm_backward", "with_weight", (7168, 1.0, "bf16")), cp_async, ("cp_async_gs",)))
+    for (name, variant, args), cand, marks in cases:
+        kernels = _kernels(name, "sm90", cand, tmp_path)
+        assert "annotations={'prefer_instruction': " in open(kernels.module.__file__).read()
+        src = lower_source(kernels, variant, args)
+        assert all(m in src for m in marks), (name, marks)
+        if shutil.which("nvcc"):
+            r = nvcc_cubin(src, "sm_90a")
+            assert r.returncode == 0, r.stderr[-2000:]
+    with pytest.raises(Exception, match="could not be honored"):
+        lower_source(_kernels("rmsnorm_backward", "sm90", tma, tmp_path), "with_weight", (7168, 1.0, "bf16"))
+    with pytest.raises(ValueError, match="instruction 'dma'"):
+        _scheduled_with("rmsnorm_backward", "sm90", {"max_copies": 1, "instruction": "dma"})
+
+
+def _scheduled_with(name, arch_name, params):
+    catalog = shipped_catalog()
+    spec, arch = catalog.op(name), catalog.archs[arch_name]
+    sched = {**S.resolve(spec, arch), "pass_params": {"bulk_copies": params}}
+    return [S.apply(m, catalog, arch, sched) for _, _, m in generate.naive_modules(catalog, spec)]
 
 
 def _inputs(name, rows, cols, seed):

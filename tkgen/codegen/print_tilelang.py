@@ -252,13 +252,15 @@ class KernelPrinter:
 
     def copy(self, st: kir.Copy, ind) -> List[str]:
         """`T.copy` of the box (a slice per dim the box runs over, an index per other dim) into or out of the
-        buffer; a looped axis is a serial loop around it, the buffer indexed at it. TileLang predicates
+        buffer; a looped axis is a serial loop around it, the buffer indexed at it; the instruction asked for,
+        if any, as the copy's `prefer_instruction` (a target without it ignores it). TileLang predicates
         each dim of the tensor's region against its shape: past the end a load reads zeros and a store
         writes nothing."""
         dims = []
         for e, a in st.box:
             start = self.expr(e)
-            dims.append(start if a is None else f"{start}:{start} + {ir.block_name(a)}")
+            end = ir.block_name(a) if e == ir.Const(0, ir.I32) else f"{start} + {ir.block_name(a)}"
+            dims.append(start if a is None else f"{'0' if e == ir.Const(0, ir.I32) else start}:{end}")
         region = f"{st.tensor}[{', '.join(dims)}]"
         buf = st.buf.name
         if st.looped or st.buf.pad:
@@ -267,7 +269,9 @@ class KernelPrinter:
         for a in st.looped:
             lines.append(f"{ind}for {ir.lane_var(a)} in T.serial({ir.block_name(a)}):")
             ind += "    "
-        return lines + [f"{ind}T.copy({buf}, {region})" if st.store else f"{ind}T.copy({region}, {buf})"]
+        hint = f", annotations={{'prefer_instruction': {st.instruction!r}}}" if st.instruction else ""
+        src, dst = (buf, region) if st.store else (region, buf)
+        return lines + [f"{ind}T.copy({src}, {dst}{hint})"]
 
     # -- the factory ------------------------------------------------------------------------------------
     def alloc(self, b: kir.Buffer) -> str:

@@ -30,6 +30,7 @@ from . import prim as ir
 SCOPES = ("tile", "shared", "var")
 REDUCE_KINDS = ("absmax", "max", "min", "sum")
 LOOP_KINDS = ("serial", "unroll", "pipelined", "static")
+COPY_INSTRUCTIONS = ("", "tma", "cp_async", "sync")
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,9 @@ class Copy:
     box: Tuple[Tuple[ir.Expr, Optional[str]], ...]
     buf: Buffer
     store: bool = False
+    # the instruction TileLang is asked to move it with on CUDA (`prefer_instruction`: tma, cp_async, sync);
+    # empty: TileLang's choice (0.1.15: vector loads into shared memory, TMA for stores)
+    instruction: str = ""
 
     @property
     def looped(self) -> Tuple[str, ...]:

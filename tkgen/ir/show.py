@@ -78,6 +78,7 @@ def stmt(st) -> str:
     if isinstance(st, kir.Copy):
         dims = ", ".join(expr(e) if a is None else f"{expr(e)} + :{a}" for e, a in st.box)
         looped = f" for each ({', '.join(st.looped)})" if st.looped else ""
+        looped += f" by {st.instruction}" if st.instruction else ""
         src, dst = f"{st.tensor}[{dims}]", buffer(st.buf)
         return f"copy {dst} -> {src}{looped}" if st.store else f"copy {dst} <- {src}{looped}"
     if isinstance(st, kir.Loop):

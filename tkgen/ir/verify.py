@@ -217,6 +217,8 @@ class _Check:
             self.fail(f"the box names axes {named} in another order than buffer {st.buf.name!r} holds them")
         if not named:
             self.fail("a copy whose box names no axis")
+        if st.instruction not in kir.COPY_INSTRUCTIONS:
+            self.fail(f"unknown copy instruction {st.instruction!r} (one of {kir.COPY_INSTRUCTIONS[1:]})")
         for e, _ in st.box:
             self.expr(e, defined, vars_)
             if _index_axes(e) & set(named):

@@ -25,6 +25,10 @@ gather (an index that reads a buffer), no broadcast (every tile axis in some ind
 No op is named: the rule is the shape of the load. It runs after `index_tiles` (the indices are then the
 tile's own) and before `check_tile_bytes` (which counts the staging tiles).
 
+`instruction` asks TileLang for the instruction that moves the box on CUDA (`prefer_instruction`: `tma`,
+`cp_async`, `sync`); left empty TileLang 0.1.15 chooses, and for a load into shared memory it chooses
+16-byte vector loads and stores by every thread (TMA only for stores, or where asked).
+
 The parameter `max_copies` is the number of loads per kernel staged, in program order (0, the default,
 turns the pass off): staging costs shared memory (the tile's elements as stored), and whether it is
 faster is measured per op (benchmarks/bulk_copies_gpu.py) and set by an op's `schedule: {pass_params:
@@ -113,7 +117,7 @@ def _staged_load(st, tensors) -> Optional[Tuple[ir.Fetch, str]]:
     return v.arg, v.elem
 
 
-def stage_loads(body, tensors, budget: List[int], taken) -> list:
+def stage_loads(body, tensors, budget: List[int], taken, instruction: str = "") -> list:
     """`body` with its loads staged by bulk copies (at most budget[0] of them, counted down)."""
     def stage(st):
         if not (isinstance(st, kir.Nest) and len(st.body) == 1 and budget[0] > 0):
@@ -136,19 +140,22 @@ def stage_loads(body, tensors, budget: List[int], taken) -> list:
         if fetch.guard is not None:
             value = ir.op("select", fetch.guard, value, ir.c(0, c.value.dtype))
         load = dataclasses.replace(c, value=value)
-        return [kir.Copy(fetch.tensor, box, buf), dataclasses.replace(st, body=(load,))]
+        return [kir.Copy(fetch.tensor, box, buf, instruction=instruction), dataclasses.replace(st, body=(load,))]
     return kir.rewrite(body, stage)
 
 
 @register("bulk_copies")
-def bulk_copies_pass(module: kir.Module, ctx, max_copies: int = 0) -> kir.Module:
+def bulk_copies_pass(module: kir.Module, ctx, max_copies: int = 0, instruction: str = "") -> kir.Module:
     """Up to `max_copies` loads of a box of a tensor per kernel staged by one bulk copy into shared
-    memory (`T.copy`), the elementwise loop then reading the staged elements (0: off)."""
+    memory (`T.copy`), the elementwise loop then reading the staged elements (0: off); `instruction`: the
+    one TileLang is asked to use on CUDA (tma, cp_async, sync; empty: its choice)."""
+    if instruction not in kir.COPY_INSTRUCTIONS:
+        raise ValueError(f"bulk_copies: instruction {instruction!r} is not one of {kir.COPY_INSTRUCTIONS}")
     if max_copies <= 0:
         return module
     tensors = {t.name: t for t in module.tensors}
 
     def per_kernel(body):
         taken = set(kir.buffers(body))
-        return stage_loads(body, tensors, [max_copies], taken)
+        return stage_loads(body, tensors, [max_copies], taken, instruction)
     return module.rewrite_kernels(per_kernel)
