@@ -61,9 +61,9 @@ def test_rmsnorm_backward_stages_its_row_loads_and_keeps_their_guards(arch):
         for c in copies:
             assert c.buf.scope == "shared" and c.buf.dtype == ir.RAW and not c.store and not c.looped
         text = show.module(m)
-        assert "copy _t0_staged[t, h]:@grad_out shared <- x[(b_t * #B_t) + :t, 0 + :h]" in text, text
+        assert "copy _t0_bulk[t, h]:@grad_out shared <- x[(b_t * #B_t) + :t, 0 + :h]" in text, text
         loads = [st for k in m.kernels for st in kir.statements(k.body) if isinstance(st, kir.Compute)
-                 and any(r.endswith("_staged") for r in ir.reads(st.value))]
+                 and any(r.endswith("_bulk") for r in ir.reads(st.value))]
         assert len(loads) == len(copies)
         assert all(isinstance(st.value, ir.Op) and st.value.op == "select" for st in loads
                    if st.dst.axes == ("t", "h")), variant
@@ -156,9 +156,9 @@ def test_the_cuda_kernels_lower_to_bulk_copies_and_build(tmp_path):
         off = lower_source(_kernels(name, "sm90", {"bulk_copies.max_copies": 0}, tmp_path), variant, args)
         # TileLang 0.1.15 lowers a plain T.copy into shared memory as 16-byte vector loads and stores (TMA
         # only where asked for): each thread moves a uint4 of the tensor into the staging tile
-        bulk = re.compile(r"\*\(uint4\*\)\(\(\(bfloat16_t\*\)\w+_staged\) \+ [^;]*\) = condval;")
+        bulk = re.compile(r"\*\(uint4\*\)\(\(\(bfloat16_t\*\)\w+_bulk\) \+ [^;]*\) = condval;")
         assert bulk.search(src), (name, src[:3000])
-        assert not bulk.search(off) and "_staged" not in off, name
+        assert not bulk.search(off) and "_bulk" not in off, name
         if shutil.which("nvcc"):
             r = nvcc_cubin(src, "sm_90a")
             assert r.returncode == 0, r.stderr[-2000:]
@@ -209,21 +209,56 @@ def _bits(t):
     return t.contiguous().view(torch.uint8)
 
 
+def _checked(name, kernels, tensors, params, staged):
+    """check_tensors on the C target with `kernels` standing in for the op's: the call sites' built
+    specializations (kept per shape class, not per kernel module) dropped before and after, and the
+    compiled kernel's source checked to be the one asked for (staged or not)."""
+    from tkgen.runtime import ops as R
+    from tkgen.runtime.fastpath import site_of
+    from tkgen.runtime.kernels import substituted
+    from tkgen.testing.check import check_tensors
+    op = registry.op_package(name).OP
+    site_of(op).specializations.clear()
+    try:
+        with substituted(registry.op_package(name), "cpu", kernels):
+            full, _ = R.complete(op, tensors, params)
+            kernel, _ = R.kernel_for(op, "cpu", *R.specialization(op, full, params, R.check(op, full, params)))
+            assert ("_bulk" in kernel.get_kernel_source()) == staged
+            return check_tensors(name, tensors, params, arch="cpu")[0]
+    finally:
+        site_of(op).specializations.clear()
+
+
 @pytest.mark.parametrize("name", ["rmsnorm_backward", "per_channel_cast"])
 def test_the_c_kernels_with_copies_match_the_reference_and_the_kernels_without(name, tmp_path):
     """On the C target the staged kernels match the reference (outputs poisoned first) and give the same
     bits as the kernels without copies: rows past the end of the last block (and of the last row group),
     columns padded to a power of two."""
-    from tkgen.runtime.kernels import substituted
-    from tkgen.testing.check import check_tensors
-    pkg = registry.op_package(name)
     on, off = (_kernels(name, "cpu", c, tmp_path) for c in (ON, {"bulk_copies.max_copies": 0}))
     for rows, cols, seed in ((1, 24, 1), (37, 40, 2), (70, 72, 3)):
         tensors, params = _inputs(name, rows, cols, seed)
-        with substituted(pkg, "cpu", on):
-            got, _ = check_tensors(name, tensors, params, arch="cpu")
-        with substituted(pkg, "cpu", off):
-            want, _ = check_tensors(name, tensors, params, arch="cpu")
+        got = _checked(name, on, tensors, params, True)
+        want = _checked(name, off, tensors, params, False)
         for a, b in zip(got, want):
             assert torch.equal(_bits(a), _bits(b)), (rows, cols)
     assert "T.copy(" in open(on.module.__file__).read() and "T.copy(" not in open(off.module.__file__).read()
+
+
+def test_drawn_per_channel_cast_cases_match_with_the_pass_forced_on(tmp_path):
+    """The op's own strategy (every scale format, transposed or not, partial row groups, specials) on the
+    C target with every load staged: the reference's values, and the bits of the kernels without copies."""
+    import importlib
+    from hypothesis import given, settings
+    from tkgen.testing.inputs import build_inputs
+    name = "per_channel_cast"
+    on, off = (_kernels(name, "cpu", c, tmp_path) for c in (ON, {"bulk_copies.max_copies": 0}))
+    strategies = importlib.import_module(registry.op_package(name).__name__ + ".strategies")
+
+    @settings(max_examples=4, deadline=None)
+    @given(strategies.cases())
+    def prop(case):
+        tensors = build_inputs(case, "cpu")
+        got = _checked(name, on, tensors, dict(case["params"]), True)
+        want = _checked(name, off, tensors, dict(case["params"]), False)
+        assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(got, want))
+    prop()

@@ -130,7 +130,7 @@ def stage_loads(body, tensors, budget: List[int], taken, instruction: str = "") 
         box = copy_box(fetch, c.dst.axes)
         if box is None:
             return st
-        name = f"{c.dst.name}_staged"
+        name = f"{c.dst.name}_bulk"
         if name in taken:
             return st
         taken.add(name)
