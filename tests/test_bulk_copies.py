@@ -262,3 +262,26 @@ def test_drawn_per_channel_cast_cases_match_with_the_pass_forced_on(tmp_path):
         want = _checked(name, off, tensors, dict(case["params"]), False)
         assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(got, want))
     prop()
+
+
+@pytest.mark.parametrize("arch", ["sm90", "cpu"])
+def test_every_op_verifies_with_every_load_it_can_stage_staged(arch):
+    """The pass forced on for every shipped op (a schedule the profile cannot take aside, as generate
+    reports it): each module verifies after every pass, and every copy it makes stages a whole tile's load."""
+    from conftest import op_names
+    catalog = shipped_catalog()
+    staged = 0
+    for name in op_names():
+        spec = catalog.op(name)
+        sched = {**S.resolve(spec, catalog.archs[arch]), "pass_params": {"bulk_copies": {"max_copies": 64}}}
+        for _, _, module in generate.naive_modules(catalog, spec):
+            try:
+                m = S.apply(module, catalog, catalog.archs[arch], sched, verify=True)
+            except VerifyError:
+                raise
+            except ValueError:
+                continue
+            for c in _copies(m):
+                assert not c.store and c.buf.scope == "shared" and c.buf.name.endswith("_bulk")
+                staged += 1
+    assert staged > 100, staged
