@@ -233,6 +233,8 @@ class KernelPrinter:
             a, b = (st.a, st.b) if m in st.a.axes else (st.b, st.a)
             return [f"{ind}T.gemm({a.name}, {b.name}, {st.c.name}, transpose_A={a.axes != (m, st.k)}, "
                     f"transpose_B={b.axes == (n, st.k)}, clear_accum={not st.accumulate})"]
+        if isinstance(st, kir.Copy):
+            return self.copy(st, ind)
         if isinstance(st, kir.Loop):
             ext = self.expr(st.extent)
             if st.kind == "unroll" and st.limit:
@@ -249,6 +251,29 @@ class KernelPrinter:
                 lines += self.statement(sub, ind + "    ")
             return lines
         raise TypeError(st)
+
+    def copy(self, st: kir.Copy, ind) -> List[str]:
+        """`T.copy` of the box (a slice per dim the box runs over, an index per other dim) into or out of the
+        buffer; a looped axis is a serial loop around it, the buffer indexed at it; the instruction asked for,
+        if any, as the copy's `prefer_instruction` (a target without it ignores it). TileLang predicates
+        each dim of the tensor's region against its shape: past the end a load reads zeros and a store
+        writes nothing."""
+        dims = []
+        for e, a in st.box:
+            start = self.expr(e)
+            end = ir.block_name(a) if e == ir.Const(0, ir.I32) else f"{start} + {ir.block_name(a)}"
+            dims.append(start if a is None else f"{'0' if e == ir.Const(0, ir.I32) else start}:{end}")
+        region = f"{st.tensor}[{', '.join(dims)}]"
+        buf = st.buf.name
+        if st.looped or st.buf.pad:
+            buf += f"[{', '.join(ir.lane_var(a) if a in st.looped else f'0:{ir.block_name(a)}' for a in st.buf.axes)}]"
+        lines = []
+        for a in st.looped:
+            lines.append(f"{ind}for {ir.lane_var(a)} in T.serial({ir.block_name(a)}):")
+            ind += "    "
+        hint = f", annotations={{'prefer_instruction': {st.instruction!r}}}" if st.instruction else ""
+        src, dst = (buf, region) if st.store else (region, buf)
+        return lines + [f"{ind}T.copy({src}, {dst}{hint})"]
 
     # -- the factory ------------------------------------------------------------------------------------
     def alloc(self, b: kir.Buffer) -> str:

@@ -9,7 +9,9 @@ tensors). A kernel is a list of statements over axes:
 - `Reduce(dst, src, axis, kind)`: a reduction of a buffer over one of its axes;
 - `Loop(var, extent, body)`: a serial, unrolled or pipelined loop, whose body may update buffers
   (carried state: the top-k rounds, a streamed axis, the tiles of a persistent block);
-- `Gemm`, `Scan`, `Fill`: a tile matmul, a prefix sum along an axis, a buffer set to a constant.
+- `Gemm`, `Scan`, `Fill`: a tile matmul, a prefix sum along an axis, a buffer set to a constant;
+- `Copy(tensor, box, buf, store)`: a rectangular box of a tensor copied into a buffer in bulk, or back
+  (made by the schedule: tkgen/schedule/bulk_copies.py).
 
 Expressions read buffers (`ir.Read`), tensors (`ir.Fetch`) and axis indices (`ir.Index`). A statement
 over axes means: for every index of those axes. The *naive* module holds every axis whole, with one block;
@@ -28,6 +30,7 @@ from . import prim as ir
 SCOPES = ("tile", "shared", "var")
 REDUCE_KINDS = ("absmax", "max", "min", "sum")
 LOOP_KINDS = ("serial", "unroll", "pipelined", "static")
+COPY_INSTRUCTIONS = ("", "tma", "cp_async", "sync")
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,37 @@ class Gemm:
 
 
 @dataclass(frozen=True)
+class Copy:
+    """A bulk copy between a rectangular box of `tensor` (its storage) and the buffer `buf`, which holds
+    stored elements (`buf.dtype` RAW, `buf.elem` the tensor's `elem`).
+
+    `box`: one (start, axis) per storage dim of the tensor: the dim's indices `start + i` for every index
+    `i` of `axis` (an axis of `buf`), or the one index `start` where `axis` is None. Buffer axes that no
+    dim names are *looped*: the copy runs once per index of each (their `ir.Index` may appear in the
+    starts), the others move as one box. The axes the box names appear in `buf.axes` in the order of the
+    dims that name them (no transposition).
+
+    `store` False: for every element of `buf`, the tensor's element, where it lies inside the tensor, and
+    the storage's zero past the tensor's end (TileLang's `T.copy` predicates each dim against the tensor's
+    shape; TMA fills such elements with zeros). `store` True: the buffer's elements written into the
+    tensor, those past its end dropped. A box that reaches past what a kernel may read must be masked
+    where the buffer is read (the pass that makes copies keeps each load's guard there)."""
+
+    tensor: str
+    box: Tuple[Tuple[ir.Expr, Optional[str]], ...]
+    buf: Buffer
+    store: bool = False
+    # the instruction TileLang is asked to move it with on CUDA (`prefer_instruction`: tma, cp_async, sync);
+    # empty: TileLang's choice (0.1.15: vector loads into shared memory, TMA for stores)
+    instruction: str = ""
+
+    @property
+    def looped(self) -> Tuple[str, ...]:
+        named = {a for _, a in self.box if a is not None}
+        return tuple(a for a in self.buf.axes if a not in named)
+
+
+@dataclass(frozen=True)
 class Nest:
     """One parallel loop over `axes` (outermost first) running elementwise statements in order: Computes
     and Stores that a schedule fused (tkgen/schedule/loops.py: fuse)."""
@@ -187,7 +221,7 @@ class Nest:
     vector: int = 0
 
 
-Stmt = Union[Compute, Store, Reduce, Fill, Loop, Scan, Gemm, Nest]
+Stmt = Union[Compute, Store, Reduce, Fill, Loop, Scan, Gemm, Copy, Nest]
 
 
 @dataclass(frozen=True)
@@ -340,6 +374,8 @@ def exprs(st):
         return st.indices + (st.value,) + ((st.guard,) if st.guard is not None else ())
     if isinstance(st, Loop):
         return (st.extent,) + tuple(e for _, e in st.binds)
+    if isinstance(st, Copy):
+        return tuple(e for e, _ in st.box)
     return ()
 
 
@@ -357,6 +393,8 @@ def map_exprs(body, fn):
                                      binds=tuple((n, fn(e)) for n, e in st.binds))
         elif isinstance(st, Nest):
             st = dataclasses.replace(st, body=tuple(map_exprs(st.body, fn)))
+        elif isinstance(st, Copy):
+            st = dataclasses.replace(st, box=tuple((fn(e), a) for e, a in st.box))
         out.append(st)
     return out
 
@@ -369,8 +407,10 @@ def _read_nodes(st):
 def own_reads(st) -> Set[str]:
     """The buffers one statement reads itself (a loop's or nest's body not included): those its expressions
     read, a reduction's or scan's source, a matmul's operands, and its own destination where it writes only
-    part of it (`Compute.at`: the rest is kept)."""
+    part of it (`Compute.at`: the rest is kept), and a copy's buffer where the copy stores it."""
     out = {n.buffer for n in _read_nodes(st)}
+    if isinstance(st, Copy) and st.store:
+        out.add(st.buf.name)
     if isinstance(st, (Reduce, Scan)):
         out.add(st.src.name)
     elif isinstance(st, Gemm):
@@ -386,6 +426,8 @@ def own_writes(st) -> Set[str]:
         return {st.dst.name}
     if isinstance(st, Gemm):
         return {st.c.name}
+    if isinstance(st, Copy) and not st.store:
+        return {st.buf.name}
     return set()
 
 

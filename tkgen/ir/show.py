@@ -75,6 +75,12 @@ def stmt(st) -> str:
         return f"{buffer(st.dst)} = {'exclusive ' if st.exclusive else ''}scan({st.src.name}, along {st.axis})"
     if isinstance(st, kir.Gemm):
         return f"{buffer(st.c)} {'+' if st.accumulate else ''}= gemm({st.a.name}, {st.b.name}, over {st.k})"
+    if isinstance(st, kir.Copy):
+        dims = ", ".join(expr(e) if a is None else f"{expr(e)} + :{a}" for e, a in st.box)
+        looped = f" for each ({', '.join(st.looped)})" if st.looped else ""
+        looped += f" by {st.instruction}" if st.instruction else ""
+        src, dst = f"{st.tensor}[{dims}]", buffer(st.buf)
+        return f"copy {dst} -> {src}{looped}" if st.store else f"copy {dst} <- {src}{looped}"
     if isinstance(st, kir.Loop):
         kind = st.kind + (f"({st.stages})" if st.stages else "") + (f" up to {st.limit}" if st.limit else "")
         binds = "".join(f", {n} = {expr(e)}" for n, e in st.binds)

@@ -11,6 +11,10 @@ module), the kernel and the statement. It checks, cheaply and without the spec:
   kernel, in scope;
 - **bounds**: a constant index (of a buffer read, a slice write `Compute.at`, a tensor load) is not
   negative and lies below its axis's extent where that is a number;
+- **copies**: a bulk copy's box has one (start, axis) per storage dim of its tensor, names each axis at
+  most once, only axes of its buffer, in the buffer's order, and its starts do not vary along them; its
+  buffer holds the tensor's stored elements (RAW, of the tensor's element type), a stored buffer is
+  written before;
 - **dtypes**: all declarations of a buffer agree (axes, dtype, scope); what a Compute, Fill or Reduce
   writes has the buffer's dtype; a read has the buffer's dtype; guards are boolean; loop extents integer;
 - **guarded** (an invariant, checked from the pass that establishes it on, `guard_out_of_range`): a store
@@ -176,6 +180,8 @@ class _Check:
             if st.accumulate:
                 self.read(st.c.name, defined)
             defined.add(st.c.name)
+        elif isinstance(st, kir.Copy):
+            self.copy(st, defined, vars_)
         elif isinstance(st, kir.Loop):
             if st.kind not in kir.LOOP_KINDS:
                 self.fail(f"unknown loop kind {st.kind!r}")
@@ -196,6 +202,32 @@ class _Check:
                 self.axis(a)
             self.body(st.body, defined, vars_)
             self.st = st
+
+    def copy(self, st: kir.Copy, defined, vars_):
+        t = self.tensors.get(st.tensor)
+        self.tensor(st.tensor, st.box)
+        if st.buf.dtype != ir.RAW or st.buf.elem != t.elem:
+            self.fail(f"buffer {st.buf.name!r} copied from or to tensor {st.tensor!r} must hold its stored elements "
+                      f"(raw {t.elem}), not {st.buf.dtype}{'' if st.buf.elem is None else ' ' + st.buf.elem}")
+        named = [a for _, a in st.box if a is not None]
+        if len(set(named)) != len(named) or not set(named) <= set(st.buf.axes):
+            self.fail(f"the box names axes {named}: each at most once, and only axes of {st.buf.name!r} "
+                      f"{list(st.buf.axes)}")
+        if named != [a for a in st.buf.axes if a in named]:
+            self.fail(f"the box names axes {named} in another order than buffer {st.buf.name!r} holds them")
+        if not named:
+            self.fail("a copy whose box names no axis")
+        if st.instruction not in kir.COPY_INSTRUCTIONS:
+            self.fail(f"unknown copy instruction {st.instruction!r} (one of {kir.COPY_INSTRUCTIONS[1:]})")
+        for e, _ in st.box:
+            self.expr(e, defined, vars_)
+            if _index_axes(e) & set(named):
+                self.fail(f"a start varies along an axis the box runs over: {show.expr(e)}")
+        self.bounds(((None, e) for e, _ in st.box), f"tensor {st.tensor!r}")
+        if st.store:
+            self.read(st.buf.name, defined)
+        else:
+            defined.add(st.buf.name)
 
     def same(self, dtype, dst: kir.Buffer):
         if dtype != dst.dtype:
@@ -245,6 +277,8 @@ def _buffers(st):
         return (st.dst, st.src)
     if isinstance(st, kir.Gemm):
         return (st.a, st.b, st.c)
+    if isinstance(st, kir.Copy):
+        return (st.buf,)
     return ()
 
 
