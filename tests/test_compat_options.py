@@ -298,3 +298,92 @@ def test_per_token_cast_with_precomputed_e4m3_sf(fmt, npc, dtype):
         bits_equal(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, scales, use_e4m3_sf=True), want)
     with pytest.raises(TypeError, match="use_e4m3_sf"):
         tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf)
+
+
+# --- 2.1.0's SwiGLU ops with psum_num_tokens_per_expert (the psum layout) -----------------------------------------
+
+def psum_layout(counts, alignment, extra_rows=0):
+    """operators-v2.md 2.7: psum[e] = start_e + count_e with start_0 = 0 and start_e = align(psum[e - 1], A);
+    expert e's valid rows are [start_e, psum[e]). The layout has align(psum[-1], A) rows, then extra_rows
+    more (past the layout: padding to the forward, ordinary rows to the backward, 2.8)."""
+    psum, starts, start = [], [], 0
+    for c in counts:
+        starts.append(start)
+        psum.append(start + c)
+        start = -(-(start + c) // alignment) * alignment
+    valid = torch.zeros(start + extra_rows, dtype=torch.bool)
+    for s, e in zip(starts, psum):
+        valid[s:e] = True
+    tail = torch.arange(start + extra_rows) >= start
+    return torch.tensor(psum, dtype=torch.int32), valid, tail
+
+
+def swiglu_inputs(rows, h, valid, seed):
+    """x with garbage (huge values, which the clamp counts would see) on the padding rows, and row weights."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 2 * h, generator=g) * 2
+    x[~valid] = 1e4
+    return x.bfloat16(), torch.rand(rows, generator=g) + 0.5
+
+
+@pytest.mark.parametrize("alignment, counts", [(16, [5, 0, 17, 3]), (128, [130, 1, 0, 40]), (1, [3, 4])])
+def test_swiglu_forward_psum_layout(alignment, counts):
+    """operators-v2.md 2.7: on the valid rows, act = a / (1 + exp(-a)) * b (a, b clamped at c first) times
+    w = topk_weights[row] * rsf, as bf16 or cast per token; padding rows are not written (not compared) and not
+    counted: the counter gets [#(a > c), #(b > c), #(b < -c), valid rows * H] over the valid rows."""
+    psum, valid, _ = psum_layout(counts, alignment, extra_rows=5)
+    h, c, rsf = 128, 0.5, 2.5
+    x, w = swiglu_inputs(valid.shape[0], h, valid, alignment)
+    tk.set_token_alignment(alignment)
+    try:
+        count = torch.full((4,), 3, dtype=torch.int64)
+        out = tk.quant.swiglu_forward(x, "bf16", psum, w, rsf, c, count)
+        count8 = torch.zeros(4, dtype=torch.int64)
+        q, sf = tk.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 32, psum, w, rsf, False, True, False, c, count8)
+    finally:
+        tk.reset_runtime_config()
+    a, b = x[:, :h].float(), x[:, h:].float()
+    want_counts = [int((a[valid] > c).sum()), int((b[valid] > c).sum()), int((b[valid] < -c).sum()),
+                   int(valid.sum()) * h]
+    assert count.tolist() == [3 + n for n in want_counts] and count8.tolist() == want_counts
+    ac, bc = a.clamp(max=c), b.clamp(-c, c)
+    wr = w * rsf
+    act = ac / (1 + expf(-ac)) * bc * wr[:, None]
+    bits_equal(out[valid], act.bfloat16()[valid])
+    want_q, want_sf = swiglu_cast_model(torch.cat([ac, bc], 1), 32, True, 1e-4, wr)
+    bits_equal(q[valid], want_q[valid])
+    bits_equal(sf[valid], want_sf[valid])
+
+
+@pytest.mark.parametrize("alignment, counts", [(16, [5, 0, 17, 3]), (32, [1, 40])])
+def test_swiglu_backward_psum_layout(alignment, counts):
+    """operators-v2.md 2.8: padding rows (inside [psum[e - 1], align(psum[e - 1], A))) are zero-filled in every
+    output (x_grad, the FP8 codes, the scale bytes, weight_grad, act_out); every other row, those past
+    align(psum[-1], A) included, is what the same call without the layout gives (its numerics held elsewhere:
+    tests/test_compat.py, tests/test_swiglu_backward_v1.py)."""
+    psum, valid, tail = psum_layout(counts, alignment, extra_rows=3)
+    rows, h = valid.shape[0], 128
+    x, w = swiglu_inputs(rows, h, valid | tail, alignment)
+    grad = torch.randn(rows, h, generator=torch.Generator().manual_seed(1)).bfloat16()
+    q, sf = tk.quant.per_token_cast(x, "e4m3", 32)
+    pad = ~(valid | tail)
+    assert pad.any() and tail.any()
+    for packed, col in ((False, False), (True, True)):
+        tk.set_token_alignment(alignment)
+        try:
+            got = tk.quant.swiglu_backward_and_per_token_cast((q, sf), grad, "e4m3", 32, psum, w, 2.5, col, packed,
+                                                              packed, 0.5, True)
+            plain = tk.quant.swiglu_backward(x, grad, "bf16", psum, w, 2.5, 0.5)
+        finally:
+            tk.reset_runtime_config()
+        want = tk.quant.swiglu_backward_and_per_token_cast((q, sf), grad, "e4m3", 32, None, w, 2.5, col, packed,
+                                                           packed, 0.5, True)
+        want_plain = tk.quant.swiglu_backward(x, grad, "bf16", None, w, 2.5, 0.5)
+        (xg, (fp8, fp8_sf), wg, act), (wxg, (wfp8, wsf), wwg, wact) = got, want
+        assert fp8_sf.stride() == wsf.stride()
+        fp8_sf, wsf = fp8_sf.contiguous(), wsf.contiguous()
+        for t, u in ((xg, wxg), (fp8, wfp8), (fp8_sf, wsf), (wg, wwg), (act, wact), (plain[0], want_plain[0]),
+                     (plain[1], want_plain[1])):
+            bits_equal(t[~pad], u[~pad])
+            assert not t[pad].view(torch.uint8).any() if t.element_size() == 1 else torch.all(t[pad] == 0)
+            assert not torch.signbit(t[pad].float()).any()

@@ -171,22 +171,44 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
 
 
 def _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value,
-                clamped_count):
+                clamped_count, backward=False):
     """tkgen's SwiGLU arguments for TileKernels 2.1.0's: gathered per-row weights, the routed scaling factor
-    (with weights only), the clamp; padding given by a psum layout is not built."""
-    need(psum_num_tokens_per_expert is None, name, "with psum_num_tokens_per_expert")
+    (with weights only), the clamp, and the psum layout as pos_to_expert (padding rows -1, which tkgen's
+    SwiGLU ops skip in the forward and zero-fill in the backward)."""
     require(routed_scaling_factor is None or topk_weights is not None, name, "routed_scaling_factor",
             "is given only with topk_weights")
     require(clamped_count is None or clamp_value is not None, name, "clamped_count", "is given only with clamp_value")
-    return dict(weights=topk_weights, routed_scaling_factor=1.0 if routed_scaling_factor is None else routed_scaling_factor,
-                clamp=clamp_value)
+    moe = dict(weights=topk_weights, clamp=clamp_value,
+               routed_scaling_factor=1.0 if routed_scaling_factor is None else routed_scaling_factor)
+    if psum_num_tokens_per_expert is not None:
+        moe["pos_to_expert"] = _psum_rows(name, psum_num_tokens_per_expert, x.shape[0], backward)
+    return moe
 
 
-def _count_clamps(clamped_count, counts, rows, hidden):
-    """TileKernels adds [#(a > c), #(b > c), #(b < -c), elements seen] into its int64[4] counter."""
+def _psum_rows(name, psum, rows, backward):
+    """pos_to_expert [rows] of 2.1.0's psum layout (config.get_token_alignment() A): expert e's valid rows
+    are [align(psum[e - 1], A), psum[e]), the rows between -1 (padding). Rows at or after align(psum[-1], A)
+    are padding to the forward (its walk ends at the last expert, as TileKernels' torch mask has it) and
+    ordinary rows to the backward (operators-v2.md 2.8), which computes them as expert 0's."""
+    from .config import get_token_alignment
+    tensor_arg(name, "psum_num_tokens_per_expert", psum, (torch.int32,), 1, "[E]")
+    require(psum.shape[0] > 0, name, "psum_num_tokens_per_expert", "must hold at least one expert")
+    alignment = get_token_alignment()
+    pos = torch.empty(rows, dtype=torch.int32, device=psum.device)
+    ops().get_mapping_from_psum(psum.contiguous(), pos, alignment)          # written into pos
+    if backward:                  # the rows past the layout (normally none) are computed, not zero-filled
+        end = (psum[-1:].to(torch.int64) + alignment - 1) // alignment * alignment
+        pos = torch.where(torch.arange(rows, device=psum.device) >= end, 0, pos).to(torch.int32)
+    return pos
+
+
+def _count_clamps(clamped_count, counts, moe, rows, hidden):
+    """TileKernels adds [#(a > c), #(b > c), #(b < -c), elements seen] into its int64[4] counter; the
+    elements of the valid rows only with a psum layout."""
     if clamped_count is not None:
         clamped_count[:3] += counts
-        clamped_count[3] += rows * hidden
+        pos = moe.get("pos_to_expert")
+        clamped_count[3] += rows * hidden if pos is None else (pos >= 0).sum() * hidden
 
 
 def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, psum_num_tokens_per_expert=None,
@@ -198,7 +220,7 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, psum_n
                       clamped_count)
     q, sf, counts = ops().swiglu_forward_and_per_token_cast(
         x, fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), **moe)
-    _count_clamps(clamped_count, counts, x.shape[0], x.shape[-1] // 2)
+    _count_clamps(clamped_count, counts, moe, x.shape[0], x.shape[-1] // 2)
     return q, laid_out(sf, use_tma_aligned_col_major_sf)
 
 
@@ -208,7 +230,7 @@ def swiglu_forward(x, fmt: str, psum_num_tokens_per_expert=None, topk_weights=No
     moe = _swiglu_moe("quant.swiglu_forward", x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
                       clamp_value, clamped_count)
     out, counts = ops().swiglu_forward(x, fmt=fmt, **moe)
-    _count_clamps(clamped_count, counts, x.shape[0], x.shape[-1] // 2)
+    _count_clamps(clamped_count, counts, moe, x.shape[0], x.shape[-1] // 2)
     return out
 
 
@@ -232,7 +254,8 @@ def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels
     name = "quant.swiglu_backward_and_per_token_cast"
     q, sf = quant_tensor(name, x)
     need(fmt == "e4m3", name, f"into {fmt}")
-    moe = _swiglu_moe(name, q, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None)
+    moe = _swiglu_moe(name, q, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
+                      backward=True)
     # 2.1.0 rounds da's factor 1 + a * (1 - s) once, as the first release does (da_fma): read off its bits on
     # an H200 (benchmarks/swiglu_backward_v2_bits.py, docs/numerics.md)
     x_grad, fp8, fp8_sf, weight_grad, act_out = ops().swiglu_backward_and_per_token_cast(
@@ -249,7 +272,8 @@ def swiglu_backward(x, act_x_grad, fmt: str, psum_num_tokens_per_expert=None, to
     tensor_arg(name, "act_x_grad", act_x_grad, (x.dtype,))
     need(out_format(x.dtype) == fmt, name, f"with x_grad in {fmt} from {x.dtype} inputs")
     need(not do_recompute, name, "with do_recompute=True")
-    moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None)
+    moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
+                      backward=True)
     x_grad, weight_grad, _ = ops().swiglu_backward(x, act_x_grad, **moe)
     return _backward_result(x_grad, None, weight_grad, None, topk_weights is not None, False)
 
