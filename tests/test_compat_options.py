@@ -233,8 +233,10 @@ def test_per_token_cast_of_a_quantized_input_checks_arguments():
     q, sf = quantized_input("e4m3", 8, (1, 128), False, 0)
     with pytest.raises(ValueError, match="x_block_size"):
         tk.quant.per_token_cast((q, sf), "e4m3", 128)
-    with pytest.raises(NotImplementedError, match="use_e4m3_sf"):
-        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), use_e4m3_sf=True)
+    with pytest.raises(NotImplementedError, match="stochastic_cast"):
+        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), stochastic_cast=True)
+    with pytest.raises(TypeError, match="float8_e4m3fn or FP4"):
+        tk.quant.per_token_cast((q.view(torch.float8_e5m2), sf), "e4m3", 128, (1, 128))
     out = (torch.empty(8, 384, dtype=torch.float8_e4m3fn), torch.empty(8, 3))
     assert tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), out=out) is out
     bits_equal(out[0], requant_model(q, sf, (1, 128), 128, "e4m3", False)[0])
@@ -387,3 +389,46 @@ def test_swiglu_backward_psum_layout(alignment, counts):
             bits_equal(t[~pad], u[~pad])
             assert not t[pad].view(torch.uint8).any() if t.element_size() == 1 else torch.all(t[pad] == 0)
             assert not torch.signbit(t[pad].float()).any()
+
+
+# --- 2.1.0's per_token_cast of a quantized input with use_e4m3_sf, or with e4m3 input scales ------------------------
+
+def e4m3_scale_pair(amax, fmt_max):
+    """operators-v2.md 1.5 item 2 and 3: a = max(amax, fmt_max * 2^-9), sf = RNE_e4m3(a / MAX) (saturating),
+    inv = 1 / float(sf), a float32 division."""
+    a = torch.maximum(amax, torch.tensor(fmt_max * 2.0 ** -9))
+    sf = to_e4m3(a / fmt_max)
+    return sf, torch.full(a.shape, 1.0) / sf.float()
+
+
+@pytest.mark.parametrize("in_fmt, fmt, npc, block, in_e4m3, out_e4m3, col", [
+    ("e4m3", "e4m3", 128, (1, 128), True, True, False),
+    ("e4m3", "e4m3", 32, (128, 128), True, False, True),
+    ("e2m1", "e2m1", 32, (32, 32), False, True, True),
+    ("e2m1", "e4m3", 32, (1, 32), True, True, False),
+    ("e4m3", "e2m1", 32, (32, 32), False, True, False),
+])
+def test_per_token_cast_of_a_quantized_input_e4m3_scales(in_fmt, fmt, npc, block, in_e4m3, out_e4m3, col):
+    """operators-v1.md 1.1 (quantized input: out = cvt(q * (sf_in * sf_inv)), the scales multiplied first) with
+    2.1.0's E4M3 scales: input scales float8_e4m3fn decoded as float(sf) (2.14), output scales by 1.5 item 2."""
+    rows = 72
+    q, sf_in = quantized_input(in_fmt, rows, block, False, seed=npc + block[0], small_sf=True)
+    if in_e4m3:
+        sf_in = to_e4m3(sf_in.clamp(min=2.0 ** -9))
+        sf_in[0, 0], sf_in[-1, -1] = 2.0 ** -9, 448.0 if fmt == "e4m3" else 3.5
+    qf = decode_e2m1(q) if in_fmt == "e2m1" else q.float()
+    s = sf_in.float().repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)
+    fmt_max = E4M3_MAX if fmt == "e4m3" else 6.0
+    amax = (qf * s).abs().view(rows, -1, npc).amax(-1)
+    if out_e4m3:
+        want_sf, inv = e4m3_scale_pair(amax, fmt_max)
+    else:
+        want_sf, inv = sf_and_inv(amax, 1e-4 if fmt == "e4m3" else 6 * 2.0 ** -126, False, fmt_max)
+    y = qf * (s * inv.repeat_interleave(npc, 1))
+    want_q = to_e4m3(y) if fmt == "e4m3" else encode_e2m1(y)
+    got_q, got_sf = tk.quant.per_token_cast((q, sf_in), fmt, npc, block, col, use_e4m3_sf=out_e4m3)
+    bits_equal(got_q, want_q)
+    assert not col or got_sf.stride(0) == 1
+    bits_equal(got_sf.contiguous(), want_sf)
+    with pytest.raises(ValueError, match="round_sf"):
+        tk.quant.per_token_cast((q, sf_in), fmt, npc, block, round_sf=True, use_e4m3_sf=True)

@@ -15,13 +15,14 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
                    round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
     """(q, sf); with `out=(q, sf)` the kernel writes into those tensors (laid out as tkgen allocates them:
     q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf). A quantized x = (codes,
-    scales) with `x_block_size` is re-quantized by tkgen's per_token_cast_requant (`out=` copied into)."""
+    scales: float32, packed UE8M0 or float8_e4m3fn) with `x_block_size` is re-quantized by tkgen's
+    per_token_cast_requant (`out=` copied into), with use_e4m3_sf into e4m3 scales."""
     name = "quant.per_token_cast"
     if x_block_size is not None or not isinstance(x, torch.Tensor):
         require(x_block_size is not None, name, "x_block_size", "is required with a quantized (q, sf) input")
-        need(not stochastic_cast and not use_e4m3_sf, name, "of a quantized input with stochastic_cast or use_e4m3_sf")
+        need(not stochastic_cast, name, "of a quantized input with stochastic_cast")
         return into(out, _requant(name, x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf,
-                                  scale_format(name, round_sf, use_packed_ue8m0)))
+                                  scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf)))
     params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
                   sf_layout="col" if use_tma_aligned_col_major_sf else "row")
     op = "per_token_cast"
@@ -39,23 +40,29 @@ def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale):
     than the output groups get their scales repeated per group first (a layout change: bytes for UE8M0)."""
     q, sf = quant_tensor(name, x)
     in_fmt, in_scale = element_format(name, q), input_scale(sf)
-    need(in_fmt in ("e4m3", "e2m1") and in_scale in ("fp32", "ue8m0"), name,
-         f"of a quantized input of {q.dtype} codes with {sf.dtype} scales")
+    require(in_fmt in ("e4m3", "e2m1"), name, "x", f"must hold float8_e4m3fn or FP4 (int8) codes when quantized, as "
+            f"TileKernels' quantized inputs do, got {q.dtype}", TypeError)
     rows, cols = x_block_size
     need(rows in (1, 32, 128) and cols in (32, 128), name, f"of a quantized input in {tuple(x_block_size)} blocks")
     sf = row_major(sf)
     if cols > num_per_channels and num_per_channels in (32, 128):
         blocks = (2 * q.shape[1] if in_fmt == "e2m1" else q.shape[1]) // cols
-        rep = cols // num_per_channels
-        if in_scale == "fp32":
-            sf = sf.repeat_interleave(rep, dim=1)
-        else:                              # four exponent bytes per int32 word, the tail padded
-            b = sf.view(torch.uint8)[:, :blocks].repeat_interleave(rep, dim=1)
-            sf = torch.nn.functional.pad(b, (0, -b.shape[1] % 4)).contiguous().view(torch.int32)
+        sf = repeat_scales(sf, in_scale, 1, cols // num_per_channels, q.shape[0], blocks)
         cols = num_per_channels
     return ops().per_token_cast_requant(q, sf, fmt=fmt, in_fmt=in_fmt, group=num_per_channels, in_rows=rows,
                                         in_cols=cols, in_scale=in_scale, scale=scale,
                                         sf_layout="col" if col_major_sf else "row")
+
+
+def repeat_scales(sf, in_scale, row_rep, col_rep, rows, blocks):
+    """Row-major scales of `blocks` blocks per row, each repeated row_rep times down (cut at `rows`) and col_rep
+    times across: the scales of blocks that many times smaller (a layout change, by bytes: float32 as int32,
+    e4m3 as uint8, packed UE8M0 as its exponent bytes, four per int32 again, the last word padded with 0)."""
+    if in_scale == "ue8m0":
+        b = sf.view(torch.uint8)[:, :blocks].repeat_interleave(row_rep, dim=0)[:rows].repeat_interleave(col_rep, dim=1)
+        return torch.nn.functional.pad(b, (0, -b.shape[1] % 4)).contiguous().view(torch.int32)
+    raw = sf.view(torch.int32 if sf.element_size() == 4 else torch.uint8)
+    return raw.repeat_interleave(row_rep, dim=0)[:rows].repeat_interleave(col_rep, dim=1).contiguous().view(sf.dtype)
 
 
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
