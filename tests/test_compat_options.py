@@ -432,3 +432,43 @@ def test_per_token_cast_of_a_quantized_input_e4m3_scales(in_fmt, fmt, npc, block
     bits_equal(got_sf.contiguous(), want_sf)
     with pytest.raises(ValueError, match="round_sf"):
         tk.quant.per_token_cast((q, sf_in), fmt, npc, block, round_sf=True, use_e4m3_sf=True)
+
+
+# --- per_block_cast_lossless from input blocks of several rows or wider than 32 channels --------------------------
+
+@pytest.mark.parametrize("in_block, out_block, packed_in, col", [
+    ((32, 32), (128, 128), False, False), ((128, 64), (128, 128), True, True), ((1, 64), (1, 128), False, True),
+    ((32, 128), (32, 128), True, False),
+])
+def test_per_block_cast_lossless_of_wider_input_blocks(in_block, out_block, packed_in, col):
+    """operators-v1.md 1.7 (kept in 2.1.0): per output block, E_out = max(0, the largest biased exponent e_in of
+    the input scale blocks it covers (inside the tensor) - 6); out = e4m3(q * 2^(e_in - E_out)), out_sf =
+    2^(E_out - 127); out_block a multiple of x_block in both dims."""
+    rows, h = 200, 256
+    g = torch.Generator().manual_seed(in_block[0] + in_block[1])
+    q = torch.randint(-128, 128, (rows, h // 2), generator=g, dtype=torch.int8)
+    nbm, nbk = -(-rows // in_block[0]), h // in_block[1]
+    e_in = torch.randint(120, 131, (nbm, nbk), generator=g, dtype=torch.int32)
+    if packed_in:
+        b = torch.nn.functional.pad(e_in.to(torch.uint8), (0, -nbk % 4))
+        sf_in = b.contiguous().view(torch.int32)
+    else:
+        sf_in = (e_in << 23).view(torch.float32)
+    e_el = e_in.repeat_interleave(in_block[0], 0)[:rows].repeat_interleave(in_block[1], 1)
+    e_out = torch.empty(-(-rows // out_block[0]), h // out_block[1], dtype=torch.int32)
+    for i in range(e_out.shape[0]):
+        for j in range(e_out.shape[1]):
+            blk = e_el[i * out_block[0]:(i + 1) * out_block[0], j * out_block[1]:(j + 1) * out_block[1]]
+            e_out[i, j] = max(int(blk.max()) - 6, 0)
+    e_out_el = e_out.repeat_interleave(out_block[0], 0)[:rows].repeat_interleave(out_block[1], 1)
+    mult = ((e_el - e_out_el + 127) << 23).view(torch.float32)
+    want_q, want_sf = to_e4m3(decode_e2m1(q) * mult), (e_out << 23).view(torch.float32)
+    for module in (tk, tk1):
+        got_q, got_sf = module.quant.per_block_cast_lossless((q, sf_in), "e4m3", in_block, out_block, col)
+        bits_equal(got_q, want_q)
+        assert not col or got_sf.stride(0) == 1
+        bits_equal(got_sf.contiguous(), want_sf)
+    with pytest.raises(ValueError, match="multiple of x_block_size"):
+        tk.quant.per_block_cast_lossless((q, sf_in), "e4m3", in_block, (out_block[0], 48))
+    with pytest.raises(ValueError, match="'e4m3'"):
+        tk.quant.per_block_cast_lossless((q, sf_in), "e2m1", in_block, out_block)

@@ -141,13 +141,21 @@ def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_alig
 
 def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_aligned_col_major_sf=False,
                             round_sf=False, use_packed_ue8m0=False):
-    """(q, sf) in FP4 with 1 x n power-of-two scales to e4m3 with one power-of-two scale per output block."""
+    """(q, sf) in FP4 with power-of-two scales per x_block_size block to e4m3 with one power-of-two scale per
+    output block. Input blocks of several rows or wider than 32 channels have their scales repeated to 1 x 32
+    blocks first (a layout change: the largest exponent over an output block is the same)."""
     name = "quant.per_block_cast_lossless"
     q, sf = quant_tensor(name, x)
-    need(fmt == "e4m3" and q.dtype == torch.int8 and x_block_size[0] == 1, name,
-         f"from {q.dtype} codes in {tuple(x_block_size)} blocks to {fmt}")
-    rows, cols = out_block_size
-    return ops().per_block_cast_lossless(q, row_major(sf), rows, cols, x_block_size[1], input_scale(sf),
+    require(fmt == "e4m3", name, "fmt", f"must be 'e4m3' (TileKernels asserts it), got {fmt!r}")
+    require(q.dtype == torch.int8, name, "x", f"must hold FP4 codes two per int8, got {q.dtype}", TypeError)
+    (in_rows, in_cols), (rows, cols) = x_block_size, out_block_size
+    require(in_rows > 0 and in_cols > 0 and rows % in_rows == 0 and cols % in_cols == 0, name, "out_block_size",
+            f"must be a multiple of x_block_size in both dims, got {tuple(out_block_size)} and {tuple(x_block_size)}")
+    need(in_cols % 32 == 0, name, f"from input blocks of {in_cols} channels (tkgen's input blocks are 32 wide)")
+    sf = row_major(sf)
+    if in_rows > 1 or in_cols > 32:
+        sf = repeat_scales(sf, input_scale(sf), in_rows, in_cols // 32, q.shape[0], 2 * q.shape[1] // in_cols)
+    return ops().per_block_cast_lossless(q, sf, rows, cols, 32, input_scale(sf),
                                          "ue8m0" if use_packed_ue8m0 else "fp32",
                                          "col" if use_tma_aligned_col_major_sf else "row")
 
