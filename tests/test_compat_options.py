@@ -434,6 +434,62 @@ def test_per_token_cast_of_a_quantized_input_e4m3_scales(in_fmt, fmt, npc, block
         tk.quant.per_token_cast((q, sf_in), fmt, npc, block, round_sf=True, use_e4m3_sf=True)
 
 
+# --- cast_back's x_special_fmt: the first release's E5M6, reserved in 2.1.0 ----------------------------------------
+
+def decode_e5m6(packed):
+    """operators-v1.md 0.6: three little-endian uint32 words per 8 codes, h0 at the top of w0; each 12-bit code
+    is the top of an fp16."""
+    w = packed.contiguous().view(torch.int32).long() & 0xFFFFFFFF
+    w = w.view(w.shape[0], -1, 3)
+    w0, w1, w2 = w[..., 0], w[..., 1], w[..., 2]
+    h = [w0 >> 20, (w0 >> 8) & 0xFFF, ((w0 & 0xFF) << 4) | (w1 >> 28), (w1 >> 16) & 0xFFF, (w1 >> 4) & 0xFFF,
+         ((w1 & 0xF) << 8) | (w2 >> 24), (w2 >> 12) & 0xFFF, w2 & 0xFFF]
+    top = torch.stack(h, dim=-1).flatten(1) << 4                  # the fp16's bits, as a signed 16-bit value
+    return (top - (top >= 0x8000).long() * 0x10000).to(torch.int16).view(torch.float16).float()
+
+
+@pytest.mark.parametrize("out", ["fp32", "bf16"])
+def test_cast_back_x_special_fmt(out):
+    """The first release's cast_back((packed, sf), fmt, (1, H), x_special_fmt='e5m6') is decode(q) * sf rounded to
+    fmt (1.6); 2.1.0 has no E5M6 (its x_special_fmt is reserved, must be None) and refuses it as a ValueError, as
+    the first release refuses any other special format; codes of another dtype are a TypeError."""
+    x = edgy(12, 256, dtype=torch.float32, seed=3)
+    q, sf = tk1.quant.per_token_cast(x, "e5m6", 256)
+    assert q.dtype == torch.uint8 and q.shape == (12, 384) and sf.shape == (12, 1)
+    want = (decode_e5m6(q) * sf).to(torch.float32 if out == "fp32" else torch.bfloat16)
+    bits_equal(tk1.quant.cast_back((q, sf), out, (1, 256), "e5m6"), want)
+    bits_equal(tk1.quant.per_token_cast_back((q, sf), out, 256, x_special_fmt="e5m6"), want)
+    with pytest.raises(ValueError, match="reserved"):
+        tk.quant.cast_back((q, sf), out, (1, 256), "e5m6")
+    with pytest.raises(ValueError, match="x_special_fmt"):
+        tk1.quant.cast_back((q, sf), out, (1, 256), "e3m2")
+    with pytest.raises(TypeError, match="uint8"):
+        tk1.quant.cast_back((q.view(torch.int8), sf), out, (1, 256), "e5m6")
+    with pytest.raises(TypeError, match="x_special_fmt='e5m6'"):
+        tk1.quant.cast_back((q, sf), out, (1, 256))
+    with pytest.raises(TypeError, match="QuantTensor"):
+        tk.quant.cast_back(x, out, (1, 256))
+
+
+def test_what_the_releases_refuse_is_an_argument_error():
+    """Inputs TileKernels itself asserts against are TypeErrors naming the argument, not NotImplementedError:
+    per_block_cast_with_precomputed_sf reads row-major float32 scales only (operators-v1.md 1.3, kept in 2.1.0),
+    per_channel_cast's quantized input holds e4m3 codes (operators-v2.md 2.13), a quantized input is a (codes,
+    scales) pair of e4m3 or FP4 codes (1.1)."""
+    x = edgy(128, 256)
+    q, sf = tk.quant.per_block_cast(x, "e4m3", (128, 128), round_sf=True)
+    packed = tk.quant.per_block_cast(x, "e4m3", (128, 128), round_sf=True, use_packed_ue8m0=True)[1]
+    for module in (tk, tk1):
+        bits_equal(module.quant.per_block_cast_with_precomputed_sf(x, "e4m3", (128, 128), sf), q)
+        with pytest.raises(TypeError, match="`sf` must have dtype torch.float32"):
+            module.quant.per_block_cast_with_precomputed_sf(x, "e4m3", (128, 128), packed)
+    pq, psf = tk.quant.per_token_cast(x, "e4m3", 128)
+    with pytest.raises(TypeError, match="float8_e4m3fn codes"):
+        tk.quant.per_channel_cast((pq.view(torch.float8_e5m2), psf), "e4m3", 128)
+    with pytest.raises(TypeError, match="QuantTensor"):
+        tk.quant.per_token_cast(x, "e4m3", 128, (1, 128))
+
+
 # --- per_block_cast_lossless from input blocks of several rows or wider than 32 channels --------------------------
 
 @pytest.mark.parametrize("in_block, out_block, packed_in, col", [

@@ -90,11 +90,19 @@ def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, u
 
 
 def cast_back(x, fmt: str, x_block_size, x_special_fmt: Optional[str] = None):
-    """Dequantize (q, sf) into `fmt` ('bf16' or 'fp32'), one scale per `x_block_size` block."""
+    """Dequantize (q, sf) into `fmt` ('bf16' or 'fp32'), one scale per `x_block_size` block. x_special_fmt is
+    reserved in 2.1.0 (E5M6 was removed): anything but None is a ValueError."""
     name = "quant.cast_back"
+    require(x_special_fmt is None, name, "x_special_fmt", f"is reserved and must be None in TileKernels 2.1.0 "
+            f"(E5M6 is the first release's: tkgen.compat.tilekernels_v1), got {x_special_fmt!r}")
+    return dequantize(name, x, fmt, x_block_size)
+
+
+def dequantize(name, x, fmt, x_block_size, special=None):
+    """tkgen's cast_back of (q, sf): `special` 'e5m6' (the first release's) reads packed uint8 E5M6 codes."""
     q, sf = quant_tensor(name, x)
     rows, cols = x_block_size
-    return ops().cast_back(q, row_major(sf), element_format(name, q, x_special_fmt), cols, input_scale(sf), fmt,
+    return ops().cast_back(q, row_major(sf), element_format(name, q, special), cols, input_scale(sf), fmt,
                            block_rows=rows)
 
 
@@ -132,7 +140,9 @@ def per_block_cast_with_sf_only(x, fmt: str, block_size, use_tma_aligned_col_maj
 def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_aligned_col_major_sf=False,
                                        round_sf=False, use_packed_ue8m0=False, out=None):
     name = "quant.per_block_cast_with_precomputed_sf"
-    need(input_scale(sf) == "fp32", name, "with packed UE8M0 scales")
+    # TileKernels asserts row-major float32 scales here (operators-v1.md 1.3; 2.1.0 kept it); tkgen also reads a
+    # column-major float32 one (copied row-major)
+    tensor_arg(name, "sf", sf, (torch.float32,), 2, "[ceil(T / block_rows), ceil(H / block_cols)]")
     params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1])
     if out is not None:
         return written_into("per_block_cast_with_precomputed_sf", (out,), {"x": x, "sf": row_major(sf)}, params)
@@ -168,7 +178,8 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
     name = "quant.per_channel_cast"
     if isinstance(x, (tuple, list)):
         q, sf = quant_tensor(name, x)
-        need(q.dtype == torch.float8_e4m3fn, name, f"of {q.dtype} codes")
+        require(q.dtype == torch.float8_e4m3fn, name, "x", f"must hold float8_e4m3fn codes when quantized "
+                f"(operators-v2.md 2.13), got {q.dtype}", TypeError)
         # unpacked input scales tell their group width by their shape; packed words do not
         need(num_per_channels is not None or input_scale(sf) != "ue8m0", name,
              "of packed UE8M0 input scales without num_per_channels")
