@@ -142,6 +142,7 @@ def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_alig
     name = "quant.per_block_cast_with_precomputed_sf"
     # TileKernels asserts row-major float32 scales here (operators-v1.md 1.3; 2.1.0 kept it); tkgen also reads a
     # column-major float32 one (copied row-major)
+    tensor_arg(name, "x", x, (torch.bfloat16, torch.float32), 2, "[T, H]")
     tensor_arg(name, "sf", sf, (torch.float32,), 2, "[ceil(T / block_rows), ceil(H / block_cols)]")
     params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1])
     if out is not None:
