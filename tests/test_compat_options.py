@@ -210,6 +210,11 @@ def quantized_input(in_fmt, rows, block, packed_sf, seed, small_sf=False):
     ("e2m1", "e4m3", 32, (32, 32), (True, True, True)),
     ("e2m1", "e2m1", 32, (1, 32), (False, False, False)),
     ("e2m1", "e4m3", 32, (128, 128), (True, True, True)),
+    # blocks with no param value of per_token_cast_requant: their scales repeated to 1-row or 32-channel blocks
+    ("e4m3", "e4m3", 128, (64, 64), (False, True, False)),
+    ("e2m1", "e4m3", 32, (16, 192), (True, True, True)),
+    ("e4m3", "e2m1", 32, (1, 384), (False, False, False)),
+    ("e4m3", "e4m3", 128, (200, 96), (True, True, True)),
 ])
 def test_per_token_cast_of_a_quantized_input(in_fmt, fmt, npc, block, flags):
     col, round_sf, packed = flags
@@ -237,6 +242,8 @@ def test_per_token_cast_of_a_quantized_input_checks_arguments():
         tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), stochastic_cast=True)
     with pytest.raises(TypeError, match="float8_e4m3fn or FP4"):
         tk.quant.per_token_cast((q.view(torch.float8_e5m2), sf), "e4m3", 128, (1, 128))
+    with pytest.raises(NotImplementedError, match="fewer than 32 channels"):
+        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 16))
     out = (torch.empty(8, 384, dtype=torch.float8_e4m3fn), torch.empty(8, 3))
     assert tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), out=out) is out
     bits_equal(out[0], requant_model(q, sf, (1, 128), 128, "e4m3", False)[0])

@@ -37,18 +37,26 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
 
 def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale):
     """tkgen's per_token_cast_requant of (q, sf) with one scale per x_block_size block. Input blocks wider
-    than the output groups get their scales repeated per group first (a layout change: bytes for UE8M0)."""
+    than the output groups, or of sizes other than 1, 32 or 128 rows by 32 or 128 channels (any rows, a multiple
+    of 32 channels), get their scales repeated to smaller blocks first (a layout change: bytes for UE8M0)."""
     q, sf = quant_tensor(name, x)
     in_fmt, in_scale = element_format(name, q), input_scale(sf)
     require(in_fmt in ("e4m3", "e2m1"), name, "x", f"must hold float8_e4m3fn or FP4 (int8) codes when quantized, as "
             f"TileKernels' quantized inputs do, got {q.dtype}", TypeError)
     rows, cols = x_block_size
-    need(rows in (1, 32, 128) and cols in (32, 128), name, f"of a quantized input in {tuple(x_block_size)} blocks")
+    require(rows > 0 and cols > 0, name, "x_block_size", f"must be two positive sizes, got {tuple(x_block_size)}")
+    need(cols % 32 == 0, name, f"of a quantized input in {tuple(x_block_size)} blocks (scales of fewer than 32 "
+                               "channels)")
     sf = row_major(sf)
-    if cols > num_per_channels and num_per_channels in (32, 128):
+    # blocks the op has no param value for are repeated to ones it has: rows to single rows, channels to 32
+    to_rows = rows if rows in (1, 32, 128) else 1
+    to_cols = cols if cols in (32, 128) else 32
+    if to_cols > num_per_channels and num_per_channels in (32, 128):
+        to_cols = num_per_channels
+    if (to_rows, to_cols) != (rows, cols):
         blocks = (2 * q.shape[1] if in_fmt == "e2m1" else q.shape[1]) // cols
-        sf = repeat_scales(sf, in_scale, 1, cols // num_per_channels, q.shape[0], blocks)
-        cols = num_per_channels
+        sf = repeat_scales(sf, in_scale, rows // to_rows, cols // to_cols, q.shape[0], blocks)
+        rows, cols = to_rows, to_cols
     return ops().per_token_cast_requant(q, sf, fmt=fmt, in_fmt=in_fmt, group=num_per_channels, in_rows=rows,
                                         in_cols=cols, in_scale=in_scale, scale=scale,
                                         sf_layout="col" if col_major_sf else "row")
