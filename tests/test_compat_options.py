@@ -238,8 +238,8 @@ def test_per_token_cast_of_a_quantized_input_checks_arguments():
     q, sf = quantized_input("e4m3", 8, (1, 128), False, 0)
     with pytest.raises(ValueError, match="x_block_size"):
         tk.quant.per_token_cast((q, sf), "e4m3", 128)
-    with pytest.raises(NotImplementedError, match="stochastic_cast"):
-        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), stochastic_cast=True)
+    with pytest.raises(NotImplementedError, match="stochastic_cast=True into e2m1"):
+        tk.quant.per_token_cast((q, sf), "e2m1", 32, (1, 128), stochastic_cast=True)
     with pytest.raises(TypeError, match="float8_e4m3fn or FP4"):
         tk.quant.per_token_cast((q.view(torch.float8_e5m2), sf), "e4m3", 128, (1, 128))
     with pytest.raises(NotImplementedError, match="fewer than 32 channels"):
@@ -535,3 +535,44 @@ def test_per_block_cast_lossless_of_wider_input_blocks(in_block, out_block, pack
         tk.quant.per_block_cast_lossless((q, sf_in), "e4m3", in_block, (out_block[0], 48))
     with pytest.raises(ValueError, match="'e4m3'"):
         tk.quant.per_block_cast_lossless((q, sf_in), "e2m1", in_block, out_block)
+
+
+# --- 2.1.0's per_token_cast of a quantized input with stochastic_cast ------------------------------------------------
+
+@pytest.mark.parametrize("in_fmt, npc, block, flags", [
+    ("e4m3", 128, (128, 128), (False, True, False, False)),
+    ("e4m3", 32, (32, 32), (True, True, True, False)),
+    ("e2m1", 128, (1, 32), (False, False, False, True)),
+    ("e4m3", 128, (1, 64), (False, False, False, False)),
+])
+def test_per_token_cast_of_a_quantized_input_stochastic(in_fmt, npc, block, flags):
+    """operators-v2.md 2.9: the scales of the round-to-nearest re-quantization (1.1: v = q * (sf_in * sf_inv)),
+    and v rounded to e4m3 by the hash of each quad of scaled float32 values and its column-quad index inside the
+    row (the stochastic-rounding oracle of tests/test_stochastic_cast.py, written from the same text)."""
+    from test_stochastic_cast import oracle_random_bits, oracle_round
+    import numpy as np
+    col, round_sf, packed, e4m3_sf = flags
+    rows = 40
+    q, sf_in = quantized_input(in_fmt, rows, block, packed, seed=npc + block[1])
+    qf = decode_e2m1(q) if in_fmt == "e2m1" else q.float()
+    s = sf_in
+    if packed:
+        s = (sf_in.contiguous().view(torch.uint8)[:, :384 // block[1]].int() << 23).view(torch.float32)
+    s = s.float().repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)
+    amax = (qf * s).abs().view(rows, -1, npc).amax(-1)
+    if e4m3_sf:
+        want_sf, inv = e4m3_scale_pair(amax, E4M3_MAX)
+    else:
+        want_sf, inv = sf_and_inv(amax, 1e-4, round_sf)
+    v = (qf * (s * inv.repeat_interleave(npc, 1))).reshape(-1, 4).numpy()
+    quad = np.arange(len(v), dtype=np.int64) % (384 // 4)
+    want_q = oracle_round(v, oracle_random_bits(v.view(np.uint32), "e4m3", quad), "e4m3").reshape(rows, 384)
+    got_q, got_sf = tk.quant.per_token_cast((q, sf_in), "e4m3", npc, block, col, round_sf, packed, e4m3_sf,
+                                            stochastic_cast=True)
+    bits_equal(got_q, want_q)
+    rne = tk.quant.per_token_cast((q, sf_in), "e4m3", npc, block, col, round_sf, packed, e4m3_sf)
+    assert got_sf.stride() == rne[1].stride()
+    bits_equal(got_sf.contiguous(), rne[1].contiguous())
+    if not packed:
+        bits_equal(got_sf.contiguous(), want_sf)
+    assert not torch.equal(got_q.view(torch.uint8), rne[0].view(torch.uint8))     # it does round otherwise

@@ -16,13 +16,15 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
     """(q, sf); with `out=(q, sf)` the kernel writes into those tensors (laid out as tkgen allocates them:
     q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf). A quantized x = (codes,
     scales: float32, packed UE8M0 or float8_e4m3fn) with `x_block_size` is re-quantized by tkgen's
-    per_token_cast_requant (`out=` copied into), with use_e4m3_sf into e4m3 scales."""
+    per_token_cast_requant (`out=` copied into), with use_e4m3_sf into e4m3 scales, with stochastic_cast by
+    per_token_cast_requant_stochastic (into e4m3)."""
     name = "quant.per_token_cast"
     if x_block_size is not None or not isinstance(x, torch.Tensor):
         require(x_block_size is not None, name, "x_block_size", "is required with a quantized (q, sf) input")
-        need(not stochastic_cast, name, "of a quantized input with stochastic_cast")
+        need(not stochastic_cast or as_format(fmt) == "e4m3", name, "of a quantized input with stochastic_cast=True "
+                                                                     "into e2m1")
         return into(out, _requant(name, x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf,
-                                  scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf)))
+                                  scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf), stochastic_cast))
     params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
                   sf_layout="col" if use_tma_aligned_col_major_sf else "row")
     op = "per_token_cast"
@@ -35,7 +37,7 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
     return getattr(ops(), op)(x, **params)
 
 
-def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale):
+def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale, stochastic=False):
     """tkgen's per_token_cast_requant of (q, sf) with one scale per x_block_size block. Input blocks wider
     than the output groups, or of sizes other than 1, 32 or 128 rows by 32 or 128 channels (any rows, a multiple
     of 32 channels), get their scales repeated to smaller blocks first (a layout change: bytes for UE8M0)."""
@@ -57,9 +59,11 @@ def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale):
         blocks = (2 * q.shape[1] if in_fmt == "e2m1" else q.shape[1]) // cols
         sf = repeat_scales(sf, in_scale, rows // to_rows, cols // to_cols, q.shape[0], blocks)
         rows, cols = to_rows, to_cols
-    return ops().per_token_cast_requant(q, sf, fmt=fmt, in_fmt=in_fmt, group=num_per_channels, in_rows=rows,
-                                        in_cols=cols, in_scale=in_scale, scale=scale,
-                                        sf_layout="col" if col_major_sf else "row")
+    params = dict(in_fmt=in_fmt, group=num_per_channels, in_rows=rows, in_cols=cols, in_scale=in_scale, scale=scale,
+                  sf_layout="col" if col_major_sf else "row")
+    if stochastic:                # tkgen's per_token_cast_requant_stochastic: e4m3 only
+        return ops().per_token_cast_requant_stochastic(q, sf, **params)
+    return ops().per_token_cast_requant(q, sf, fmt=fmt, **params)
 
 
 def repeat_scales(sf, in_scale, row_rep, col_rep, rows, blocks):
