@@ -210,6 +210,11 @@ def quantized_input(in_fmt, rows, block, packed_sf, seed, small_sf=False):
     ("e2m1", "e4m3", 32, (32, 32), (True, True, True)),
     ("e2m1", "e2m1", 32, (1, 32), (False, False, False)),
     ("e2m1", "e4m3", 32, (128, 128), (True, True, True)),
+    # blocks with no param value of per_token_cast_requant: their scales repeated to 1-row or 32-channel blocks
+    ("e4m3", "e4m3", 128, (64, 64), (False, True, False)),
+    ("e2m1", "e4m3", 32, (16, 192), (True, True, True)),
+    ("e4m3", "e2m1", 32, (1, 384), (False, False, False)),
+    ("e4m3", "e4m3", 128, (200, 96), (True, True, True)),
 ])
 def test_per_token_cast_of_a_quantized_input(in_fmt, fmt, npc, block, flags):
     col, round_sf, packed = flags
@@ -233,8 +238,12 @@ def test_per_token_cast_of_a_quantized_input_checks_arguments():
     q, sf = quantized_input("e4m3", 8, (1, 128), False, 0)
     with pytest.raises(ValueError, match="x_block_size"):
         tk.quant.per_token_cast((q, sf), "e4m3", 128)
-    with pytest.raises(NotImplementedError, match="use_e4m3_sf"):
-        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), use_e4m3_sf=True)
+    with pytest.raises(NotImplementedError, match="stochastic_cast=True into e2m1"):
+        tk.quant.per_token_cast((q, sf), "e2m1", 32, (1, 128), stochastic_cast=True)
+    with pytest.raises(TypeError, match="float8_e4m3fn or FP4"):
+        tk.quant.per_token_cast((q.view(torch.float8_e5m2), sf), "e4m3", 128, (1, 128))
+    with pytest.raises(NotImplementedError, match="fewer than 32 channels"):
+        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 16))
     out = (torch.empty(8, 384, dtype=torch.float8_e4m3fn), torch.empty(8, 3))
     assert tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), out=out) is out
     bits_equal(out[0], requant_model(q, sf, (1, 128), 128, "e4m3", False)[0])
@@ -298,3 +307,272 @@ def test_per_token_cast_with_precomputed_e4m3_sf(fmt, npc, dtype):
         bits_equal(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, scales, use_e4m3_sf=True), want)
     with pytest.raises(TypeError, match="use_e4m3_sf"):
         tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf)
+
+
+# --- 2.1.0's SwiGLU ops with psum_num_tokens_per_expert (the psum layout) -----------------------------------------
+
+def psum_layout(counts, alignment, extra_rows=0):
+    """operators-v2.md 2.7: psum[e] = start_e + count_e with start_0 = 0 and start_e = align(psum[e - 1], A);
+    expert e's valid rows are [start_e, psum[e]). The layout has align(psum[-1], A) rows, then extra_rows
+    more (past the layout: padding to the forward, ordinary rows to the backward, 2.8)."""
+    psum, starts, start = [], [], 0
+    for c in counts:
+        starts.append(start)
+        psum.append(start + c)
+        start = -(-(start + c) // alignment) * alignment
+    valid = torch.zeros(start + extra_rows, dtype=torch.bool)
+    for s, e in zip(starts, psum):
+        valid[s:e] = True
+    tail = torch.arange(start + extra_rows) >= start
+    return torch.tensor(psum, dtype=torch.int32), valid, tail
+
+
+def swiglu_inputs(rows, h, valid, seed):
+    """x with garbage (huge values, which the clamp counts would see) on the padding rows, and row weights."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 2 * h, generator=g) * 2
+    x[~valid] = 1e4
+    return x.bfloat16(), torch.rand(rows, generator=g) + 0.5
+
+
+@pytest.mark.parametrize("alignment, counts", [(16, [5, 0, 17, 3]), (128, [130, 1, 0, 40]), (1, [3, 4])])
+def test_swiglu_forward_psum_layout(alignment, counts):
+    """operators-v2.md 2.7: on the valid rows, act = a / (1 + exp(-a)) * b (a, b clamped at c first) times
+    w = topk_weights[row] * rsf, as bf16 or cast per token; padding rows are not written (not compared) and not
+    counted: the counter gets [#(a > c), #(b > c), #(b < -c), valid rows * H] over the valid rows."""
+    psum, valid, _ = psum_layout(counts, alignment, extra_rows=5)
+    h, c, rsf = 128, 0.5, 2.5
+    x, w = swiglu_inputs(valid.shape[0], h, valid, alignment)
+    tk.set_token_alignment(alignment)
+    try:
+        count = torch.full((4,), 3, dtype=torch.int64)
+        out = tk.quant.swiglu_forward(x, "bf16", psum, w, rsf, c, count)
+        count8 = torch.zeros(4, dtype=torch.int64)
+        q, sf = tk.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 32, psum, w, rsf, False, True, False, c, count8)
+    finally:
+        tk.reset_runtime_config()
+    a, b = x[:, :h].float(), x[:, h:].float()
+    want_counts = [int((a[valid] > c).sum()), int((b[valid] > c).sum()), int((b[valid] < -c).sum()),
+                   int(valid.sum()) * h]
+    assert count.tolist() == [3 + n for n in want_counts] and count8.tolist() == want_counts
+    ac, bc = a.clamp(max=c), b.clamp(-c, c)
+    wr = w * rsf
+    act = ac / (1 + expf(-ac)) * bc * wr[:, None]
+    bits_equal(out[valid], act.bfloat16()[valid])
+    want_q, want_sf = swiglu_cast_model(torch.cat([ac, bc], 1), 32, True, 1e-4, wr)
+    bits_equal(q[valid], want_q[valid])
+    bits_equal(sf[valid], want_sf[valid])
+
+
+@pytest.mark.parametrize("alignment, counts", [(16, [5, 0, 17, 3]), (32, [1, 40])])
+def test_swiglu_backward_psum_layout(alignment, counts):
+    """operators-v2.md 2.8: padding rows (inside [psum[e - 1], align(psum[e - 1], A))) are zero-filled in every
+    output (x_grad, the FP8 codes, the scale bytes, weight_grad, act_out); every other row, those past
+    align(psum[-1], A) included, is what the same call without the layout gives (its numerics held elsewhere:
+    tests/test_compat.py, tests/test_swiglu_backward_v1.py)."""
+    psum, valid, tail = psum_layout(counts, alignment, extra_rows=3)
+    rows, h = valid.shape[0], 128
+    x, w = swiglu_inputs(rows, h, valid | tail, alignment)
+    grad = torch.randn(rows, h, generator=torch.Generator().manual_seed(1)).bfloat16()
+    q, sf = tk.quant.per_token_cast(x, "e4m3", 32)
+    pad = ~(valid | tail)
+    assert pad.any() and tail.any()
+    for packed, col in ((False, False), (True, True)):
+        tk.set_token_alignment(alignment)
+        try:
+            got = tk.quant.swiglu_backward_and_per_token_cast((q, sf), grad, "e4m3", 32, psum, w, 2.5, col, packed,
+                                                              packed, 0.5, True)
+            plain = tk.quant.swiglu_backward(x, grad, "bf16", psum, w, 2.5, 0.5)
+        finally:
+            tk.reset_runtime_config()
+        want = tk.quant.swiglu_backward_and_per_token_cast((q, sf), grad, "e4m3", 32, None, w, 2.5, col, packed,
+                                                           packed, 0.5, True)
+        want_plain = tk.quant.swiglu_backward(x, grad, "bf16", None, w, 2.5, 0.5)
+        (xg, (fp8, fp8_sf), wg, act), (wxg, (wfp8, wsf), wwg, wact) = got, want
+        assert fp8_sf.stride() == wsf.stride()
+        fp8_sf, wsf = fp8_sf.contiguous(), wsf.contiguous()
+        for t, u in ((xg, wxg), (fp8, wfp8), (fp8_sf, wsf), (wg, wwg), (act, wact), (plain[0], want_plain[0]),
+                     (plain[1], want_plain[1])):
+            bits_equal(t[~pad], u[~pad])
+            assert not t[pad].view(torch.uint8).any() if t.element_size() == 1 else torch.all(t[pad] == 0)
+            assert not torch.signbit(t[pad].float()).any()
+
+
+# --- 2.1.0's per_token_cast of a quantized input with use_e4m3_sf, or with e4m3 input scales ------------------------
+
+def e4m3_scale_pair(amax, fmt_max):
+    """operators-v2.md 1.5 item 2 and 3: a = max(amax, fmt_max * 2^-9), sf = RNE_e4m3(a / MAX) (saturating),
+    inv = 1 / float(sf), a float32 division."""
+    a = torch.maximum(amax, torch.tensor(fmt_max * 2.0 ** -9))
+    sf = to_e4m3(a / fmt_max)
+    return sf, torch.full(a.shape, 1.0) / sf.float()
+
+
+@pytest.mark.parametrize("in_fmt, fmt, npc, block, in_e4m3, out_e4m3, col", [
+    ("e4m3", "e4m3", 128, (1, 128), True, True, False),
+    ("e4m3", "e4m3", 32, (128, 128), True, False, True),
+    ("e2m1", "e2m1", 32, (32, 32), False, True, True),
+    ("e2m1", "e4m3", 32, (1, 32), True, True, False),
+    ("e4m3", "e2m1", 32, (32, 32), False, True, False),
+])
+def test_per_token_cast_of_a_quantized_input_e4m3_scales(in_fmt, fmt, npc, block, in_e4m3, out_e4m3, col):
+    """operators-v1.md 1.1 (quantized input: out = cvt(q * (sf_in * sf_inv)), the scales multiplied first) with
+    2.1.0's E4M3 scales: input scales float8_e4m3fn decoded as float(sf) (2.14), output scales by 1.5 item 2."""
+    rows = 72
+    q, sf_in = quantized_input(in_fmt, rows, block, False, seed=npc + block[0], small_sf=True)
+    if in_e4m3:
+        sf_in = to_e4m3(sf_in.clamp(min=2.0 ** -9))
+        sf_in[0, 0], sf_in[-1, -1] = 2.0 ** -9, 448.0 if fmt == "e4m3" else 3.5
+    qf = decode_e2m1(q) if in_fmt == "e2m1" else q.float()
+    s = sf_in.float().repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)
+    fmt_max = E4M3_MAX if fmt == "e4m3" else 6.0
+    amax = (qf * s).abs().view(rows, -1, npc).amax(-1)
+    if out_e4m3:
+        want_sf, inv = e4m3_scale_pair(amax, fmt_max)
+    else:
+        want_sf, inv = sf_and_inv(amax, 1e-4 if fmt == "e4m3" else 6 * 2.0 ** -126, False, fmt_max)
+    y = qf * (s * inv.repeat_interleave(npc, 1))
+    want_q = to_e4m3(y) if fmt == "e4m3" else encode_e2m1(y)
+    got_q, got_sf = tk.quant.per_token_cast((q, sf_in), fmt, npc, block, col, use_e4m3_sf=out_e4m3)
+    bits_equal(got_q, want_q)
+    assert not col or got_sf.stride(0) == 1
+    bits_equal(got_sf.contiguous(), want_sf)
+    with pytest.raises(ValueError, match="round_sf"):
+        tk.quant.per_token_cast((q, sf_in), fmt, npc, block, round_sf=True, use_e4m3_sf=True)
+
+
+# --- cast_back's x_special_fmt: the first release's E5M6, reserved in 2.1.0 ----------------------------------------
+
+def decode_e5m6(packed):
+    """operators-v1.md 0.6: three little-endian uint32 words per 8 codes, h0 at the top of w0; each 12-bit code
+    is the top of an fp16."""
+    w = packed.contiguous().view(torch.int32).long() & 0xFFFFFFFF
+    w = w.view(w.shape[0], -1, 3)
+    w0, w1, w2 = w[..., 0], w[..., 1], w[..., 2]
+    h = [w0 >> 20, (w0 >> 8) & 0xFFF, ((w0 & 0xFF) << 4) | (w1 >> 28), (w1 >> 16) & 0xFFF, (w1 >> 4) & 0xFFF,
+         ((w1 & 0xF) << 8) | (w2 >> 24), (w2 >> 12) & 0xFFF, w2 & 0xFFF]
+    top = torch.stack(h, dim=-1).flatten(1) << 4                  # the fp16's bits, as a signed 16-bit value
+    return (top - (top >= 0x8000).long() * 0x10000).to(torch.int16).view(torch.float16).float()
+
+
+@pytest.mark.parametrize("out", ["fp32", "bf16"])
+def test_cast_back_x_special_fmt(out):
+    """The first release's cast_back((packed, sf), fmt, (1, H), x_special_fmt='e5m6') is decode(q) * sf rounded to
+    fmt (1.6); 2.1.0 has no E5M6 (its x_special_fmt is reserved, must be None) and refuses it as a ValueError, as
+    the first release refuses any other special format; codes of another dtype are a TypeError."""
+    x = edgy(12, 256, dtype=torch.float32, seed=3)
+    q, sf = tk1.quant.per_token_cast(x, "e5m6", 256)
+    assert q.dtype == torch.uint8 and q.shape == (12, 384) and sf.shape == (12, 1)
+    want = (decode_e5m6(q) * sf).to(torch.float32 if out == "fp32" else torch.bfloat16)
+    bits_equal(tk1.quant.cast_back((q, sf), out, (1, 256), "e5m6"), want)
+    bits_equal(tk1.quant.per_token_cast_back((q, sf), out, 256, x_special_fmt="e5m6"), want)
+    with pytest.raises(ValueError, match="reserved"):
+        tk.quant.cast_back((q, sf), out, (1, 256), "e5m6")
+    with pytest.raises(ValueError, match="x_special_fmt"):
+        tk1.quant.cast_back((q, sf), out, (1, 256), "e3m2")
+    with pytest.raises(TypeError, match="uint8"):
+        tk1.quant.cast_back((q.view(torch.int8), sf), out, (1, 256), "e5m6")
+    with pytest.raises(TypeError, match="x_special_fmt='e5m6'"):
+        tk1.quant.cast_back((q, sf), out, (1, 256))
+    with pytest.raises(TypeError, match="QuantTensor"):
+        tk.quant.cast_back(x, out, (1, 256))
+
+
+def test_what_the_releases_refuse_is_an_argument_error():
+    """Inputs TileKernels itself asserts against are TypeErrors naming the argument, not NotImplementedError:
+    per_block_cast_with_precomputed_sf reads row-major float32 scales only (operators-v1.md 1.3, kept in 2.1.0),
+    per_channel_cast's quantized input holds e4m3 codes (operators-v2.md 2.13), a quantized input is a (codes,
+    scales) pair of e4m3 or FP4 codes (1.1)."""
+    x = edgy(128, 256)
+    q, sf = tk.quant.per_block_cast(x, "e4m3", (128, 128), round_sf=True)
+    packed = tk.quant.per_block_cast(x, "e4m3", (128, 128), round_sf=True, use_packed_ue8m0=True)[1]
+    for module in (tk, tk1):
+        bits_equal(module.quant.per_block_cast_with_precomputed_sf(x, "e4m3", (128, 128), sf), q)
+        with pytest.raises(TypeError, match="`sf` must have dtype torch.float32"):
+            module.quant.per_block_cast_with_precomputed_sf(x, "e4m3", (128, 128), packed)
+    pq, psf = tk.quant.per_token_cast(x, "e4m3", 128)
+    with pytest.raises(TypeError, match="float8_e4m3fn codes"):
+        tk.quant.per_channel_cast((pq.view(torch.float8_e5m2), psf), "e4m3", 128)
+    with pytest.raises(TypeError, match="QuantTensor"):
+        tk.quant.per_token_cast(x, "e4m3", 128, (1, 128))
+
+
+# --- per_block_cast_lossless from input blocks of several rows or wider than 32 channels --------------------------
+
+@pytest.mark.parametrize("in_block, out_block, packed_in, col", [
+    ((32, 32), (128, 128), False, False), ((128, 64), (128, 128), True, True), ((1, 64), (1, 128), False, True),
+    ((32, 128), (32, 128), True, False),
+])
+def test_per_block_cast_lossless_of_wider_input_blocks(in_block, out_block, packed_in, col):
+    """operators-v1.md 1.7 (kept in 2.1.0): per output block, E_out = max(0, the largest biased exponent e_in of
+    the input scale blocks it covers (inside the tensor) - 6); out = e4m3(q * 2^(e_in - E_out)), out_sf =
+    2^(E_out - 127); out_block a multiple of x_block in both dims."""
+    rows, h = 200, 256
+    g = torch.Generator().manual_seed(in_block[0] + in_block[1])
+    q = torch.randint(-128, 128, (rows, h // 2), generator=g, dtype=torch.int8)
+    nbm, nbk = -(-rows // in_block[0]), h // in_block[1]
+    e_in = torch.randint(120, 131, (nbm, nbk), generator=g, dtype=torch.int32)
+    if packed_in:
+        b = torch.nn.functional.pad(e_in.to(torch.uint8), (0, -nbk % 4))
+        sf_in = b.contiguous().view(torch.int32)
+    else:
+        sf_in = (e_in << 23).view(torch.float32)
+    e_el = e_in.repeat_interleave(in_block[0], 0)[:rows].repeat_interleave(in_block[1], 1)
+    e_out = torch.empty(-(-rows // out_block[0]), h // out_block[1], dtype=torch.int32)
+    for i in range(e_out.shape[0]):
+        for j in range(e_out.shape[1]):
+            blk = e_el[i * out_block[0]:(i + 1) * out_block[0], j * out_block[1]:(j + 1) * out_block[1]]
+            e_out[i, j] = max(int(blk.max()) - 6, 0)
+    e_out_el = e_out.repeat_interleave(out_block[0], 0)[:rows].repeat_interleave(out_block[1], 1)
+    mult = ((e_el - e_out_el + 127) << 23).view(torch.float32)
+    want_q, want_sf = to_e4m3(decode_e2m1(q) * mult), (e_out << 23).view(torch.float32)
+    for module in (tk, tk1):
+        got_q, got_sf = module.quant.per_block_cast_lossless((q, sf_in), "e4m3", in_block, out_block, col)
+        bits_equal(got_q, want_q)
+        assert not col or got_sf.stride(0) == 1
+        bits_equal(got_sf.contiguous(), want_sf)
+    with pytest.raises(ValueError, match="multiple of x_block_size"):
+        tk.quant.per_block_cast_lossless((q, sf_in), "e4m3", in_block, (out_block[0], 48))
+    with pytest.raises(ValueError, match="'e4m3'"):
+        tk.quant.per_block_cast_lossless((q, sf_in), "e2m1", in_block, out_block)
+
+
+# --- 2.1.0's per_token_cast of a quantized input with stochastic_cast ------------------------------------------------
+
+@pytest.mark.parametrize("in_fmt, npc, block, flags", [
+    ("e4m3", 128, (128, 128), (False, True, False, False)),
+    ("e4m3", 32, (32, 32), (True, True, True, False)),
+    ("e2m1", 128, (1, 32), (False, False, False, True)),
+    ("e4m3", 128, (1, 64), (False, False, False, False)),
+])
+def test_per_token_cast_of_a_quantized_input_stochastic(in_fmt, npc, block, flags):
+    """operators-v2.md 2.9: the scales of the round-to-nearest re-quantization (1.1: v = q * (sf_in * sf_inv)),
+    and v rounded to e4m3 by the hash of each quad of scaled float32 values and its column-quad index inside the
+    row (the stochastic-rounding oracle of tests/test_stochastic_cast.py, written from the same text)."""
+    from test_stochastic_cast import oracle_random_bits, oracle_round
+    import numpy as np
+    col, round_sf, packed, e4m3_sf = flags
+    rows = 40
+    q, sf_in = quantized_input(in_fmt, rows, block, packed, seed=npc + block[1])
+    qf = decode_e2m1(q) if in_fmt == "e2m1" else q.float()
+    s = sf_in
+    if packed:
+        s = (sf_in.contiguous().view(torch.uint8)[:, :384 // block[1]].int() << 23).view(torch.float32)
+    s = s.float().repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)
+    amax = (qf * s).abs().view(rows, -1, npc).amax(-1)
+    if e4m3_sf:
+        want_sf, inv = e4m3_scale_pair(amax, E4M3_MAX)
+    else:
+        want_sf, inv = sf_and_inv(amax, 1e-4, round_sf)
+    v = (qf * (s * inv.repeat_interleave(npc, 1))).reshape(-1, 4).numpy()
+    quad = np.arange(len(v), dtype=np.int64) % (384 // 4)
+    want_q = oracle_round(v, oracle_random_bits(v.view(np.uint32), "e4m3", quad), "e4m3").reshape(rows, 384)
+    got_q, got_sf = tk.quant.per_token_cast((q, sf_in), "e4m3", npc, block, col, round_sf, packed, e4m3_sf,
+                                            stochastic_cast=True)
+    bits_equal(got_q, want_q)
+    rne = tk.quant.per_token_cast((q, sf_in), "e4m3", npc, block, col, round_sf, packed, e4m3_sf)
+    assert got_sf.stride() == rne[1].stride()
+    bits_equal(got_sf.contiguous(), rne[1].contiguous())
+    if not packed:
+        bits_equal(got_sf.contiguous(), want_sf)
+    assert not torch.equal(got_q.view(torch.uint8), rne[0].view(torch.uint8))     # it does round otherwise

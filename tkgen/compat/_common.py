@@ -95,19 +95,23 @@ def quant_tensor(name, x):
     """(codes, scales) of a quantized argument `x`: 8-bit codes [rows, cols] and a scale tensor."""
     require(isinstance(x, (tuple, list, torch.Tensor)), name, "x",
             f"must be a (codes, scales) pair, got {type(x).__name__}", TypeError)
-    need(isinstance(x, (tuple, list)) and len(x) == 2, name, "without a (tensor, scales) pair")
+    require(isinstance(x, (tuple, list)) and len(x) == 2, name, "x",
+            f"must be a (codes, scales) pair (TileKernels' QuantTensor), got {type(x).__name__}", TypeError)
     tensor_arg(name, "x", x[0], CODE_DTYPES, 2, "(codes [rows, cols], scales)")
     tensor_arg(name, "x", x[1], (torch.float32, torch.int32, torch.float8_e4m3fn), None, "(codes, scales)")
     return x[0], x[1]
 
 
 def element_format(name, q: torch.Tensor, special=None) -> str:
-    if special is not None:
-        need(special == "e5m6" and q.dtype == torch.uint8, name, f"with x_special_fmt={special!r}")
+    if special is not None:          # the first release's only special format
+        require(special == "e5m6", name, "x_special_fmt", f"must be None or 'e5m6', got {special!r}")
+        require(q.dtype == torch.uint8, name, "x", f"with x_special_fmt='e5m6' must hold packed E5M6 codes as "
+                                                   f"uint8 [T, H * 3 / 2], got {q.dtype}", TypeError)
         return "e5m6"
     require(q.element_size() == 1, name, "x", f"must hold 8-bit codes (float8_e4m3fn, float8_e5m2, int8), got "
                                              f"{q.dtype}", TypeError)
-    need(q.dtype in ELEMENT_OF_DTYPE, name, f"of {q.dtype} codes")
+    require(q.dtype in ELEMENT_OF_DTYPE, name, "x", f"must hold float8_e4m3fn, float8_e5m2 or int8 (FP4) codes, "
+            f"got {q.dtype} (packed E5M6 uint8 codes are the first release's x_special_fmt='e5m6')", TypeError)
     return ELEMENT_OF_DTYPE[q.dtype]
 
 

@@ -5,8 +5,8 @@ anything for tkgen's kernels: process-global values that `reset_runtime_config()
   floors are those of its formats (1e-4 for e4m3, 6 * 2^-126 for e2m1; 448 * 2^-9 and 6 * 2^-9 with e4m3
   scales), TileKernels' defaults; another value raises NotImplementedError (it would be a float param in
   every cast's compute, replacing the format's floor).
-- `set_token_alignment(a)`: how a psum layout is decoded. Stored and checked (an integer > 0, as later
-  TileKernels checks it); the psum layouts themselves are not built.
+- `set_token_alignment(a)`: how a psum layout is decoded (the SwiGLU ops' psum_num_tokens_per_expert).
+  Stored and checked (an integer > 0, as later TileKernels checks it).
 - `use_deterministic_algorithms(flag)`: stored; as in 2.1.0, nothing reads it.
 - `set_pdl(flag)`: stored; tkgen's launches are not chained by programmatic dependent launch, which
   changes no result.

@@ -15,13 +15,16 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
                    round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
     """(q, sf); with `out=(q, sf)` the kernel writes into those tensors (laid out as tkgen allocates them:
     q contiguous, sf row-major, or column-major with use_tma_aligned_col_major_sf). A quantized x = (codes,
-    scales) with `x_block_size` is re-quantized by tkgen's per_token_cast_requant (`out=` copied into)."""
+    scales: float32, packed UE8M0 or float8_e4m3fn) with `x_block_size` is re-quantized by tkgen's
+    per_token_cast_requant (`out=` copied into), with use_e4m3_sf into e4m3 scales, with stochastic_cast by
+    per_token_cast_requant_stochastic (into e4m3)."""
     name = "quant.per_token_cast"
     if x_block_size is not None or not isinstance(x, torch.Tensor):
         require(x_block_size is not None, name, "x_block_size", "is required with a quantized (q, sf) input")
-        need(not stochastic_cast and not use_e4m3_sf, name, "of a quantized input with stochastic_cast or use_e4m3_sf")
+        need(not stochastic_cast or as_format(fmt) == "e4m3", name, "of a quantized input with stochastic_cast=True "
+                                                                     "into e2m1")
         return into(out, _requant(name, x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf,
-                                  scale_format(name, round_sf, use_packed_ue8m0)))
+                                  scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf), stochastic_cast))
     params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
                   sf_layout="col" if use_tma_aligned_col_major_sf else "row")
     op = "per_token_cast"
@@ -34,28 +37,44 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
     return getattr(ops(), op)(x, **params)
 
 
-def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale):
+def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale, stochastic=False):
     """tkgen's per_token_cast_requant of (q, sf) with one scale per x_block_size block. Input blocks wider
-    than the output groups get their scales repeated per group first (a layout change: bytes for UE8M0)."""
+    than the output groups, or of sizes other than 1, 32 or 128 rows by 32 or 128 channels (any rows, a multiple
+    of 32 channels), get their scales repeated to smaller blocks first (a layout change: bytes for UE8M0)."""
     q, sf = quant_tensor(name, x)
     in_fmt, in_scale = element_format(name, q), input_scale(sf)
-    need(in_fmt in ("e4m3", "e2m1") and in_scale in ("fp32", "ue8m0"), name,
-         f"of a quantized input of {q.dtype} codes with {sf.dtype} scales")
+    require(in_fmt in ("e4m3", "e2m1"), name, "x", f"must hold float8_e4m3fn or FP4 (int8) codes when quantized, as "
+            f"TileKernels' quantized inputs do, got {q.dtype}", TypeError)
     rows, cols = x_block_size
-    need(rows in (1, 32, 128) and cols in (32, 128), name, f"of a quantized input in {tuple(x_block_size)} blocks")
+    require(rows > 0 and cols > 0, name, "x_block_size", f"must be two positive sizes, got {tuple(x_block_size)}")
+    need(cols % 32 == 0, name, f"of a quantized input in {tuple(x_block_size)} blocks (scales of fewer than 32 "
+                               "channels)")
     sf = row_major(sf)
-    if cols > num_per_channels and num_per_channels in (32, 128):
+    # blocks the op has no param value for are repeated to ones it has: rows to single rows, channels to 32
+    to_rows = rows if rows in (1, 32, 128) else 1
+    to_cols = cols if cols in (32, 128) else 32
+    if to_cols > num_per_channels and num_per_channels in (32, 128):
+        to_cols = num_per_channels
+    if (to_rows, to_cols) != (rows, cols):
         blocks = (2 * q.shape[1] if in_fmt == "e2m1" else q.shape[1]) // cols
-        rep = cols // num_per_channels
-        if in_scale == "fp32":
-            sf = sf.repeat_interleave(rep, dim=1)
-        else:                              # four exponent bytes per int32 word, the tail padded
-            b = sf.view(torch.uint8)[:, :blocks].repeat_interleave(rep, dim=1)
-            sf = torch.nn.functional.pad(b, (0, -b.shape[1] % 4)).contiguous().view(torch.int32)
-        cols = num_per_channels
-    return ops().per_token_cast_requant(q, sf, fmt=fmt, in_fmt=in_fmt, group=num_per_channels, in_rows=rows,
-                                        in_cols=cols, in_scale=in_scale, scale=scale,
-                                        sf_layout="col" if col_major_sf else "row")
+        sf = repeat_scales(sf, in_scale, rows // to_rows, cols // to_cols, q.shape[0], blocks)
+        rows, cols = to_rows, to_cols
+    params = dict(in_fmt=in_fmt, group=num_per_channels, in_rows=rows, in_cols=cols, in_scale=in_scale, scale=scale,
+                  sf_layout="col" if col_major_sf else "row")
+    if stochastic:                # tkgen's per_token_cast_requant_stochastic: e4m3 only
+        return ops().per_token_cast_requant_stochastic(q, sf, **params)
+    return ops().per_token_cast_requant(q, sf, fmt=fmt, **params)
+
+
+def repeat_scales(sf, in_scale, row_rep, col_rep, rows, blocks):
+    """Row-major scales of `blocks` blocks per row, each repeated row_rep times down (cut at `rows`) and col_rep
+    times across: the scales of blocks that many times smaller (a layout change, by bytes: float32 as int32,
+    e4m3 as uint8, packed UE8M0 as its exponent bytes, four per int32 again, the last word padded with 0)."""
+    if in_scale == "ue8m0":
+        b = sf.view(torch.uint8)[:, :blocks].repeat_interleave(row_rep, dim=0)[:rows].repeat_interleave(col_rep, dim=1)
+        return torch.nn.functional.pad(b, (0, -b.shape[1] % 4)).contiguous().view(torch.int32)
+    raw = sf.view(torch.int32 if sf.element_size() == 4 else torch.uint8)
+    return raw.repeat_interleave(row_rep, dim=0)[:rows].repeat_interleave(col_rep, dim=1).contiguous().view(sf.dtype)
 
 
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
@@ -83,11 +102,19 @@ def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, u
 
 
 def cast_back(x, fmt: str, x_block_size, x_special_fmt: Optional[str] = None):
-    """Dequantize (q, sf) into `fmt` ('bf16' or 'fp32'), one scale per `x_block_size` block."""
+    """Dequantize (q, sf) into `fmt` ('bf16' or 'fp32'), one scale per `x_block_size` block. x_special_fmt is
+    reserved in 2.1.0 (E5M6 was removed): anything but None is a ValueError."""
     name = "quant.cast_back"
+    require(x_special_fmt is None, name, "x_special_fmt", f"is reserved and must be None in TileKernels 2.1.0 "
+            f"(E5M6 is the first release's: tkgen.compat.tilekernels_v1), got {x_special_fmt!r}")
+    return dequantize(name, x, fmt, x_block_size)
+
+
+def dequantize(name, x, fmt, x_block_size, special=None):
+    """tkgen's cast_back of (q, sf): `special` 'e5m6' (the first release's) reads packed uint8 E5M6 codes."""
     q, sf = quant_tensor(name, x)
     rows, cols = x_block_size
-    return ops().cast_back(q, row_major(sf), element_format(name, q, x_special_fmt), cols, input_scale(sf), fmt,
+    return ops().cast_back(q, row_major(sf), element_format(name, q, special), cols, input_scale(sf), fmt,
                            block_rows=rows)
 
 
@@ -125,7 +152,10 @@ def per_block_cast_with_sf_only(x, fmt: str, block_size, use_tma_aligned_col_maj
 def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_aligned_col_major_sf=False,
                                        round_sf=False, use_packed_ue8m0=False, out=None):
     name = "quant.per_block_cast_with_precomputed_sf"
-    need(input_scale(sf) == "fp32", name, "with packed UE8M0 scales")
+    # TileKernels asserts row-major float32 scales here (operators-v1.md 1.3; 2.1.0 kept it); tkgen also reads a
+    # column-major float32 one (copied row-major)
+    tensor_arg(name, "x", x, (torch.bfloat16, torch.float32), 2, "[T, H]")
+    tensor_arg(name, "sf", sf, (torch.float32,), 2, "[ceil(T / block_rows), ceil(H / block_cols)]")
     params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1])
     if out is not None:
         return written_into("per_block_cast_with_precomputed_sf", (out,), {"x": x, "sf": row_major(sf)}, params)
@@ -134,13 +164,21 @@ def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_alig
 
 def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_aligned_col_major_sf=False,
                             round_sf=False, use_packed_ue8m0=False):
-    """(q, sf) in FP4 with 1 x n power-of-two scales to e4m3 with one power-of-two scale per output block."""
+    """(q, sf) in FP4 with power-of-two scales per x_block_size block to e4m3 with one power-of-two scale per
+    output block. Input blocks of several rows or wider than 32 channels have their scales repeated to 1 x 32
+    blocks first (a layout change: the largest exponent over an output block is the same)."""
     name = "quant.per_block_cast_lossless"
     q, sf = quant_tensor(name, x)
-    need(fmt == "e4m3" and q.dtype == torch.int8 and x_block_size[0] == 1, name,
-         f"from {q.dtype} codes in {tuple(x_block_size)} blocks to {fmt}")
-    rows, cols = out_block_size
-    return ops().per_block_cast_lossless(q, row_major(sf), rows, cols, x_block_size[1], input_scale(sf),
+    require(fmt == "e4m3", name, "fmt", f"must be 'e4m3' (TileKernels asserts it), got {fmt!r}")
+    require(q.dtype == torch.int8, name, "x", f"must hold FP4 codes two per int8, got {q.dtype}", TypeError)
+    (in_rows, in_cols), (rows, cols) = x_block_size, out_block_size
+    require(in_rows > 0 and in_cols > 0 and rows % in_rows == 0 and cols % in_cols == 0, name, "out_block_size",
+            f"must be a multiple of x_block_size in both dims, got {tuple(out_block_size)} and {tuple(x_block_size)}")
+    need(in_cols % 32 == 0, name, f"from input blocks of {in_cols} channels (tkgen's input blocks are 32 wide)")
+    sf = row_major(sf)
+    if in_rows > 1 or in_cols > 32:
+        sf = repeat_scales(sf, input_scale(sf), in_rows, in_cols // 32, q.shape[0], 2 * q.shape[1] // in_cols)
+    return ops().per_block_cast_lossless(q, sf, rows, cols, 32, input_scale(sf),
                                          "ue8m0" if use_packed_ue8m0 else "fp32",
                                          "col" if use_tma_aligned_col_major_sf else "row")
 
@@ -153,7 +191,8 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
     name = "quant.per_channel_cast"
     if isinstance(x, (tuple, list)):
         q, sf = quant_tensor(name, x)
-        need(q.dtype == torch.float8_e4m3fn, name, f"of {q.dtype} codes")
+        require(q.dtype == torch.float8_e4m3fn, name, "x", f"must hold float8_e4m3fn codes when quantized "
+                f"(operators-v2.md 2.13), got {q.dtype}", TypeError)
         # unpacked input scales tell their group width by their shape; packed words do not
         need(num_per_channels is not None or input_scale(sf) != "ue8m0", name,
              "of packed UE8M0 input scales without num_per_channels")
@@ -171,22 +210,44 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
 
 
 def _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value,
-                clamped_count):
+                clamped_count, backward=False):
     """tkgen's SwiGLU arguments for TileKernels 2.1.0's: gathered per-row weights, the routed scaling factor
-    (with weights only), the clamp; padding given by a psum layout is not built."""
-    need(psum_num_tokens_per_expert is None, name, "with psum_num_tokens_per_expert")
+    (with weights only), the clamp, and the psum layout as pos_to_expert (padding rows -1, which tkgen's
+    SwiGLU ops skip in the forward and zero-fill in the backward)."""
     require(routed_scaling_factor is None or topk_weights is not None, name, "routed_scaling_factor",
             "is given only with topk_weights")
     require(clamped_count is None or clamp_value is not None, name, "clamped_count", "is given only with clamp_value")
-    return dict(weights=topk_weights, routed_scaling_factor=1.0 if routed_scaling_factor is None else routed_scaling_factor,
-                clamp=clamp_value)
+    moe = dict(weights=topk_weights, clamp=clamp_value,
+               routed_scaling_factor=1.0 if routed_scaling_factor is None else routed_scaling_factor)
+    if psum_num_tokens_per_expert is not None:
+        moe["pos_to_expert"] = _psum_rows(name, psum_num_tokens_per_expert, x.shape[0], backward)
+    return moe
 
 
-def _count_clamps(clamped_count, counts, rows, hidden):
-    """TileKernels adds [#(a > c), #(b > c), #(b < -c), elements seen] into its int64[4] counter."""
+def _psum_rows(name, psum, rows, backward):
+    """pos_to_expert [rows] of 2.1.0's psum layout (config.get_token_alignment() A): expert e's valid rows
+    are [align(psum[e - 1], A), psum[e]), the rows between -1 (padding). Rows at or after align(psum[-1], A)
+    are padding to the forward (its walk ends at the last expert, as TileKernels' torch mask has it) and
+    ordinary rows to the backward (operators-v2.md 2.8), which computes them as expert 0's."""
+    from .config import get_token_alignment
+    tensor_arg(name, "psum_num_tokens_per_expert", psum, (torch.int32,), 1, "[E]")
+    require(psum.shape[0] > 0, name, "psum_num_tokens_per_expert", "must hold at least one expert")
+    alignment = get_token_alignment()
+    pos = torch.empty(rows, dtype=torch.int32, device=psum.device)
+    ops().get_mapping_from_psum(psum.contiguous(), pos, alignment)          # written into pos
+    if backward:                  # the rows past the layout (normally none) are computed, not zero-filled
+        end = (psum[-1:].to(torch.int64) + alignment - 1) // alignment * alignment
+        pos = torch.where(torch.arange(rows, device=psum.device) >= end, 0, pos).to(torch.int32)
+    return pos
+
+
+def _count_clamps(clamped_count, counts, moe, rows, hidden):
+    """TileKernels adds [#(a > c), #(b > c), #(b < -c), elements seen] into its int64[4] counter; the
+    elements of the valid rows only with a psum layout."""
     if clamped_count is not None:
         clamped_count[:3] += counts
-        clamped_count[3] += rows * hidden
+        pos = moe.get("pos_to_expert")
+        clamped_count[3] += rows * hidden if pos is None else (pos >= 0).sum() * hidden
 
 
 def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, psum_num_tokens_per_expert=None,
@@ -198,7 +259,7 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, psum_n
                       clamped_count)
     q, sf, counts = ops().swiglu_forward_and_per_token_cast(
         x, fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), **moe)
-    _count_clamps(clamped_count, counts, x.shape[0], x.shape[-1] // 2)
+    _count_clamps(clamped_count, counts, moe, x.shape[0], x.shape[-1] // 2)
     return q, laid_out(sf, use_tma_aligned_col_major_sf)
 
 
@@ -208,7 +269,7 @@ def swiglu_forward(x, fmt: str, psum_num_tokens_per_expert=None, topk_weights=No
     moe = _swiglu_moe("quant.swiglu_forward", x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
                       clamp_value, clamped_count)
     out, counts = ops().swiglu_forward(x, fmt=fmt, **moe)
-    _count_clamps(clamped_count, counts, x.shape[0], x.shape[-1] // 2)
+    _count_clamps(clamped_count, counts, moe, x.shape[0], x.shape[-1] // 2)
     return out
 
 
@@ -232,7 +293,8 @@ def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels
     name = "quant.swiglu_backward_and_per_token_cast"
     q, sf = quant_tensor(name, x)
     need(fmt == "e4m3", name, f"into {fmt}")
-    moe = _swiglu_moe(name, q, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None)
+    moe = _swiglu_moe(name, q, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
+                      backward=True)
     # 2.1.0 rounds da's factor 1 + a * (1 - s) once, as the first release does (da_fma): read off its bits on
     # an H200 (benchmarks/swiglu_backward_v2_bits.py, docs/numerics.md)
     x_grad, fp8, fp8_sf, weight_grad, act_out = ops().swiglu_backward_and_per_token_cast(
@@ -249,7 +311,8 @@ def swiglu_backward(x, act_x_grad, fmt: str, psum_num_tokens_per_expert=None, to
     tensor_arg(name, "act_x_grad", act_x_grad, (x.dtype,))
     need(out_format(x.dtype) == fmt, name, f"with x_grad in {fmt} from {x.dtype} inputs")
     need(not do_recompute, name, "with do_recompute=True")
-    moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None)
+    moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
+                      backward=True)
     x_grad, weight_grad, _ = ops().swiglu_backward(x, act_x_grad, **moe)
     return _backward_result(x_grad, None, weight_grad, None, topk_weights is not None, False)
 

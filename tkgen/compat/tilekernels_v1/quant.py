@@ -6,8 +6,18 @@ import torch
 
 from .._common import input_scale, need, ops, plain_in_group, quant_tensor, require, row_major, scale_format, tensor_arg
 from ..tilekernels import quant as v2
-from ..tilekernels.quant import (cast_back, per_block_cast_lossless, per_token_cast_back,  # noqa: F401
-                                 per_token_cast_with_sf_only, unpack_from_e2m1fn_x2)
+from ..tilekernels.quant import (per_block_cast_lossless, per_token_cast_with_sf_only,  # noqa: F401
+                                 unpack_from_e2m1fn_x2)
+
+
+def cast_back(x, fmt: str, x_block_size, x_special_fmt=None):
+    """Dequantize (q, sf) into `fmt` ('bf16' or 'fp32'), one scale per `x_block_size` block; with
+    x_special_fmt='e5m6', q holds packed E5M6 codes (uint8 [T, H * 3 / 2])."""
+    return v2.dequantize("quant.cast_back", x, fmt, x_block_size, x_special_fmt)
+
+
+def per_token_cast_back(x, fmt: str, num_per_channels: int, x_special_fmt=None):
+    return cast_back(x, fmt, (1, num_per_channels), x_special_fmt)
 
 
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
