@@ -47,6 +47,23 @@ def render(template: str, **data) -> str:
     return _ENV.get_template(template).render(**data)
 
 
+GENERATED_LAYOUT = 'docs/architecture.md, "The generated layout"'
+
+
+def module_doc(summary: str, layout: bool = True) -> str:
+    """A generated module's docstring: one sentence saying what it holds and, with `layout`, where the docs
+    say the rest (what every module of its kind holds is said there once); within WIDTH."""
+    where = f" ({GENERATED_LAYOUT})" if layout else ""
+    if len(f'"""{summary}{where}."""') <= WIDTH:
+        return f'"""{summary}{where}."""'
+    lines = textwrap.wrap(f'"""{summary}' + ("" if layout else '."""'), WIDTH, break_long_words=False,
+                          break_on_hyphens=False)
+    return "\n".join(lines + ([f'{where.strip()}."""'] if layout else []))
+
+
+_ENV.globals["module_doc"] = module_doc
+
+
 def _header(primary: str, sources, also: str = "") -> str:
     """The first lines of a generated file: what it was generated from (`primary`, and in words `also`),
     and a hash of all its inputs (`sources`)."""
