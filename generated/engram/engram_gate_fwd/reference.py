@@ -81,16 +81,10 @@ def make_reference_variants(save_for_backward, with_image_token_mask, hidden_sta
             return _s_output, _s_dot, _s_gate_score, _s_rstd_x, _s_rstd_k
 
 
-# the variants of the shared functions
-reference_false = specialize(make_reference_variants, False, False)
-reference_false_with_image_token_mask = specialize(make_reference_variants, False, True)
-reference_true = specialize(make_reference_variants, True, False)
-reference_true_with_image_token_mask = specialize(make_reference_variants, True, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "false": reference_false,
-    "false_with_image_token_mask": reference_false_with_image_token_mask,
-    "true": reference_true,
-    "true_with_image_token_mask": reference_true_with_image_token_mask,
+    "false": specialize(make_reference_variants, False, False),
+    "false_with_image_token_mask": specialize(make_reference_variants, False, True),
+    "true": specialize(make_reference_variants, True, False),
+    "true_with_image_token_mask": specialize(make_reference_variants, True, True),
 }

@@ -56,12 +56,8 @@ def make_reference_variants(with_image_token_mask, ngram_token_ids, multipliers,
         return _s_indices,
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False)
-reference_with_image_token_mask = specialize(make_reference_variants, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "base": reference_base,
-    "with_image_token_mask": reference_with_image_token_mask,
+    "base": specialize(make_reference_variants, False),
+    "with_image_token_mask": specialize(make_reference_variants, True),
 }

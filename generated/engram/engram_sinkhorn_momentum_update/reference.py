@@ -38,12 +38,8 @@ def make_reference_variants(nesterov, grad, momentum_buffer, beta1, _given=None)
         return _s_momentum, _s_sinkhorn_input
 
 
-# the variants of the shared functions
-reference_false = specialize(make_reference_variants, False)
-reference_true = specialize(make_reference_variants, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "false": reference_false,
-    "true": reference_true,
+    "false": specialize(make_reference_variants, False),
+    "true": specialize(make_reference_variants, True),
 }

@@ -111,51 +111,27 @@ def make_reference_variants(with_weights, with_pos_to_token_topk, with_topk_weig
             return _s_x_grad, _s_weight_grad, _s_topk_weights_grad
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False, False, False, False, False)
-reference_with_clamp = specialize(make_reference_variants, False, False, False, False, True)
-reference_with_pos_to_expert = specialize(make_reference_variants, False, False, False, True, False)
-reference_with_pos_to_expert_with_clamp = specialize(make_reference_variants, False, False, False, True, True)
-reference_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_variants, False, True, True, False, False))
-reference_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_variants, False, True, True, False, True))
-reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_variants, False, True, True, True, False))
-reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, False, True, True, True, True))
-reference_with_weights = specialize(make_reference_variants, True, False, False, False, False)
-reference_with_weights_with_clamp = specialize(make_reference_variants, True, False, False, False, True)
-reference_with_weights_with_pos_to_expert = specialize(make_reference_variants, True, False, False, True, False)
-reference_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, True, False, False, True, True))
-reference_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_variants, True, True, True, False, False))
-reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_variants, True, True, True, False, True))
-reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_variants, True, True, True, True, False))
-reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, True, True, True, True, True))
-
-
-VARIANTS = {"base": reference_base, "with_clamp": reference_with_clamp, "with_pos_to_expert":
-    reference_with_pos_to_expert, "with_pos_to_expert_with_clamp": reference_with_pos_to_expert_with_clamp,
-    "with_pos_to_token_topk_with_topk_weights": reference_with_pos_to_token_topk_with_topk_weights,
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
+VARIANTS = {"base": specialize(make_reference_variants, False, False, False, False, False), "with_clamp":
+    specialize(make_reference_variants, False, False, False, False, True), "with_pos_to_expert":
+    specialize(make_reference_variants, False, False, False, True, False), "with_pos_to_expert_with_clamp":
+    specialize(make_reference_variants, False, False, False, True, True), "with_pos_to_token_topk_with_topk_weights":
+    specialize(make_reference_variants, False, True, True, False, False),
     "with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_variants, False, True, True, False, True),
     "with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_variants, False, True, True, True, False),
     "with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, "with_weights":
-    reference_with_weights, "with_weights_with_clamp": reference_with_weights_with_clamp,
-    "with_weights_with_pos_to_expert": reference_with_weights_with_pos_to_expert,
-    "with_weights_with_pos_to_expert_with_clamp": reference_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_reference_variants, False, True, True, True, True), "with_weights":
+    specialize(make_reference_variants, True, False, False, False, False), "with_weights_with_clamp":
+    specialize(make_reference_variants, True, False, False, False, True), "with_weights_with_pos_to_expert":
+    specialize(make_reference_variants, True, False, False, True, False), "with_weights_with_pos_to_expert_with_clamp":
+    specialize(make_reference_variants, True, False, False, True, True),
     "with_weights_with_pos_to_token_topk_with_topk_weights":
-    reference_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_reference_variants, True, True, True, False, False),
     "with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_variants, True, True, True, False, True),
     "with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_variants, True, True, True, True, False),
     "with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,}
+    specialize(make_reference_variants, True, True, True, True, True),}

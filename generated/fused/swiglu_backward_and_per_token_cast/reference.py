@@ -196,254 +196,126 @@ def make_reference_variants(scale, sf_layout, recompute, da_fma, with_weights, w
             return _s_x_grad, _s_x_grad_fp8, _s_x_grad_sf[:, :T_].T, _s_weight_grad, _s_act_out
 
 
-# the variants of the shared functions
-reference_fp32_row_false_false = specialize(make_reference_variants, 'fp32', 'row', False, False, False, False)
-reference_fp32_row_false_false_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'row', False, False, False, True))
-reference_fp32_row_false_false_with_weights = (
-    specialize(make_reference_variants, 'fp32', 'row', False, False, True, False))
-reference_fp32_row_false_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'row', False, False, True, True))
-reference_fp32_row_false_true = specialize(make_reference_variants, 'fp32', 'row', False, True, False, False)
-reference_fp32_row_false_true_with_clamp = specialize(make_reference_variants, 'fp32', 'row', False, True, False, True)
-reference_fp32_row_false_true_with_weights = (
-    specialize(make_reference_variants, 'fp32', 'row', False, True, True, False))
-reference_fp32_row_false_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'row', False, True, True, True))
-reference_fp32_row_true_false = specialize(make_reference_variants, 'fp32', 'row', True, False, False, False)
-reference_fp32_row_true_false_with_clamp = specialize(make_reference_variants, 'fp32', 'row', True, False, False, True)
-reference_fp32_row_true_false_with_weights = (
-    specialize(make_reference_variants, 'fp32', 'row', True, False, True, False))
-reference_fp32_row_true_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'row', True, False, True, True))
-reference_fp32_row_true_true = specialize(make_reference_variants, 'fp32', 'row', True, True, False, False)
-reference_fp32_row_true_true_with_clamp = specialize(make_reference_variants, 'fp32', 'row', True, True, False, True)
-reference_fp32_row_true_true_with_weights = specialize(make_reference_variants, 'fp32', 'row', True, True, True, False)
-reference_fp32_row_true_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'row', True, True, True, True))
-reference_fp32_col_false_false = specialize(make_reference_variants, 'fp32', 'col', False, False, False, False)
-reference_fp32_col_false_false_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'col', False, False, False, True))
-reference_fp32_col_false_false_with_weights = (
-    specialize(make_reference_variants, 'fp32', 'col', False, False, True, False))
-reference_fp32_col_false_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'col', False, False, True, True))
-reference_fp32_col_false_true = specialize(make_reference_variants, 'fp32', 'col', False, True, False, False)
-reference_fp32_col_false_true_with_clamp = specialize(make_reference_variants, 'fp32', 'col', False, True, False, True)
-reference_fp32_col_false_true_with_weights = (
-    specialize(make_reference_variants, 'fp32', 'col', False, True, True, False))
-reference_fp32_col_false_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'col', False, True, True, True))
-reference_fp32_col_true_false = specialize(make_reference_variants, 'fp32', 'col', True, False, False, False)
-reference_fp32_col_true_false_with_clamp = specialize(make_reference_variants, 'fp32', 'col', True, False, False, True)
-reference_fp32_col_true_false_with_weights = (
-    specialize(make_reference_variants, 'fp32', 'col', True, False, True, False))
-reference_fp32_col_true_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'col', True, False, True, True))
-reference_fp32_col_true_true = specialize(make_reference_variants, 'fp32', 'col', True, True, False, False)
-reference_fp32_col_true_true_with_clamp = specialize(make_reference_variants, 'fp32', 'col', True, True, False, True)
-reference_fp32_col_true_true_with_weights = specialize(make_reference_variants, 'fp32', 'col', True, True, True, False)
-reference_fp32_col_true_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', 'col', True, True, True, True))
-reference_pow2_row_false_false = specialize(make_reference_variants, 'pow2', 'row', False, False, False, False)
-reference_pow2_row_false_false_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'row', False, False, False, True))
-reference_pow2_row_false_false_with_weights = (
-    specialize(make_reference_variants, 'pow2', 'row', False, False, True, False))
-reference_pow2_row_false_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'row', False, False, True, True))
-reference_pow2_row_false_true = specialize(make_reference_variants, 'pow2', 'row', False, True, False, False)
-reference_pow2_row_false_true_with_clamp = specialize(make_reference_variants, 'pow2', 'row', False, True, False, True)
-reference_pow2_row_false_true_with_weights = (
-    specialize(make_reference_variants, 'pow2', 'row', False, True, True, False))
-reference_pow2_row_false_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'row', False, True, True, True))
-reference_pow2_row_true_false = specialize(make_reference_variants, 'pow2', 'row', True, False, False, False)
-reference_pow2_row_true_false_with_clamp = specialize(make_reference_variants, 'pow2', 'row', True, False, False, True)
-reference_pow2_row_true_false_with_weights = (
-    specialize(make_reference_variants, 'pow2', 'row', True, False, True, False))
-reference_pow2_row_true_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'row', True, False, True, True))
-reference_pow2_row_true_true = specialize(make_reference_variants, 'pow2', 'row', True, True, False, False)
-reference_pow2_row_true_true_with_clamp = specialize(make_reference_variants, 'pow2', 'row', True, True, False, True)
-reference_pow2_row_true_true_with_weights = specialize(make_reference_variants, 'pow2', 'row', True, True, True, False)
-reference_pow2_row_true_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'row', True, True, True, True))
-reference_pow2_col_false_false = specialize(make_reference_variants, 'pow2', 'col', False, False, False, False)
-reference_pow2_col_false_false_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'col', False, False, False, True))
-reference_pow2_col_false_false_with_weights = (
-    specialize(make_reference_variants, 'pow2', 'col', False, False, True, False))
-reference_pow2_col_false_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'col', False, False, True, True))
-reference_pow2_col_false_true = specialize(make_reference_variants, 'pow2', 'col', False, True, False, False)
-reference_pow2_col_false_true_with_clamp = specialize(make_reference_variants, 'pow2', 'col', False, True, False, True)
-reference_pow2_col_false_true_with_weights = (
-    specialize(make_reference_variants, 'pow2', 'col', False, True, True, False))
-reference_pow2_col_false_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'col', False, True, True, True))
-reference_pow2_col_true_false = specialize(make_reference_variants, 'pow2', 'col', True, False, False, False)
-reference_pow2_col_true_false_with_clamp = specialize(make_reference_variants, 'pow2', 'col', True, False, False, True)
-reference_pow2_col_true_false_with_weights = (
-    specialize(make_reference_variants, 'pow2', 'col', True, False, True, False))
-reference_pow2_col_true_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'col', True, False, True, True))
-reference_pow2_col_true_true = specialize(make_reference_variants, 'pow2', 'col', True, True, False, False)
-reference_pow2_col_true_true_with_clamp = specialize(make_reference_variants, 'pow2', 'col', True, True, False, True)
-reference_pow2_col_true_true_with_weights = specialize(make_reference_variants, 'pow2', 'col', True, True, True, False)
-reference_pow2_col_true_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'pow2', 'col', True, True, True, True))
-reference_ue8m0_row_false_false = specialize(make_reference_variants, 'ue8m0', 'row', False, False, False, False)
-reference_ue8m0_row_false_false_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'row', False, False, False, True))
-reference_ue8m0_row_false_false_with_weights = (
-    specialize(make_reference_variants, 'ue8m0', 'row', False, False, True, False))
-reference_ue8m0_row_false_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'row', False, False, True, True))
-reference_ue8m0_row_false_true = specialize(make_reference_variants, 'ue8m0', 'row', False, True, False, False)
-reference_ue8m0_row_false_true_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'row', False, True, False, True))
-reference_ue8m0_row_false_true_with_weights = (
-    specialize(make_reference_variants, 'ue8m0', 'row', False, True, True, False))
-reference_ue8m0_row_false_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'row', False, True, True, True))
-reference_ue8m0_row_true_false = specialize(make_reference_variants, 'ue8m0', 'row', True, False, False, False)
-reference_ue8m0_row_true_false_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'row', True, False, False, True))
-reference_ue8m0_row_true_false_with_weights = (
-    specialize(make_reference_variants, 'ue8m0', 'row', True, False, True, False))
-reference_ue8m0_row_true_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'row', True, False, True, True))
-reference_ue8m0_row_true_true = specialize(make_reference_variants, 'ue8m0', 'row', True, True, False, False)
-reference_ue8m0_row_true_true_with_clamp = specialize(make_reference_variants, 'ue8m0', 'row', True, True, False, True)
-reference_ue8m0_row_true_true_with_weights = (
-    specialize(make_reference_variants, 'ue8m0', 'row', True, True, True, False))
-reference_ue8m0_row_true_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'row', True, True, True, True))
-reference_ue8m0_col_false_false = specialize(make_reference_variants, 'ue8m0', 'col', False, False, False, False)
-reference_ue8m0_col_false_false_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'col', False, False, False, True))
-reference_ue8m0_col_false_false_with_weights = (
-    specialize(make_reference_variants, 'ue8m0', 'col', False, False, True, False))
-reference_ue8m0_col_false_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'col', False, False, True, True))
-reference_ue8m0_col_false_true = specialize(make_reference_variants, 'ue8m0', 'col', False, True, False, False)
-reference_ue8m0_col_false_true_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'col', False, True, False, True))
-reference_ue8m0_col_false_true_with_weights = (
-    specialize(make_reference_variants, 'ue8m0', 'col', False, True, True, False))
-reference_ue8m0_col_false_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'col', False, True, True, True))
-reference_ue8m0_col_true_false = specialize(make_reference_variants, 'ue8m0', 'col', True, False, False, False)
-reference_ue8m0_col_true_false_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'col', True, False, False, True))
-reference_ue8m0_col_true_false_with_weights = (
-    specialize(make_reference_variants, 'ue8m0', 'col', True, False, True, False))
-reference_ue8m0_col_true_false_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'col', True, False, True, True))
-reference_ue8m0_col_true_true = specialize(make_reference_variants, 'ue8m0', 'col', True, True, False, False)
-reference_ue8m0_col_true_true_with_clamp = specialize(make_reference_variants, 'ue8m0', 'col', True, True, False, True)
-reference_ue8m0_col_true_true_with_weights = (
-    specialize(make_reference_variants, 'ue8m0', 'col', True, True, True, False))
-reference_ue8m0_col_true_true_with_weights_with_clamp = (
-    specialize(make_reference_variants, 'ue8m0', 'col', True, True, True, True))
-
-
-VARIANTS = {
-    "fp32_row_false_false": reference_fp32_row_false_false,
-    "fp32_row_false_false_with_clamp": reference_fp32_row_false_false_with_clamp,
-    "fp32_row_false_false_with_weights": reference_fp32_row_false_false_with_weights,
-    "fp32_row_false_false_with_weights_with_clamp": reference_fp32_row_false_false_with_weights_with_clamp,
-    "fp32_row_false_true": reference_fp32_row_false_true,
-    "fp32_row_false_true_with_clamp": reference_fp32_row_false_true_with_clamp,
-    "fp32_row_false_true_with_weights": reference_fp32_row_false_true_with_weights,
-    "fp32_row_false_true_with_weights_with_clamp": reference_fp32_row_false_true_with_weights_with_clamp,
-    "fp32_row_true_false": reference_fp32_row_true_false,
-    "fp32_row_true_false_with_clamp": reference_fp32_row_true_false_with_clamp,
-    "fp32_row_true_false_with_weights": reference_fp32_row_true_false_with_weights,
-    "fp32_row_true_false_with_weights_with_clamp": reference_fp32_row_true_false_with_weights_with_clamp,
-    "fp32_row_true_true": reference_fp32_row_true_true,
-    "fp32_row_true_true_with_clamp": reference_fp32_row_true_true_with_clamp,
-    "fp32_row_true_true_with_weights": reference_fp32_row_true_true_with_weights,
-    "fp32_row_true_true_with_weights_with_clamp": reference_fp32_row_true_true_with_weights_with_clamp,
-    "fp32_col_false_false": reference_fp32_col_false_false,
-    "fp32_col_false_false_with_clamp": reference_fp32_col_false_false_with_clamp,
-    "fp32_col_false_false_with_weights": reference_fp32_col_false_false_with_weights,
-    "fp32_col_false_false_with_weights_with_clamp": reference_fp32_col_false_false_with_weights_with_clamp,
-    "fp32_col_false_true": reference_fp32_col_false_true,
-    "fp32_col_false_true_with_clamp": reference_fp32_col_false_true_with_clamp,
-    "fp32_col_false_true_with_weights": reference_fp32_col_false_true_with_weights,
-    "fp32_col_false_true_with_weights_with_clamp": reference_fp32_col_false_true_with_weights_with_clamp,
-    "fp32_col_true_false": reference_fp32_col_true_false,
-    "fp32_col_true_false_with_clamp": reference_fp32_col_true_false_with_clamp,
-    "fp32_col_true_false_with_weights": reference_fp32_col_true_false_with_weights,
-    "fp32_col_true_false_with_weights_with_clamp": reference_fp32_col_true_false_with_weights_with_clamp,
-    "fp32_col_true_true": reference_fp32_col_true_true,
-    "fp32_col_true_true_with_clamp": reference_fp32_col_true_true_with_clamp,
-    "fp32_col_true_true_with_weights": reference_fp32_col_true_true_with_weights,
-    "fp32_col_true_true_with_weights_with_clamp": reference_fp32_col_true_true_with_weights_with_clamp,
-    "pow2_row_false_false": reference_pow2_row_false_false,
-    "pow2_row_false_false_with_clamp": reference_pow2_row_false_false_with_clamp,
-    "pow2_row_false_false_with_weights": reference_pow2_row_false_false_with_weights,
-    "pow2_row_false_false_with_weights_with_clamp": reference_pow2_row_false_false_with_weights_with_clamp,
-    "pow2_row_false_true": reference_pow2_row_false_true,
-    "pow2_row_false_true_with_clamp": reference_pow2_row_false_true_with_clamp,
-    "pow2_row_false_true_with_weights": reference_pow2_row_false_true_with_weights,
-    "pow2_row_false_true_with_weights_with_clamp": reference_pow2_row_false_true_with_weights_with_clamp,
-    "pow2_row_true_false": reference_pow2_row_true_false,
-    "pow2_row_true_false_with_clamp": reference_pow2_row_true_false_with_clamp,
-    "pow2_row_true_false_with_weights": reference_pow2_row_true_false_with_weights,
-    "pow2_row_true_false_with_weights_with_clamp": reference_pow2_row_true_false_with_weights_with_clamp,
-    "pow2_row_true_true": reference_pow2_row_true_true,
-    "pow2_row_true_true_with_clamp": reference_pow2_row_true_true_with_clamp,
-    "pow2_row_true_true_with_weights": reference_pow2_row_true_true_with_weights,
-    "pow2_row_true_true_with_weights_with_clamp": reference_pow2_row_true_true_with_weights_with_clamp,
-    "pow2_col_false_false": reference_pow2_col_false_false,
-    "pow2_col_false_false_with_clamp": reference_pow2_col_false_false_with_clamp,
-    "pow2_col_false_false_with_weights": reference_pow2_col_false_false_with_weights,
-    "pow2_col_false_false_with_weights_with_clamp": reference_pow2_col_false_false_with_weights_with_clamp,
-    "pow2_col_false_true": reference_pow2_col_false_true,
-    "pow2_col_false_true_with_clamp": reference_pow2_col_false_true_with_clamp,
-    "pow2_col_false_true_with_weights": reference_pow2_col_false_true_with_weights,
-    "pow2_col_false_true_with_weights_with_clamp": reference_pow2_col_false_true_with_weights_with_clamp,
-    "pow2_col_true_false": reference_pow2_col_true_false,
-    "pow2_col_true_false_with_clamp": reference_pow2_col_true_false_with_clamp,
-    "pow2_col_true_false_with_weights": reference_pow2_col_true_false_with_weights,
-    "pow2_col_true_false_with_weights_with_clamp": reference_pow2_col_true_false_with_weights_with_clamp,
-    "pow2_col_true_true": reference_pow2_col_true_true,
-    "pow2_col_true_true_with_clamp": reference_pow2_col_true_true_with_clamp,
-    "pow2_col_true_true_with_weights": reference_pow2_col_true_true_with_weights,
-    "pow2_col_true_true_with_weights_with_clamp": reference_pow2_col_true_true_with_weights_with_clamp,
-    "ue8m0_row_false_false": reference_ue8m0_row_false_false,
-    "ue8m0_row_false_false_with_clamp": reference_ue8m0_row_false_false_with_clamp,
-    "ue8m0_row_false_false_with_weights": reference_ue8m0_row_false_false_with_weights,
-    "ue8m0_row_false_false_with_weights_with_clamp": reference_ue8m0_row_false_false_with_weights_with_clamp,
-    "ue8m0_row_false_true": reference_ue8m0_row_false_true,
-    "ue8m0_row_false_true_with_clamp": reference_ue8m0_row_false_true_with_clamp,
-    "ue8m0_row_false_true_with_weights": reference_ue8m0_row_false_true_with_weights,
-    "ue8m0_row_false_true_with_weights_with_clamp": reference_ue8m0_row_false_true_with_weights_with_clamp,
-    "ue8m0_row_true_false": reference_ue8m0_row_true_false,
-    "ue8m0_row_true_false_with_clamp": reference_ue8m0_row_true_false_with_clamp,
-    "ue8m0_row_true_false_with_weights": reference_ue8m0_row_true_false_with_weights,
-    "ue8m0_row_true_false_with_weights_with_clamp": reference_ue8m0_row_true_false_with_weights_with_clamp,
-    "ue8m0_row_true_true": reference_ue8m0_row_true_true,
-    "ue8m0_row_true_true_with_clamp": reference_ue8m0_row_true_true_with_clamp,
-    "ue8m0_row_true_true_with_weights": reference_ue8m0_row_true_true_with_weights,
-    "ue8m0_row_true_true_with_weights_with_clamp": reference_ue8m0_row_true_true_with_weights_with_clamp,
-    "ue8m0_col_false_false": reference_ue8m0_col_false_false,
-    "ue8m0_col_false_false_with_clamp": reference_ue8m0_col_false_false_with_clamp,
-    "ue8m0_col_false_false_with_weights": reference_ue8m0_col_false_false_with_weights,
-    "ue8m0_col_false_false_with_weights_with_clamp": reference_ue8m0_col_false_false_with_weights_with_clamp,
-    "ue8m0_col_false_true": reference_ue8m0_col_false_true,
-    "ue8m0_col_false_true_with_clamp": reference_ue8m0_col_false_true_with_clamp,
-    "ue8m0_col_false_true_with_weights": reference_ue8m0_col_false_true_with_weights,
-    "ue8m0_col_false_true_with_weights_with_clamp": reference_ue8m0_col_false_true_with_weights_with_clamp,
-    "ue8m0_col_true_false": reference_ue8m0_col_true_false,
-    "ue8m0_col_true_false_with_clamp": reference_ue8m0_col_true_false_with_clamp,
-    "ue8m0_col_true_false_with_weights": reference_ue8m0_col_true_false_with_weights,
-    "ue8m0_col_true_false_with_weights_with_clamp": reference_ue8m0_col_true_false_with_weights_with_clamp,
-    "ue8m0_col_true_true": reference_ue8m0_col_true_true,
-    "ue8m0_col_true_true_with_clamp": reference_ue8m0_col_true_true_with_clamp,
-    "ue8m0_col_true_true_with_weights": reference_ue8m0_col_true_true_with_weights,
-    "ue8m0_col_true_true_with_weights_with_clamp": reference_ue8m0_col_true_true_with_weights_with_clamp,
-}
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
+VARIANTS = {"fp32_row_false_false": specialize(make_reference_variants, 'fp32', 'row', False, False, False, False),
+    "fp32_row_false_false_with_clamp": specialize(make_reference_variants, 'fp32', 'row', False, False, False, True),
+    "fp32_row_false_false_with_weights": specialize(make_reference_variants, 'fp32', 'row', False, False, True, False),
+    "fp32_row_false_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'row', False, False, True, True), "fp32_row_false_true":
+    specialize(make_reference_variants, 'fp32', 'row', False, True, False, False), "fp32_row_false_true_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'row', False, True, False, True), "fp32_row_false_true_with_weights":
+    specialize(make_reference_variants, 'fp32', 'row', False, True, True, False),
+    "fp32_row_false_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'row', False, True, True, True), "fp32_row_true_false":
+    specialize(make_reference_variants, 'fp32', 'row', True, False, False, False), "fp32_row_true_false_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'row', True, False, False, True), "fp32_row_true_false_with_weights":
+    specialize(make_reference_variants, 'fp32', 'row', True, False, True, False),
+    "fp32_row_true_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'row', True, False, True, True), "fp32_row_true_true":
+    specialize(make_reference_variants, 'fp32', 'row', True, True, False, False), "fp32_row_true_true_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'row', True, True, False, True), "fp32_row_true_true_with_weights":
+    specialize(make_reference_variants, 'fp32', 'row', True, True, True, False),
+    "fp32_row_true_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'row', True, True, True, True), "fp32_col_false_false":
+    specialize(make_reference_variants, 'fp32', 'col', False, False, False, False), "fp32_col_false_false_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'col', False, False, False, True), "fp32_col_false_false_with_weights":
+    specialize(make_reference_variants, 'fp32', 'col', False, False, True, False),
+    "fp32_col_false_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'col', False, False, True, True), "fp32_col_false_true":
+    specialize(make_reference_variants, 'fp32', 'col', False, True, False, False), "fp32_col_false_true_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'col', False, True, False, True), "fp32_col_false_true_with_weights":
+    specialize(make_reference_variants, 'fp32', 'col', False, True, True, False),
+    "fp32_col_false_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'col', False, True, True, True), "fp32_col_true_false":
+    specialize(make_reference_variants, 'fp32', 'col', True, False, False, False), "fp32_col_true_false_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'col', True, False, False, True), "fp32_col_true_false_with_weights":
+    specialize(make_reference_variants, 'fp32', 'col', True, False, True, False),
+    "fp32_col_true_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'col', True, False, True, True), "fp32_col_true_true":
+    specialize(make_reference_variants, 'fp32', 'col', True, True, False, False), "fp32_col_true_true_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'col', True, True, False, True), "fp32_col_true_true_with_weights":
+    specialize(make_reference_variants, 'fp32', 'col', True, True, True, False),
+    "fp32_col_true_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', 'col', True, True, True, True), "pow2_row_false_false":
+    specialize(make_reference_variants, 'pow2', 'row', False, False, False, False), "pow2_row_false_false_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'row', False, False, False, True), "pow2_row_false_false_with_weights":
+    specialize(make_reference_variants, 'pow2', 'row', False, False, True, False),
+    "pow2_row_false_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'row', False, False, True, True), "pow2_row_false_true":
+    specialize(make_reference_variants, 'pow2', 'row', False, True, False, False), "pow2_row_false_true_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'row', False, True, False, True), "pow2_row_false_true_with_weights":
+    specialize(make_reference_variants, 'pow2', 'row', False, True, True, False),
+    "pow2_row_false_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'row', False, True, True, True), "pow2_row_true_false":
+    specialize(make_reference_variants, 'pow2', 'row', True, False, False, False), "pow2_row_true_false_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'row', True, False, False, True), "pow2_row_true_false_with_weights":
+    specialize(make_reference_variants, 'pow2', 'row', True, False, True, False),
+    "pow2_row_true_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'row', True, False, True, True), "pow2_row_true_true":
+    specialize(make_reference_variants, 'pow2', 'row', True, True, False, False), "pow2_row_true_true_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'row', True, True, False, True), "pow2_row_true_true_with_weights":
+    specialize(make_reference_variants, 'pow2', 'row', True, True, True, False),
+    "pow2_row_true_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'row', True, True, True, True), "pow2_col_false_false":
+    specialize(make_reference_variants, 'pow2', 'col', False, False, False, False), "pow2_col_false_false_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'col', False, False, False, True), "pow2_col_false_false_with_weights":
+    specialize(make_reference_variants, 'pow2', 'col', False, False, True, False),
+    "pow2_col_false_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'col', False, False, True, True), "pow2_col_false_true":
+    specialize(make_reference_variants, 'pow2', 'col', False, True, False, False), "pow2_col_false_true_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'col', False, True, False, True), "pow2_col_false_true_with_weights":
+    specialize(make_reference_variants, 'pow2', 'col', False, True, True, False),
+    "pow2_col_false_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'col', False, True, True, True), "pow2_col_true_false":
+    specialize(make_reference_variants, 'pow2', 'col', True, False, False, False), "pow2_col_true_false_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'col', True, False, False, True), "pow2_col_true_false_with_weights":
+    specialize(make_reference_variants, 'pow2', 'col', True, False, True, False),
+    "pow2_col_true_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'col', True, False, True, True), "pow2_col_true_true":
+    specialize(make_reference_variants, 'pow2', 'col', True, True, False, False), "pow2_col_true_true_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'col', True, True, False, True), "pow2_col_true_true_with_weights":
+    specialize(make_reference_variants, 'pow2', 'col', True, True, True, False),
+    "pow2_col_true_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'pow2', 'col', True, True, True, True), "ue8m0_row_false_false":
+    specialize(make_reference_variants, 'ue8m0', 'row', False, False, False, False), "ue8m0_row_false_false_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'row', False, False, False, True),
+    "ue8m0_row_false_false_with_weights":
+    specialize(make_reference_variants, 'ue8m0', 'row', False, False, True, False),
+    "ue8m0_row_false_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'row', False, False, True, True), "ue8m0_row_false_true":
+    specialize(make_reference_variants, 'ue8m0', 'row', False, True, False, False), "ue8m0_row_false_true_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'row', False, True, False, True), "ue8m0_row_false_true_with_weights":
+    specialize(make_reference_variants, 'ue8m0', 'row', False, True, True, False),
+    "ue8m0_row_false_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'row', False, True, True, True), "ue8m0_row_true_false":
+    specialize(make_reference_variants, 'ue8m0', 'row', True, False, False, False), "ue8m0_row_true_false_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'row', True, False, False, True), "ue8m0_row_true_false_with_weights":
+    specialize(make_reference_variants, 'ue8m0', 'row', True, False, True, False),
+    "ue8m0_row_true_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'row', True, False, True, True), "ue8m0_row_true_true":
+    specialize(make_reference_variants, 'ue8m0', 'row', True, True, False, False), "ue8m0_row_true_true_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'row', True, True, False, True), "ue8m0_row_true_true_with_weights":
+    specialize(make_reference_variants, 'ue8m0', 'row', True, True, True, False),
+    "ue8m0_row_true_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'row', True, True, True, True), "ue8m0_col_false_false":
+    specialize(make_reference_variants, 'ue8m0', 'col', False, False, False, False), "ue8m0_col_false_false_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'col', False, False, False, True),
+    "ue8m0_col_false_false_with_weights":
+    specialize(make_reference_variants, 'ue8m0', 'col', False, False, True, False),
+    "ue8m0_col_false_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'col', False, False, True, True), "ue8m0_col_false_true":
+    specialize(make_reference_variants, 'ue8m0', 'col', False, True, False, False), "ue8m0_col_false_true_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'col', False, True, False, True), "ue8m0_col_false_true_with_weights":
+    specialize(make_reference_variants, 'ue8m0', 'col', False, True, True, False),
+    "ue8m0_col_false_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'col', False, True, True, True), "ue8m0_col_true_false":
+    specialize(make_reference_variants, 'ue8m0', 'col', True, False, False, False), "ue8m0_col_true_false_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'col', True, False, False, True), "ue8m0_col_true_false_with_weights":
+    specialize(make_reference_variants, 'ue8m0', 'col', True, False, True, False),
+    "ue8m0_col_true_false_with_weights_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'col', True, False, True, True), "ue8m0_col_true_true":
+    specialize(make_reference_variants, 'ue8m0', 'col', True, True, False, False), "ue8m0_col_true_true_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'col', True, True, False, True), "ue8m0_col_true_true_with_weights":
+    specialize(make_reference_variants, 'ue8m0', 'col', True, True, True, False),
+    "ue8m0_col_true_true_with_weights_with_clamp":
+    specialize(make_reference_variants, 'ue8m0', 'col', True, True, True, True),}

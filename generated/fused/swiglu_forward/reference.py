@@ -161,187 +161,106 @@ def make_written_rows_variants(fmt, with_weights, with_pos_to_token_topk, with_t
         return keep
 
 
-# the variants of the shared functions
-reference_bf16 = specialize(make_reference_variants, 'bf16', False, False, False, False, False)
-reference_bf16_with_clamp = specialize(make_reference_variants, 'bf16', False, False, False, False, True)
-reference_bf16_with_pos_to_expert = specialize(make_reference_variants, 'bf16', False, False, False, True, False)
-reference_bf16_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, 'bf16', False, False, False, True, True))
-reference_bf16_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_variants, 'bf16', False, True, True, False, False))
-reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_variants, 'bf16', False, True, True, False, True))
-reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_variants, 'bf16', False, True, True, True, False))
-reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, 'bf16', False, True, True, True, True))
-reference_bf16_with_weights = specialize(make_reference_variants, 'bf16', True, False, False, False, False)
-reference_bf16_with_weights_with_clamp = specialize(make_reference_variants, 'bf16', True, False, False, False, True)
-reference_bf16_with_weights_with_pos_to_expert = (
-    specialize(make_reference_variants, 'bf16', True, False, False, True, False))
-reference_bf16_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, 'bf16', True, False, False, True, True))
-reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_variants, 'bf16', True, True, True, False, False))
-reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_variants, 'bf16', True, True, True, False, True))
-reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_variants, 'bf16', True, True, True, True, False))
-reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, 'bf16', True, True, True, True, True))
-reference_fp32 = specialize(make_reference_variants, 'fp32', False, False, False, False, False)
-reference_fp32_with_clamp = specialize(make_reference_variants, 'fp32', False, False, False, False, True)
-reference_fp32_with_pos_to_expert = specialize(make_reference_variants, 'fp32', False, False, False, True, False)
-reference_fp32_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, 'fp32', False, False, False, True, True))
-reference_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_variants, 'fp32', False, True, True, False, False))
-reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', False, True, True, False, True))
-reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_variants, 'fp32', False, True, True, True, False))
-reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, 'fp32', False, True, True, True, True))
-reference_fp32_with_weights = specialize(make_reference_variants, 'fp32', True, False, False, False, False)
-reference_fp32_with_weights_with_clamp = specialize(make_reference_variants, 'fp32', True, False, False, False, True)
-reference_fp32_with_weights_with_pos_to_expert = (
-    specialize(make_reference_variants, 'fp32', True, False, False, True, False))
-reference_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, 'fp32', True, False, False, True, True))
-reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_variants, 'fp32', True, True, True, False, False))
-reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_variants, 'fp32', True, True, True, False, True))
-reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_variants, 'fp32', True, True, True, True, False))
-reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_variants, 'fp32', True, True, True, True, True))
-written_rows_bf16_with_pos_to_expert = specialize(make_written_rows_variants, 'bf16', False, False, False, True, False)
-written_rows_bf16_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_variants, 'bf16', False, False, False, True, True))
-written_rows_bf16_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_variants, 'bf16', False, True, True, False, False))
-written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_variants, 'bf16', False, True, True, False, True))
-written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_variants, 'bf16', False, True, True, True, False))
-written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_variants, 'bf16', False, True, True, True, True))
-written_rows_bf16_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_variants, 'bf16', True, False, False, True, False))
-written_rows_bf16_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_variants, 'bf16', True, False, False, True, True))
-written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_variants, 'bf16', True, True, True, False, False))
-written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_variants, 'bf16', True, True, True, False, True))
-written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_variants, 'bf16', True, True, True, True, False))
-written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_variants, 'bf16', True, True, True, True, True))
-written_rows_fp32_with_pos_to_expert = specialize(make_written_rows_variants, 'fp32', False, False, False, True, False)
-written_rows_fp32_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_variants, 'fp32', False, False, False, True, True))
-written_rows_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_variants, 'fp32', False, True, True, False, False))
-written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_variants, 'fp32', False, True, True, False, True))
-written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_variants, 'fp32', False, True, True, True, False))
-written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_variants, 'fp32', False, True, True, True, True))
-written_rows_fp32_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_variants, 'fp32', True, False, False, True, False))
-written_rows_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_variants, 'fp32', True, False, False, True, True))
-written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_variants, 'fp32', True, True, True, False, False))
-written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_variants, 'fp32', True, True, True, False, True))
-written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_variants, 'fp32', True, True, True, True, False))
-written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_variants, 'fp32', True, True, True, True, True))
-
-
-VARIANTS = {"bf16": reference_bf16, "bf16_with_clamp": reference_bf16_with_clamp, "bf16_with_pos_to_expert":
-    reference_bf16_with_pos_to_expert, "bf16_with_pos_to_expert_with_clamp":
-    reference_bf16_with_pos_to_expert_with_clamp, "bf16_with_pos_to_token_topk_with_topk_weights":
-    reference_bf16_with_pos_to_token_topk_with_topk_weights, "bf16_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp,
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
+VARIANTS = {"bf16": specialize(make_reference_variants, 'bf16', False, False, False, False, False), "bf16_with_clamp":
+    specialize(make_reference_variants, 'bf16', False, False, False, False, True), "bf16_with_pos_to_expert":
+    specialize(make_reference_variants, 'bf16', False, False, False, True, False), "bf16_with_pos_to_expert_with_clamp":
+    specialize(make_reference_variants, 'bf16', False, False, False, True, True),
+    "bf16_with_pos_to_token_topk_with_topk_weights":
+    specialize(make_reference_variants, 'bf16', False, True, True, False, False),
+    "bf16_with_pos_to_token_topk_with_topk_weights_with_clamp":
+    specialize(make_reference_variants, 'bf16', False, True, True, False, True),
     "bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_variants, 'bf16', False, True, True, True, False),
     "bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, "bf16_with_weights":
-    reference_bf16_with_weights, "bf16_with_weights_with_clamp": reference_bf16_with_weights_with_clamp,
-    "bf16_with_weights_with_pos_to_expert": reference_bf16_with_weights_with_pos_to_expert,
-    "bf16_with_weights_with_pos_to_expert_with_clamp": reference_bf16_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_reference_variants, 'bf16', False, True, True, True, True), "bf16_with_weights":
+    specialize(make_reference_variants, 'bf16', True, False, False, False, False), "bf16_with_weights_with_clamp":
+    specialize(make_reference_variants, 'bf16', True, False, False, False, True),
+    "bf16_with_weights_with_pos_to_expert":
+    specialize(make_reference_variants, 'bf16', True, False, False, True, False),
+    "bf16_with_weights_with_pos_to_expert_with_clamp":
+    specialize(make_reference_variants, 'bf16', True, False, False, True, True),
     "bf16_with_weights_with_pos_to_token_topk_with_topk_weights":
-    reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_reference_variants, 'bf16', True, True, True, False, False),
     "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_variants, 'bf16', True, True, True, False, True),
     "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_variants, 'bf16', True, True, True, True, False),
     "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, "fp32":
-    reference_fp32, "fp32_with_clamp": reference_fp32_with_clamp, "fp32_with_pos_to_expert":
-    reference_fp32_with_pos_to_expert, "fp32_with_pos_to_expert_with_clamp":
-    reference_fp32_with_pos_to_expert_with_clamp, "fp32_with_pos_to_token_topk_with_topk_weights":
-    reference_fp32_with_pos_to_token_topk_with_topk_weights, "fp32_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_variants, 'bf16', True, True, True, True, True), "fp32":
+    specialize(make_reference_variants, 'fp32', False, False, False, False, False), "fp32_with_clamp":
+    specialize(make_reference_variants, 'fp32', False, False, False, False, True), "fp32_with_pos_to_expert":
+    specialize(make_reference_variants, 'fp32', False, False, False, True, False), "fp32_with_pos_to_expert_with_clamp":
+    specialize(make_reference_variants, 'fp32', False, False, False, True, True),
+    "fp32_with_pos_to_token_topk_with_topk_weights":
+    specialize(make_reference_variants, 'fp32', False, True, True, False, False),
+    "fp32_with_pos_to_token_topk_with_topk_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', False, True, True, False, True),
     "fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_variants, 'fp32', False, True, True, True, False),
     "fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp, "fp32_with_weights":
-    reference_fp32_with_weights, "fp32_with_weights_with_clamp": reference_fp32_with_weights_with_clamp,
-    "fp32_with_weights_with_pos_to_expert": reference_fp32_with_weights_with_pos_to_expert,
-    "fp32_with_weights_with_pos_to_expert_with_clamp": reference_fp32_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_reference_variants, 'fp32', False, True, True, True, True), "fp32_with_weights":
+    specialize(make_reference_variants, 'fp32', True, False, False, False, False), "fp32_with_weights_with_clamp":
+    specialize(make_reference_variants, 'fp32', True, False, False, False, True),
+    "fp32_with_weights_with_pos_to_expert":
+    specialize(make_reference_variants, 'fp32', True, False, False, True, False),
+    "fp32_with_weights_with_pos_to_expert_with_clamp":
+    specialize(make_reference_variants, 'fp32', True, False, False, True, True),
     "fp32_with_weights_with_pos_to_token_topk_with_topk_weights":
-    reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_reference_variants, 'fp32', True, True, True, False, False),
     "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_variants, 'fp32', True, True, True, False, True),
     "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_variants, 'fp32', True, True, True, True, False),
     "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,}
+    specialize(make_reference_variants, 'fp32', True, True, True, True, True),}
 
 # keep_rows: per variant, the rows a kernel writes (it leaves the others untouched; the functions above
 # give 0 there)
-WRITTEN_ROWS = {"bf16_with_pos_to_expert": written_rows_bf16_with_pos_to_expert, "bf16_with_pos_to_expert_with_clamp":
-    written_rows_bf16_with_pos_to_expert_with_clamp, "bf16_with_pos_to_token_topk_with_topk_weights":
-    written_rows_bf16_with_pos_to_token_topk_with_topk_weights,
+WRITTEN_ROWS = {"bf16_with_pos_to_expert":
+    specialize(make_written_rows_variants, 'bf16', False, False, False, True, False),
+    "bf16_with_pos_to_expert_with_clamp":
+    specialize(make_written_rows_variants, 'bf16', False, False, False, True, True),
+    "bf16_with_pos_to_token_topk_with_topk_weights":
+    specialize(make_written_rows_variants, 'bf16', False, True, True, False, False),
     "bf16_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_variants, 'bf16', False, True, True, False, True),
     "bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_variants, 'bf16', False, True, True, True, False),
     "bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "bf16_with_weights_with_pos_to_expert": written_rows_bf16_with_weights_with_pos_to_expert,
-    "bf16_with_weights_with_pos_to_expert_with_clamp": written_rows_bf16_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_written_rows_variants, 'bf16', False, True, True, True, True),
+    "bf16_with_weights_with_pos_to_expert":
+    specialize(make_written_rows_variants, 'bf16', True, False, False, True, False),
+    "bf16_with_weights_with_pos_to_expert_with_clamp":
+    specialize(make_written_rows_variants, 'bf16', True, False, False, True, True),
     "bf16_with_weights_with_pos_to_token_topk_with_topk_weights":
-    written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_variants, 'bf16', True, True, True, False, False),
     "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_variants, 'bf16', True, True, True, False, True),
     "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_variants, 'bf16', True, True, True, True, False),
     "bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "fp32_with_pos_to_expert": written_rows_fp32_with_pos_to_expert, "fp32_with_pos_to_expert_with_clamp":
-    written_rows_fp32_with_pos_to_expert_with_clamp, "fp32_with_pos_to_token_topk_with_topk_weights":
-    written_rows_fp32_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_variants, 'bf16', True, True, True, True, True), "fp32_with_pos_to_expert":
+    specialize(make_written_rows_variants, 'fp32', False, False, False, True, False),
+    "fp32_with_pos_to_expert_with_clamp":
+    specialize(make_written_rows_variants, 'fp32', False, False, False, True, True),
+    "fp32_with_pos_to_token_topk_with_topk_weights":
+    specialize(make_written_rows_variants, 'fp32', False, True, True, False, False),
     "fp32_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_variants, 'fp32', False, True, True, False, True),
     "fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_variants, 'fp32', False, True, True, True, False),
     "fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "fp32_with_weights_with_pos_to_expert": written_rows_fp32_with_weights_with_pos_to_expert,
-    "fp32_with_weights_with_pos_to_expert_with_clamp": written_rows_fp32_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_written_rows_variants, 'fp32', False, True, True, True, True),
+    "fp32_with_weights_with_pos_to_expert":
+    specialize(make_written_rows_variants, 'fp32', True, False, False, True, False),
+    "fp32_with_weights_with_pos_to_expert_with_clamp":
+    specialize(make_written_rows_variants, 'fp32', True, False, False, True, True),
     "fp32_with_weights_with_pos_to_token_topk_with_topk_weights":
-    written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_variants, 'fp32', True, True, True, False, False),
     "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_variants, 'fp32', True, True, True, False, True),
     "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_variants, 'fp32', True, True, True, True, False),
     "fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,}
+    specialize(make_written_rows_variants, 'fp32', True, True, True, True, True),}

@@ -2,22 +2,16 @@
 # with the sm90 profile. Do not edit: change the spec and run `tkgen generate`.
 """Kernel knobs of `swiglu_forward_and_per_channel_cast_and_transpose` on `sm90`
 (docs/architecture.md, "The generated layout")."""
+from tkgen.runtime.ops import by_variant
 
 MODULE = "kernel_cuda"
 TARGET = {'kind': 'cuda', 'arch': 'sm_90a'}
 PASS_CONFIGS = {'tl.disable_warp_specialized': True}
 COMPILE_FLAGS = ['-fmad=false']
-KNOBS = {
-    "build_e4m3_fp32_true": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_fp32_true_with_clamp": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_fp32_false": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_fp32_false_with_clamp": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_pow2_true": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_pow2_true_with_clamp": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_pow2_false": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_pow2_false_with_clamp": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_ue8m0_true": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_ue8m0_true_with_clamp": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_ue8m0_false": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-    "build_e4m3_ue8m0_false_with_clamp": {'threads': 256, 'block_k': 1, 'tile_elems': 16384},
-}
+KNOBS = by_variant({
+    ("build_e4m3_fp32_true", "build_e4m3_fp32_true_with_clamp", "build_e4m3_fp32_false",
+     "build_e4m3_fp32_false_with_clamp", "build_e4m3_pow2_true", "build_e4m3_pow2_true_with_clamp",
+     "build_e4m3_pow2_false", "build_e4m3_pow2_false_with_clamp", "build_e4m3_ue8m0_true",
+     "build_e4m3_ue8m0_true_with_clamp", "build_e4m3_ue8m0_false", "build_e4m3_ue8m0_false_with_clamp"): {'threads':
+     256, 'block_k': 1, 'tile_elems': 16384},
+})

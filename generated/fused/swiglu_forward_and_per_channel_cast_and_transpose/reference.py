@@ -96,32 +96,18 @@ def make_reference_e4m3(scale, transpose, with_clamp, x, group_tokens, clamp, _g
         return _s_q, _s_sf
 
 
-# the variants of the shared functions
-reference_e4m3_fp32_true = specialize(make_reference_e4m3, 'fp32', True, False)
-reference_e4m3_fp32_true_with_clamp = specialize(make_reference_e4m3, 'fp32', True, True)
-reference_e4m3_fp32_false = specialize(make_reference_e4m3, 'fp32', False, False)
-reference_e4m3_fp32_false_with_clamp = specialize(make_reference_e4m3, 'fp32', False, True)
-reference_e4m3_pow2_true = specialize(make_reference_e4m3, 'pow2', True, False)
-reference_e4m3_pow2_true_with_clamp = specialize(make_reference_e4m3, 'pow2', True, True)
-reference_e4m3_pow2_false = specialize(make_reference_e4m3, 'pow2', False, False)
-reference_e4m3_pow2_false_with_clamp = specialize(make_reference_e4m3, 'pow2', False, True)
-reference_e4m3_ue8m0_true = specialize(make_reference_e4m3, 'ue8m0', True, False)
-reference_e4m3_ue8m0_true_with_clamp = specialize(make_reference_e4m3, 'ue8m0', True, True)
-reference_e4m3_ue8m0_false = specialize(make_reference_e4m3, 'ue8m0', False, False)
-reference_e4m3_ue8m0_false_with_clamp = specialize(make_reference_e4m3, 'ue8m0', False, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32_true": reference_e4m3_fp32_true,
-    "e4m3_fp32_true_with_clamp": reference_e4m3_fp32_true_with_clamp,
-    "e4m3_fp32_false": reference_e4m3_fp32_false,
-    "e4m3_fp32_false_with_clamp": reference_e4m3_fp32_false_with_clamp,
-    "e4m3_pow2_true": reference_e4m3_pow2_true,
-    "e4m3_pow2_true_with_clamp": reference_e4m3_pow2_true_with_clamp,
-    "e4m3_pow2_false": reference_e4m3_pow2_false,
-    "e4m3_pow2_false_with_clamp": reference_e4m3_pow2_false_with_clamp,
-    "e4m3_ue8m0_true": reference_e4m3_ue8m0_true,
-    "e4m3_ue8m0_true_with_clamp": reference_e4m3_ue8m0_true_with_clamp,
-    "e4m3_ue8m0_false": reference_e4m3_ue8m0_false,
-    "e4m3_ue8m0_false_with_clamp": reference_e4m3_ue8m0_false_with_clamp,
+    "e4m3_fp32_true": specialize(make_reference_e4m3, 'fp32', True, False),
+    "e4m3_fp32_true_with_clamp": specialize(make_reference_e4m3, 'fp32', True, True),
+    "e4m3_fp32_false": specialize(make_reference_e4m3, 'fp32', False, False),
+    "e4m3_fp32_false_with_clamp": specialize(make_reference_e4m3, 'fp32', False, True),
+    "e4m3_pow2_true": specialize(make_reference_e4m3, 'pow2', True, False),
+    "e4m3_pow2_true_with_clamp": specialize(make_reference_e4m3, 'pow2', True, True),
+    "e4m3_pow2_false": specialize(make_reference_e4m3, 'pow2', False, False),
+    "e4m3_pow2_false_with_clamp": specialize(make_reference_e4m3, 'pow2', False, True),
+    "e4m3_ue8m0_true": specialize(make_reference_e4m3, 'ue8m0', True, False),
+    "e4m3_ue8m0_true_with_clamp": specialize(make_reference_e4m3, 'ue8m0', True, True),
+    "e4m3_ue8m0_false": specialize(make_reference_e4m3, 'ue8m0', False, False),
+    "e4m3_ue8m0_false_with_clamp": specialize(make_reference_e4m3, 'ue8m0', False, True),
 }

@@ -235,290 +235,156 @@ def make_written_rows_e4m3(scale, with_weights, with_pos_to_token_topk, with_top
         return keep
 
 
-# the variants of the shared functions
-reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32', False, False, False, False, False)
-reference_e4m3_fp32_with_clamp = specialize(make_reference_e4m3, 'fp32', False, False, False, False, True)
-reference_e4m3_fp32_with_pos_to_expert = specialize(make_reference_e4m3, 'fp32', False, False, False, True, False)
-reference_e4m3_fp32_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'fp32', False, False, False, True, True))
-reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3, 'fp32', False, True, True, False, False))
-reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3, 'fp32', False, True, True, False, True))
-reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'fp32', False, True, True, True, False))
-reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'fp32', False, True, True, True, True))
-reference_e4m3_fp32_with_weights = specialize(make_reference_e4m3, 'fp32', True, False, False, False, False)
-reference_e4m3_fp32_with_weights_with_clamp = specialize(make_reference_e4m3, 'fp32', True, False, False, False, True)
-reference_e4m3_fp32_with_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'fp32', True, False, False, True, False))
-reference_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'fp32', True, False, False, True, True))
-reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3, 'fp32', True, True, True, False, False))
-reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3, 'fp32', True, True, True, False, True))
-reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'fp32', True, True, True, True, False))
-reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'fp32', True, True, True, True, True))
-reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2', False, False, False, False, False)
-reference_e4m3_pow2_with_clamp = specialize(make_reference_e4m3, 'pow2', False, False, False, False, True)
-reference_e4m3_pow2_with_pos_to_expert = specialize(make_reference_e4m3, 'pow2', False, False, False, True, False)
-reference_e4m3_pow2_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'pow2', False, False, False, True, True))
-reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3, 'pow2', False, True, True, False, False))
-reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3, 'pow2', False, True, True, False, True))
-reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'pow2', False, True, True, True, False))
-reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'pow2', False, True, True, True, True))
-reference_e4m3_pow2_with_weights = specialize(make_reference_e4m3, 'pow2', True, False, False, False, False)
-reference_e4m3_pow2_with_weights_with_clamp = specialize(make_reference_e4m3, 'pow2', True, False, False, False, True)
-reference_e4m3_pow2_with_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'pow2', True, False, False, True, False))
-reference_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'pow2', True, False, False, True, True))
-reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3, 'pow2', True, True, True, False, False))
-reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3, 'pow2', True, True, True, False, True))
-reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'pow2', True, True, True, True, False))
-reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'pow2', True, True, True, True, True))
-reference_e4m3_ue8m0 = specialize(make_reference_e4m3, 'ue8m0', False, False, False, False, False)
-reference_e4m3_ue8m0_with_clamp = specialize(make_reference_e4m3, 'ue8m0', False, False, False, False, True)
-reference_e4m3_ue8m0_with_pos_to_expert = specialize(make_reference_e4m3, 'ue8m0', False, False, False, True, False)
-reference_e4m3_ue8m0_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'ue8m0', False, False, False, True, True))
-reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3, 'ue8m0', False, True, True, False, False))
-reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3, 'ue8m0', False, True, True, False, True))
-reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'ue8m0', False, True, True, True, False))
-reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'ue8m0', False, True, True, True, True))
-reference_e4m3_ue8m0_with_weights = specialize(make_reference_e4m3, 'ue8m0', True, False, False, False, False)
-reference_e4m3_ue8m0_with_weights_with_clamp = specialize(make_reference_e4m3, 'ue8m0', True, False, False, False, True)
-reference_e4m3_ue8m0_with_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'ue8m0', True, False, False, True, False))
-reference_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'ue8m0', True, False, False, True, True))
-reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_reference_e4m3, 'ue8m0', True, True, True, False, False))
-reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_reference_e4m3, 'ue8m0', True, True, True, False, True))
-reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_reference_e4m3, 'ue8m0', True, True, True, True, False))
-reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_reference_e4m3, 'ue8m0', True, True, True, True, True))
-written_rows_e4m3_fp32_with_pos_to_expert = specialize(make_written_rows_e4m3, 'fp32', False, False, False, True, False)
-written_rows_e4m3_fp32_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'fp32', False, False, False, True, True))
-written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3, 'fp32', False, True, True, False, False))
-written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3, 'fp32', False, True, True, False, True))
-written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'fp32', False, True, True, True, False))
-written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'fp32', False, True, True, True, True))
-written_rows_e4m3_fp32_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'fp32', True, False, False, True, False))
-written_rows_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'fp32', True, False, False, True, True))
-written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3, 'fp32', True, True, True, False, False))
-written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3, 'fp32', True, True, True, False, True))
-written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'fp32', True, True, True, True, False))
-written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'fp32', True, True, True, True, True))
-written_rows_e4m3_pow2_with_pos_to_expert = specialize(make_written_rows_e4m3, 'pow2', False, False, False, True, False)
-written_rows_e4m3_pow2_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'pow2', False, False, False, True, True))
-written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3, 'pow2', False, True, True, False, False))
-written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3, 'pow2', False, True, True, False, True))
-written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'pow2', False, True, True, True, False))
-written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'pow2', False, True, True, True, True))
-written_rows_e4m3_pow2_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'pow2', True, False, False, True, False))
-written_rows_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'pow2', True, False, False, True, True))
-written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3, 'pow2', True, True, True, False, False))
-written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3, 'pow2', True, True, True, False, True))
-written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'pow2', True, True, True, True, False))
-written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'pow2', True, True, True, True, True))
-written_rows_e4m3_ue8m0_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'ue8m0', False, False, False, True, False))
-written_rows_e4m3_ue8m0_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'ue8m0', False, False, False, True, True))
-written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, False, False))
-written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, False, True))
-written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, True, False))
-written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, True, True))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'ue8m0', True, False, False, True, False))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'ue8m0', True, False, False, True, True))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, False, False))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, False, True))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, True, False))
-written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, True, True))
-
-
-VARIANTS = {"e4m3_fp32": reference_e4m3_fp32, "e4m3_fp32_with_clamp": reference_e4m3_fp32_with_clamp,
-    "e4m3_fp32_with_pos_to_expert": reference_e4m3_fp32_with_pos_to_expert, "e4m3_fp32_with_pos_to_expert_with_clamp":
-    reference_e4m3_fp32_with_pos_to_expert_with_clamp, "e4m3_fp32_with_pos_to_token_topk_with_topk_weights":
-    reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights,
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
+VARIANTS = {"e4m3_fp32": specialize(make_reference_e4m3, 'fp32', False, False, False, False, False),
+    "e4m3_fp32_with_clamp": specialize(make_reference_e4m3, 'fp32', False, False, False, False, True),
+    "e4m3_fp32_with_pos_to_expert": specialize(make_reference_e4m3, 'fp32', False, False, False, True, False),
+    "e4m3_fp32_with_pos_to_expert_with_clamp": specialize(make_reference_e4m3, 'fp32', False, False, False, True, True),
+    "e4m3_fp32_with_pos_to_token_topk_with_topk_weights":
+    specialize(make_reference_e4m3, 'fp32', False, True, True, False, False),
     "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_e4m3, 'fp32', False, True, True, False, True),
     "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_e4m3, 'fp32', False, True, True, True, False),
     "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_fp32_with_weights": reference_e4m3_fp32_with_weights, "e4m3_fp32_with_weights_with_clamp":
-    reference_e4m3_fp32_with_weights_with_clamp, "e4m3_fp32_with_weights_with_pos_to_expert":
-    reference_e4m3_fp32_with_weights_with_pos_to_expert, "e4m3_fp32_with_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_reference_e4m3, 'fp32', False, True, True, True, True), "e4m3_fp32_with_weights":
+    specialize(make_reference_e4m3, 'fp32', True, False, False, False, False), "e4m3_fp32_with_weights_with_clamp":
+    specialize(make_reference_e4m3, 'fp32', True, False, False, False, True),
+    "e4m3_fp32_with_weights_with_pos_to_expert":
+    specialize(make_reference_e4m3, 'fp32', True, False, False, True, False),
+    "e4m3_fp32_with_weights_with_pos_to_expert_with_clamp":
+    specialize(make_reference_e4m3, 'fp32', True, False, False, True, True),
     "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights":
-    reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_reference_e4m3, 'fp32', True, True, True, False, False),
     "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_e4m3, 'fp32', True, True, True, False, True),
     "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_e4m3, 'fp32', True, True, True, True, False),
     "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_pow2": reference_e4m3_pow2, "e4m3_pow2_with_clamp": reference_e4m3_pow2_with_clamp,
-    "e4m3_pow2_with_pos_to_expert": reference_e4m3_pow2_with_pos_to_expert, "e4m3_pow2_with_pos_to_expert_with_clamp":
-    reference_e4m3_pow2_with_pos_to_expert_with_clamp, "e4m3_pow2_with_pos_to_token_topk_with_topk_weights":
-    reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_reference_e4m3, 'fp32', True, True, True, True, True), "e4m3_pow2":
+    specialize(make_reference_e4m3, 'pow2', False, False, False, False, False), "e4m3_pow2_with_clamp":
+    specialize(make_reference_e4m3, 'pow2', False, False, False, False, True), "e4m3_pow2_with_pos_to_expert":
+    specialize(make_reference_e4m3, 'pow2', False, False, False, True, False),
+    "e4m3_pow2_with_pos_to_expert_with_clamp": specialize(make_reference_e4m3, 'pow2', False, False, False, True, True),
+    "e4m3_pow2_with_pos_to_token_topk_with_topk_weights":
+    specialize(make_reference_e4m3, 'pow2', False, True, True, False, False),
     "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_e4m3, 'pow2', False, True, True, False, True),
     "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_e4m3, 'pow2', False, True, True, True, False),
     "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_pow2_with_weights": reference_e4m3_pow2_with_weights, "e4m3_pow2_with_weights_with_clamp":
-    reference_e4m3_pow2_with_weights_with_clamp, "e4m3_pow2_with_weights_with_pos_to_expert":
-    reference_e4m3_pow2_with_weights_with_pos_to_expert, "e4m3_pow2_with_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_reference_e4m3, 'pow2', False, True, True, True, True), "e4m3_pow2_with_weights":
+    specialize(make_reference_e4m3, 'pow2', True, False, False, False, False), "e4m3_pow2_with_weights_with_clamp":
+    specialize(make_reference_e4m3, 'pow2', True, False, False, False, True),
+    "e4m3_pow2_with_weights_with_pos_to_expert":
+    specialize(make_reference_e4m3, 'pow2', True, False, False, True, False),
+    "e4m3_pow2_with_weights_with_pos_to_expert_with_clamp":
+    specialize(make_reference_e4m3, 'pow2', True, False, False, True, True),
     "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights":
-    reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_reference_e4m3, 'pow2', True, True, True, False, False),
     "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_e4m3, 'pow2', True, True, True, False, True),
     "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_e4m3, 'pow2', True, True, True, True, False),
     "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_ue8m0": reference_e4m3_ue8m0, "e4m3_ue8m0_with_clamp": reference_e4m3_ue8m0_with_clamp,
-    "e4m3_ue8m0_with_pos_to_expert": reference_e4m3_ue8m0_with_pos_to_expert,
-    "e4m3_ue8m0_with_pos_to_expert_with_clamp": reference_e4m3_ue8m0_with_pos_to_expert_with_clamp,
+    specialize(make_reference_e4m3, 'pow2', True, True, True, True, True), "e4m3_ue8m0":
+    specialize(make_reference_e4m3, 'ue8m0', False, False, False, False, False), "e4m3_ue8m0_with_clamp":
+    specialize(make_reference_e4m3, 'ue8m0', False, False, False, False, True), "e4m3_ue8m0_with_pos_to_expert":
+    specialize(make_reference_e4m3, 'ue8m0', False, False, False, True, False),
+    "e4m3_ue8m0_with_pos_to_expert_with_clamp":
+    specialize(make_reference_e4m3, 'ue8m0', False, False, False, True, True),
     "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights":
-    reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_reference_e4m3, 'ue8m0', False, True, True, False, False),
     "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_e4m3, 'ue8m0', False, True, True, False, True),
     "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_e4m3, 'ue8m0', False, True, True, True, False),
     "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_ue8m0_with_weights": reference_e4m3_ue8m0_with_weights, "e4m3_ue8m0_with_weights_with_clamp":
-    reference_e4m3_ue8m0_with_weights_with_clamp, "e4m3_ue8m0_with_weights_with_pos_to_expert":
-    reference_e4m3_ue8m0_with_weights_with_pos_to_expert, "e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_reference_e4m3, 'ue8m0', False, True, True, True, True), "e4m3_ue8m0_with_weights":
+    specialize(make_reference_e4m3, 'ue8m0', True, False, False, False, False), "e4m3_ue8m0_with_weights_with_clamp":
+    specialize(make_reference_e4m3, 'ue8m0', True, False, False, False, True),
+    "e4m3_ue8m0_with_weights_with_pos_to_expert":
+    specialize(make_reference_e4m3, 'ue8m0', True, False, False, True, False),
+    "e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp":
+    specialize(make_reference_e4m3, 'ue8m0', True, False, False, True, True),
     "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights":
-    reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_reference_e4m3, 'ue8m0', True, True, True, False, False),
     "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_reference_e4m3, 'ue8m0', True, True, True, False, True),
     "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_reference_e4m3, 'ue8m0', True, True, True, True, False),
     "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    reference_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,}
+    specialize(make_reference_e4m3, 'ue8m0', True, True, True, True, True),}
 
 # keep_rows: per variant, the rows a kernel writes (it leaves the others untouched; the functions above
 # give 0 there)
-WRITTEN_ROWS = {"e4m3_fp32_with_pos_to_expert": written_rows_e4m3_fp32_with_pos_to_expert,
-    "e4m3_fp32_with_pos_to_expert_with_clamp": written_rows_e4m3_fp32_with_pos_to_expert_with_clamp,
+WRITTEN_ROWS = {"e4m3_fp32_with_pos_to_expert":
+    specialize(make_written_rows_e4m3, 'fp32', False, False, False, True, False),
+    "e4m3_fp32_with_pos_to_expert_with_clamp":
+    specialize(make_written_rows_e4m3, 'fp32', False, False, False, True, True),
     "e4m3_fp32_with_pos_to_token_topk_with_topk_weights":
-    written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_e4m3, 'fp32', False, True, True, False, False),
     "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_e4m3, 'fp32', False, True, True, False, True),
     "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'fp32', False, True, True, True, False),
     "e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_fp32_with_weights_with_pos_to_expert": written_rows_e4m3_fp32_with_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'fp32', False, True, True, True, True),
+    "e4m3_fp32_with_weights_with_pos_to_expert":
+    specialize(make_written_rows_e4m3, 'fp32', True, False, False, True, False),
     "e4m3_fp32_with_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_written_rows_e4m3, 'fp32', True, False, False, True, True),
     "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights":
-    written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_e4m3, 'fp32', True, True, True, False, False),
     "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_e4m3, 'fp32', True, True, True, False, True),
     "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'fp32', True, True, True, True, False),
     "e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_pow2_with_pos_to_expert": written_rows_e4m3_pow2_with_pos_to_expert,
-    "e4m3_pow2_with_pos_to_expert_with_clamp": written_rows_e4m3_pow2_with_pos_to_expert_with_clamp,
+    specialize(make_written_rows_e4m3, 'fp32', True, True, True, True, True), "e4m3_pow2_with_pos_to_expert":
+    specialize(make_written_rows_e4m3, 'pow2', False, False, False, True, False),
+    "e4m3_pow2_with_pos_to_expert_with_clamp":
+    specialize(make_written_rows_e4m3, 'pow2', False, False, False, True, True),
     "e4m3_pow2_with_pos_to_token_topk_with_topk_weights":
-    written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_e4m3, 'pow2', False, True, True, False, False),
     "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_e4m3, 'pow2', False, True, True, False, True),
     "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'pow2', False, True, True, True, False),
     "e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_pow2_with_weights_with_pos_to_expert": written_rows_e4m3_pow2_with_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'pow2', False, True, True, True, True),
+    "e4m3_pow2_with_weights_with_pos_to_expert":
+    specialize(make_written_rows_e4m3, 'pow2', True, False, False, True, False),
     "e4m3_pow2_with_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_written_rows_e4m3, 'pow2', True, False, False, True, True),
     "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights":
-    written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_e4m3, 'pow2', True, True, True, False, False),
     "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_e4m3, 'pow2', True, True, True, False, True),
     "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'pow2', True, True, True, True, False),
     "e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_ue8m0_with_pos_to_expert": written_rows_e4m3_ue8m0_with_pos_to_expert,
-    "e4m3_ue8m0_with_pos_to_expert_with_clamp": written_rows_e4m3_ue8m0_with_pos_to_expert_with_clamp,
+    specialize(make_written_rows_e4m3, 'pow2', True, True, True, True, True), "e4m3_ue8m0_with_pos_to_expert":
+    specialize(make_written_rows_e4m3, 'ue8m0', False, False, False, True, False),
+    "e4m3_ue8m0_with_pos_to_expert_with_clamp":
+    specialize(make_written_rows_e4m3, 'ue8m0', False, False, False, True, True),
     "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights":
-    written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, False, False),
     "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, False, True),
     "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, True, False),
     "e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,
-    "e4m3_ue8m0_with_weights_with_pos_to_expert": written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'ue8m0', False, True, True, True, True),
+    "e4m3_ue8m0_with_weights_with_pos_to_expert":
+    specialize(make_written_rows_e4m3, 'ue8m0', True, False, False, True, False),
     "e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp,
+    specialize(make_written_rows_e4m3, 'ue8m0', True, False, False, True, True),
     "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights":
-    written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights,
+    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, False, False),
     "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp":
-    written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp,
+    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, False, True),
     "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert":
-    written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert,
+    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, True, False),
     "e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp":
-    written_rows_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp,}
+    specialize(make_written_rows_e4m3, 'ue8m0', True, True, True, True, True),}

@@ -37,12 +37,8 @@ def make_reference_variants(with_x_grad_acc, grad_out, x, mix, x_grad_acc, _give
         return _s_x_grad, _s_mix_grad
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False)
-reference_with_x_grad_acc = specialize(make_reference_variants, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "base": reference_base,
-    "with_x_grad_acc": reference_with_x_grad_acc,
+    "base": specialize(make_reference_variants, False),
+    "with_x_grad_acc": specialize(make_reference_variants, True),
 }

@@ -37,12 +37,8 @@ def make_reference_variants(with_norm_weight, residual, fn, norm_weight, eps, _g
         return _s_mixes, _s_out_mul, _s_sqrsum
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False)
-reference_with_norm_weight = specialize(make_reference_variants, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "base": reference_base,
-    "with_norm_weight": reference_with_norm_weight,
+    "base": specialize(make_reference_variants, False),
+    "with_norm_weight": specialize(make_reference_variants, True),
 }

@@ -59,12 +59,8 @@ def make_reference_variants(with_norm_weight, grad_mixes, residual, fn, norm_wei
             return _s_residual_grad, _s_fn_grad, _s_norm_weight_grad
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False)
-reference_with_norm_weight = specialize(make_reference_variants, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "base": reference_base,
-    "with_norm_weight": reference_with_norm_weight,
+    "base": specialize(make_reference_variants, False),
+    "with_norm_weight": specialize(make_reference_variants, True),
 }

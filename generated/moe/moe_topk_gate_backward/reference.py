@@ -95,12 +95,8 @@ def make_reference_variants(with_grad_scores_sum, with_mask, scores, topk_idx, t
         return _s_grad_logits,
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False, False)
-reference_with_grad_scores_sum = specialize(make_reference_variants, True, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "base": reference_base,
-    "with_grad_scores_sum": reference_with_grad_scores_sum,
+    "base": specialize(make_reference_variants, False, False),
+    "with_grad_scores_sum": specialize(make_reference_variants, True, True),
 }

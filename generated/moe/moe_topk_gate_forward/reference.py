@@ -164,100 +164,59 @@ def make_reference_variants(with_mask, with_bias, with_image_bias, with_image_to
         return _s_topk_idx, _s_topk_weights, _s_scores, _s_unmapped
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False, False, False, False, False, False, False, False)
-reference_with_to_physical_map = (
-    specialize(make_reference_variants, False, False, False, False, False, False, True, True))
-reference_with_fix_routing_mask = (
-    specialize(make_reference_variants, False, False, False, False, True, True, False, False))
-reference_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, False, False, False, False, True, True, True, True))
-reference_with_image_bias = specialize(make_reference_variants, False, False, True, True, False, False, False, False)
-reference_with_image_bias_with_to_physical_map = (
-    specialize(make_reference_variants, False, False, True, True, False, False, True, True))
-reference_with_image_bias_with_fix_routing_mask = (
-    specialize(make_reference_variants, False, False, True, True, True, True, False, False))
-reference_with_image_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, False, False, True, True, True, True, True, True))
-reference_with_bias = specialize(make_reference_variants, False, True, False, False, False, False, False, False)
-reference_with_bias_with_to_physical_map = (
-    specialize(make_reference_variants, False, True, False, False, False, False, True, True))
-reference_with_bias_with_fix_routing_mask = (
-    specialize(make_reference_variants, False, True, False, False, True, True, False, False))
-reference_with_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, False, True, False, False, True, True, True, True))
-reference_with_bias_with_image_bias = (
-    specialize(make_reference_variants, False, True, True, True, False, False, False, False))
-reference_with_bias_with_image_bias_with_to_physical_map = (
-    specialize(make_reference_variants, False, True, True, True, False, False, True, True))
-reference_with_bias_with_image_bias_with_fix_routing_mask = (
-    specialize(make_reference_variants, False, True, True, True, True, True, False, False))
-reference_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, False, True, True, True, True, True, True, True))
-reference_with_mask = specialize(make_reference_variants, True, False, False, False, False, False, False, False)
-reference_with_mask_with_to_physical_map = (
-    specialize(make_reference_variants, True, False, False, False, False, False, True, True))
-reference_with_mask_with_fix_routing_mask = (
-    specialize(make_reference_variants, True, False, False, False, True, True, False, False))
-reference_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, True, False, False, False, True, True, True, True))
-reference_with_mask_with_image_bias = (
-    specialize(make_reference_variants, True, False, True, True, False, False, False, False))
-reference_with_mask_with_image_bias_with_to_physical_map = (
-    specialize(make_reference_variants, True, False, True, True, False, False, True, True))
-reference_with_mask_with_image_bias_with_fix_routing_mask = (
-    specialize(make_reference_variants, True, False, True, True, True, True, False, False))
-reference_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, True, False, True, True, True, True, True, True))
-reference_with_mask_with_bias = (
-    specialize(make_reference_variants, True, True, False, False, False, False, False, False))
-reference_with_mask_with_bias_with_to_physical_map = (
-    specialize(make_reference_variants, True, True, False, False, False, False, True, True))
-reference_with_mask_with_bias_with_fix_routing_mask = (
-    specialize(make_reference_variants, True, True, False, False, True, True, False, False))
-reference_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, True, True, False, False, True, True, True, True))
-reference_with_mask_with_bias_with_image_bias = (
-    specialize(make_reference_variants, True, True, True, True, False, False, False, False))
-reference_with_mask_with_bias_with_image_bias_with_to_physical_map = (
-    specialize(make_reference_variants, True, True, True, True, False, False, True, True))
-reference_with_mask_with_bias_with_image_bias_with_fix_routing_mask = (
-    specialize(make_reference_variants, True, True, True, True, True, True, False, False))
-reference_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, True, True, True, True, True, True, True, True))
-
-
-VARIANTS = {"base": reference_base, "with_to_physical_map": reference_with_to_physical_map, "with_fix_routing_mask":
-    reference_with_fix_routing_mask, "with_fix_routing_mask_with_to_physical_map":
-    reference_with_fix_routing_mask_with_to_physical_map, "with_image_bias": reference_with_image_bias,
-    "with_image_bias_with_to_physical_map": reference_with_image_bias_with_to_physical_map,
-    "with_image_bias_with_fix_routing_mask": reference_with_image_bias_with_fix_routing_mask,
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
+VARIANTS = {"base": specialize(make_reference_variants, False, False, False, False, False, False, False, False),
+    "with_to_physical_map": specialize(make_reference_variants, False, False, False, False, False, False, True, True),
+    "with_fix_routing_mask": specialize(make_reference_variants, False, False, False, False, True, True, False, False),
+    "with_fix_routing_mask_with_to_physical_map":
+    specialize(make_reference_variants, False, False, False, False, True, True, True, True), "with_image_bias":
+    specialize(make_reference_variants, False, False, True, True, False, False, False, False),
+    "with_image_bias_with_to_physical_map":
+    specialize(make_reference_variants, False, False, True, True, False, False, True, True),
+    "with_image_bias_with_fix_routing_mask":
+    specialize(make_reference_variants, False, False, True, True, True, True, False, False),
     "with_image_bias_with_fix_routing_mask_with_to_physical_map":
-    reference_with_image_bias_with_fix_routing_mask_with_to_physical_map, "with_bias": reference_with_bias,
-    "with_bias_with_to_physical_map": reference_with_bias_with_to_physical_map, "with_bias_with_fix_routing_mask":
-    reference_with_bias_with_fix_routing_mask, "with_bias_with_fix_routing_mask_with_to_physical_map":
-    reference_with_bias_with_fix_routing_mask_with_to_physical_map, "with_bias_with_image_bias":
-    reference_with_bias_with_image_bias, "with_bias_with_image_bias_with_to_physical_map":
-    reference_with_bias_with_image_bias_with_to_physical_map, "with_bias_with_image_bias_with_fix_routing_mask":
-    reference_with_bias_with_image_bias_with_fix_routing_mask,
+    specialize(make_reference_variants, False, False, True, True, True, True, True, True), "with_bias":
+    specialize(make_reference_variants, False, True, False, False, False, False, False, False),
+    "with_bias_with_to_physical_map":
+    specialize(make_reference_variants, False, True, False, False, False, False, True, True),
+    "with_bias_with_fix_routing_mask":
+    specialize(make_reference_variants, False, True, False, False, True, True, False, False),
+    "with_bias_with_fix_routing_mask_with_to_physical_map":
+    specialize(make_reference_variants, False, True, False, False, True, True, True, True), "with_bias_with_image_bias":
+    specialize(make_reference_variants, False, True, True, True, False, False, False, False),
+    "with_bias_with_image_bias_with_to_physical_map":
+    specialize(make_reference_variants, False, True, True, True, False, False, True, True),
+    "with_bias_with_image_bias_with_fix_routing_mask":
+    specialize(make_reference_variants, False, True, True, True, True, True, False, False),
     "with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map":
-    reference_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map, "with_mask": reference_with_mask,
-    "with_mask_with_to_physical_map": reference_with_mask_with_to_physical_map, "with_mask_with_fix_routing_mask":
-    reference_with_mask_with_fix_routing_mask, "with_mask_with_fix_routing_mask_with_to_physical_map":
-    reference_with_mask_with_fix_routing_mask_with_to_physical_map, "with_mask_with_image_bias":
-    reference_with_mask_with_image_bias, "with_mask_with_image_bias_with_to_physical_map":
-    reference_with_mask_with_image_bias_with_to_physical_map, "with_mask_with_image_bias_with_fix_routing_mask":
-    reference_with_mask_with_image_bias_with_fix_routing_mask,
+    specialize(make_reference_variants, False, True, True, True, True, True, True, True), "with_mask":
+    specialize(make_reference_variants, True, False, False, False, False, False, False, False),
+    "with_mask_with_to_physical_map":
+    specialize(make_reference_variants, True, False, False, False, False, False, True, True),
+    "with_mask_with_fix_routing_mask":
+    specialize(make_reference_variants, True, False, False, False, True, True, False, False),
+    "with_mask_with_fix_routing_mask_with_to_physical_map":
+    specialize(make_reference_variants, True, False, False, False, True, True, True, True), "with_mask_with_image_bias":
+    specialize(make_reference_variants, True, False, True, True, False, False, False, False),
+    "with_mask_with_image_bias_with_to_physical_map":
+    specialize(make_reference_variants, True, False, True, True, False, False, True, True),
+    "with_mask_with_image_bias_with_fix_routing_mask":
+    specialize(make_reference_variants, True, False, True, True, True, True, False, False),
     "with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map":
-    reference_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map, "with_mask_with_bias":
-    reference_with_mask_with_bias, "with_mask_with_bias_with_to_physical_map":
-    reference_with_mask_with_bias_with_to_physical_map, "with_mask_with_bias_with_fix_routing_mask":
-    reference_with_mask_with_bias_with_fix_routing_mask,
+    specialize(make_reference_variants, True, False, True, True, True, True, True, True), "with_mask_with_bias":
+    specialize(make_reference_variants, True, True, False, False, False, False, False, False),
+    "with_mask_with_bias_with_to_physical_map":
+    specialize(make_reference_variants, True, True, False, False, False, False, True, True),
+    "with_mask_with_bias_with_fix_routing_mask":
+    specialize(make_reference_variants, True, True, False, False, True, True, False, False),
     "with_mask_with_bias_with_fix_routing_mask_with_to_physical_map":
-    reference_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map, "with_mask_with_bias_with_image_bias":
-    reference_with_mask_with_bias_with_image_bias, "with_mask_with_bias_with_image_bias_with_to_physical_map":
-    reference_with_mask_with_bias_with_image_bias_with_to_physical_map,
+    specialize(make_reference_variants, True, True, False, False, True, True, True, True),
+    "with_mask_with_bias_with_image_bias":
+    specialize(make_reference_variants, True, True, True, True, False, False, False, False),
+    "with_mask_with_bias_with_image_bias_with_to_physical_map":
+    specialize(make_reference_variants, True, True, True, True, False, False, True, True),
     "with_mask_with_bias_with_image_bias_with_fix_routing_mask":
-    reference_with_mask_with_bias_with_image_bias_with_fix_routing_mask,
+    specialize(make_reference_variants, True, True, True, True, True, True, False, False),
     "with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map":
-    reference_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map,}
+    specialize(make_reference_variants, True, True, True, True, True, True, True, True),}

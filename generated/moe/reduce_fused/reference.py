@@ -72,56 +72,30 @@ def make_reference_variants(out_format, with_topk_weights, with_x_sf, with_sf, x
         return _s_out,
 
 
-# the variants of the shared functions
-reference_bf16 = specialize(make_reference_variants, 'bf16', False, False, False)
-reference_bf16_with_sf = specialize(make_reference_variants, 'bf16', False, False, True)
-reference_bf16_with_x_sf = specialize(make_reference_variants, 'bf16', False, True, False)
-reference_bf16_with_x_sf_with_sf = specialize(make_reference_variants, 'bf16', False, True, True)
-reference_bf16_with_topk_weights = specialize(make_reference_variants, 'bf16', True, False, False)
-reference_bf16_with_topk_weights_with_sf = specialize(make_reference_variants, 'bf16', True, False, True)
-reference_bf16_with_topk_weights_with_x_sf = specialize(make_reference_variants, 'bf16', True, True, False)
-reference_bf16_with_topk_weights_with_x_sf_with_sf = specialize(make_reference_variants, 'bf16', True, True, True)
-reference_fp32 = specialize(make_reference_variants, 'fp32', False, False, False)
-reference_fp32_with_sf = specialize(make_reference_variants, 'fp32', False, False, True)
-reference_fp32_with_x_sf = specialize(make_reference_variants, 'fp32', False, True, False)
-reference_fp32_with_x_sf_with_sf = specialize(make_reference_variants, 'fp32', False, True, True)
-reference_fp32_with_topk_weights = specialize(make_reference_variants, 'fp32', True, False, False)
-reference_fp32_with_topk_weights_with_sf = specialize(make_reference_variants, 'fp32', True, False, True)
-reference_fp32_with_topk_weights_with_x_sf = specialize(make_reference_variants, 'fp32', True, True, False)
-reference_fp32_with_topk_weights_with_x_sf_with_sf = specialize(make_reference_variants, 'fp32', True, True, True)
-reference_e4m3 = specialize(make_reference_variants, 'e4m3', False, False, False)
-reference_e4m3_with_sf = specialize(make_reference_variants, 'e4m3', False, False, True)
-reference_e4m3_with_x_sf = specialize(make_reference_variants, 'e4m3', False, True, False)
-reference_e4m3_with_x_sf_with_sf = specialize(make_reference_variants, 'e4m3', False, True, True)
-reference_e4m3_with_topk_weights = specialize(make_reference_variants, 'e4m3', True, False, False)
-reference_e4m3_with_topk_weights_with_sf = specialize(make_reference_variants, 'e4m3', True, False, True)
-reference_e4m3_with_topk_weights_with_x_sf = specialize(make_reference_variants, 'e4m3', True, True, False)
-reference_e4m3_with_topk_weights_with_x_sf_with_sf = specialize(make_reference_variants, 'e4m3', True, True, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "bf16": reference_bf16,
-    "bf16_with_sf": reference_bf16_with_sf,
-    "bf16_with_x_sf": reference_bf16_with_x_sf,
-    "bf16_with_x_sf_with_sf": reference_bf16_with_x_sf_with_sf,
-    "bf16_with_topk_weights": reference_bf16_with_topk_weights,
-    "bf16_with_topk_weights_with_sf": reference_bf16_with_topk_weights_with_sf,
-    "bf16_with_topk_weights_with_x_sf": reference_bf16_with_topk_weights_with_x_sf,
-    "bf16_with_topk_weights_with_x_sf_with_sf": reference_bf16_with_topk_weights_with_x_sf_with_sf,
-    "fp32": reference_fp32,
-    "fp32_with_sf": reference_fp32_with_sf,
-    "fp32_with_x_sf": reference_fp32_with_x_sf,
-    "fp32_with_x_sf_with_sf": reference_fp32_with_x_sf_with_sf,
-    "fp32_with_topk_weights": reference_fp32_with_topk_weights,
-    "fp32_with_topk_weights_with_sf": reference_fp32_with_topk_weights_with_sf,
-    "fp32_with_topk_weights_with_x_sf": reference_fp32_with_topk_weights_with_x_sf,
-    "fp32_with_topk_weights_with_x_sf_with_sf": reference_fp32_with_topk_weights_with_x_sf_with_sf,
-    "e4m3": reference_e4m3,
-    "e4m3_with_sf": reference_e4m3_with_sf,
-    "e4m3_with_x_sf": reference_e4m3_with_x_sf,
-    "e4m3_with_x_sf_with_sf": reference_e4m3_with_x_sf_with_sf,
-    "e4m3_with_topk_weights": reference_e4m3_with_topk_weights,
-    "e4m3_with_topk_weights_with_sf": reference_e4m3_with_topk_weights_with_sf,
-    "e4m3_with_topk_weights_with_x_sf": reference_e4m3_with_topk_weights_with_x_sf,
-    "e4m3_with_topk_weights_with_x_sf_with_sf": reference_e4m3_with_topk_weights_with_x_sf_with_sf,
+    "bf16": specialize(make_reference_variants, 'bf16', False, False, False),
+    "bf16_with_sf": specialize(make_reference_variants, 'bf16', False, False, True),
+    "bf16_with_x_sf": specialize(make_reference_variants, 'bf16', False, True, False),
+    "bf16_with_x_sf_with_sf": specialize(make_reference_variants, 'bf16', False, True, True),
+    "bf16_with_topk_weights": specialize(make_reference_variants, 'bf16', True, False, False),
+    "bf16_with_topk_weights_with_sf": specialize(make_reference_variants, 'bf16', True, False, True),
+    "bf16_with_topk_weights_with_x_sf": specialize(make_reference_variants, 'bf16', True, True, False),
+    "bf16_with_topk_weights_with_x_sf_with_sf": specialize(make_reference_variants, 'bf16', True, True, True),
+    "fp32": specialize(make_reference_variants, 'fp32', False, False, False),
+    "fp32_with_sf": specialize(make_reference_variants, 'fp32', False, False, True),
+    "fp32_with_x_sf": specialize(make_reference_variants, 'fp32', False, True, False),
+    "fp32_with_x_sf_with_sf": specialize(make_reference_variants, 'fp32', False, True, True),
+    "fp32_with_topk_weights": specialize(make_reference_variants, 'fp32', True, False, False),
+    "fp32_with_topk_weights_with_sf": specialize(make_reference_variants, 'fp32', True, False, True),
+    "fp32_with_topk_weights_with_x_sf": specialize(make_reference_variants, 'fp32', True, True, False),
+    "fp32_with_topk_weights_with_x_sf_with_sf": specialize(make_reference_variants, 'fp32', True, True, True),
+    "e4m3": specialize(make_reference_variants, 'e4m3', False, False, False),
+    "e4m3_with_sf": specialize(make_reference_variants, 'e4m3', False, False, True),
+    "e4m3_with_x_sf": specialize(make_reference_variants, 'e4m3', False, True, False),
+    "e4m3_with_x_sf_with_sf": specialize(make_reference_variants, 'e4m3', False, True, True),
+    "e4m3_with_topk_weights": specialize(make_reference_variants, 'e4m3', True, False, False),
+    "e4m3_with_topk_weights_with_sf": specialize(make_reference_variants, 'e4m3', True, False, True),
+    "e4m3_with_topk_weights_with_x_sf": specialize(make_reference_variants, 'e4m3', True, True, False),
+    "e4m3_with_topk_weights_with_x_sf_with_sf": specialize(make_reference_variants, 'e4m3', True, True, True),
 }

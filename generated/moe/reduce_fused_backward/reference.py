@@ -47,12 +47,8 @@ def make_reference_variants(with_topk_weights, grad_out, x, topk_weights, token_
         return _s_x_grad, _s_topk_weights_grad
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False)
-reference_with_topk_weights = specialize(make_reference_variants, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "base": reference_base,
-    "with_topk_weights": reference_with_topk_weights,
+    "base": specialize(make_reference_variants, False),
+    "with_topk_weights": specialize(make_reference_variants, True),
 }

@@ -225,69 +225,42 @@ def make_reference_variants(scoring, with_mask, with_fix_routing_mask, with_unma
         return _s_topk_idx, _s_topk_weights, _s_unmapped
 
 
-# the variants of the shared functions
-reference_sigmoid = specialize(make_reference_variants, 'sigmoid', False, False, False, False, False)
-reference_sigmoid_with_to_physical_map = specialize(make_reference_variants, 'sigmoid', False, False, False, True, True)
-reference_sigmoid_with_fix_routing_mask = (
-    specialize(make_reference_variants, 'sigmoid', False, True, True, False, False))
-reference_sigmoid_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'sigmoid', False, True, True, True, True))
-reference_sigmoid_with_mask = specialize(make_reference_variants, 'sigmoid', True, False, False, False, False)
-reference_sigmoid_with_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'sigmoid', True, False, False, True, True))
-reference_sigmoid_with_mask_with_fix_routing_mask = (
-    specialize(make_reference_variants, 'sigmoid', True, True, True, False, False))
-reference_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'sigmoid', True, True, True, True, True))
-reference_sqrtsoftplus = specialize(make_reference_variants, 'sqrtsoftplus', False, False, False, False, False)
-reference_sqrtsoftplus_with_to_physical_map = (
-    specialize(make_reference_variants, 'sqrtsoftplus', False, False, False, True, True))
-reference_sqrtsoftplus_with_fix_routing_mask = (
-    specialize(make_reference_variants, 'sqrtsoftplus', False, True, True, False, False))
-reference_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'sqrtsoftplus', False, True, True, True, True))
-reference_sqrtsoftplus_with_mask = specialize(make_reference_variants, 'sqrtsoftplus', True, False, False, False, False)
-reference_sqrtsoftplus_with_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'sqrtsoftplus', True, False, False, True, True))
-reference_sqrtsoftplus_with_mask_with_fix_routing_mask = (
-    specialize(make_reference_variants, 'sqrtsoftplus', True, True, True, False, False))
-reference_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'sqrtsoftplus', True, True, True, True, True))
-reference_softmax = specialize(make_reference_variants, 'softmax', False, False, False, False, False)
-reference_softmax_with_to_physical_map = specialize(make_reference_variants, 'softmax', False, False, False, True, True)
-reference_softmax_with_fix_routing_mask = (
-    specialize(make_reference_variants, 'softmax', False, True, True, False, False))
-reference_softmax_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'softmax', False, True, True, True, True))
-reference_softmax_with_mask = specialize(make_reference_variants, 'softmax', True, False, False, False, False)
-reference_softmax_with_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'softmax', True, False, False, True, True))
-reference_softmax_with_mask_with_fix_routing_mask = (
-    specialize(make_reference_variants, 'softmax', True, True, True, False, False))
-reference_softmax_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_reference_variants, 'softmax', True, True, True, True, True))
-
-
-VARIANTS = {"sigmoid": reference_sigmoid, "sigmoid_with_to_physical_map": reference_sigmoid_with_to_physical_map,
-    "sigmoid_with_fix_routing_mask": reference_sigmoid_with_fix_routing_mask,
-    "sigmoid_with_fix_routing_mask_with_to_physical_map": reference_sigmoid_with_fix_routing_mask_with_to_physical_map,
-    "sigmoid_with_mask": reference_sigmoid_with_mask, "sigmoid_with_mask_with_to_physical_map":
-    reference_sigmoid_with_mask_with_to_physical_map, "sigmoid_with_mask_with_fix_routing_mask":
-    reference_sigmoid_with_mask_with_fix_routing_mask, "sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map":
-    reference_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map, "sqrtsoftplus": reference_sqrtsoftplus,
-    "sqrtsoftplus_with_to_physical_map": reference_sqrtsoftplus_with_to_physical_map,
-    "sqrtsoftplus_with_fix_routing_mask": reference_sqrtsoftplus_with_fix_routing_mask,
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
+VARIANTS = {"sigmoid": specialize(make_reference_variants, 'sigmoid', False, False, False, False, False),
+    "sigmoid_with_to_physical_map": specialize(make_reference_variants, 'sigmoid', False, False, False, True, True),
+    "sigmoid_with_fix_routing_mask": specialize(make_reference_variants, 'sigmoid', False, True, True, False, False),
+    "sigmoid_with_fix_routing_mask_with_to_physical_map":
+    specialize(make_reference_variants, 'sigmoid', False, True, True, True, True), "sigmoid_with_mask":
+    specialize(make_reference_variants, 'sigmoid', True, False, False, False, False),
+    "sigmoid_with_mask_with_to_physical_map":
+    specialize(make_reference_variants, 'sigmoid', True, False, False, True, True),
+    "sigmoid_with_mask_with_fix_routing_mask":
+    specialize(make_reference_variants, 'sigmoid', True, True, True, False, False),
+    "sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map":
+    specialize(make_reference_variants, 'sigmoid', True, True, True, True, True), "sqrtsoftplus":
+    specialize(make_reference_variants, 'sqrtsoftplus', False, False, False, False, False),
+    "sqrtsoftplus_with_to_physical_map":
+    specialize(make_reference_variants, 'sqrtsoftplus', False, False, False, True, True),
+    "sqrtsoftplus_with_fix_routing_mask":
+    specialize(make_reference_variants, 'sqrtsoftplus', False, True, True, False, False),
     "sqrtsoftplus_with_fix_routing_mask_with_to_physical_map":
-    reference_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map, "sqrtsoftplus_with_mask":
-    reference_sqrtsoftplus_with_mask, "sqrtsoftplus_with_mask_with_to_physical_map":
-    reference_sqrtsoftplus_with_mask_with_to_physical_map, "sqrtsoftplus_with_mask_with_fix_routing_mask":
-    reference_sqrtsoftplus_with_mask_with_fix_routing_mask,
+    specialize(make_reference_variants, 'sqrtsoftplus', False, True, True, True, True), "sqrtsoftplus_with_mask":
+    specialize(make_reference_variants, 'sqrtsoftplus', True, False, False, False, False),
+    "sqrtsoftplus_with_mask_with_to_physical_map":
+    specialize(make_reference_variants, 'sqrtsoftplus', True, False, False, True, True),
+    "sqrtsoftplus_with_mask_with_fix_routing_mask":
+    specialize(make_reference_variants, 'sqrtsoftplus', True, True, True, False, False),
     "sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map":
-    reference_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map, "softmax": reference_softmax,
-    "softmax_with_to_physical_map": reference_softmax_with_to_physical_map, "softmax_with_fix_routing_mask":
-    reference_softmax_with_fix_routing_mask, "softmax_with_fix_routing_mask_with_to_physical_map":
-    reference_softmax_with_fix_routing_mask_with_to_physical_map, "softmax_with_mask": reference_softmax_with_mask,
-    "softmax_with_mask_with_to_physical_map": reference_softmax_with_mask_with_to_physical_map,
-    "softmax_with_mask_with_fix_routing_mask": reference_softmax_with_mask_with_fix_routing_mask,
+    specialize(make_reference_variants, 'sqrtsoftplus', True, True, True, True, True), "softmax":
+    specialize(make_reference_variants, 'softmax', False, False, False, False, False), "softmax_with_to_physical_map":
+    specialize(make_reference_variants, 'softmax', False, False, False, True, True), "softmax_with_fix_routing_mask":
+    specialize(make_reference_variants, 'softmax', False, True, True, False, False),
+    "softmax_with_fix_routing_mask_with_to_physical_map":
+    specialize(make_reference_variants, 'softmax', False, True, True, True, True), "softmax_with_mask":
+    specialize(make_reference_variants, 'softmax', True, False, False, False, False),
+    "softmax_with_mask_with_to_physical_map":
+    specialize(make_reference_variants, 'softmax', True, False, False, True, True),
+    "softmax_with_mask_with_fix_routing_mask":
+    specialize(make_reference_variants, 'softmax', True, True, True, False, False),
     "softmax_with_mask_with_fix_routing_mask_with_to_physical_map":
-    reference_softmax_with_mask_with_fix_routing_mask_with_to_physical_map,}
+    specialize(make_reference_variants, 'softmax', True, True, True, True, True),}

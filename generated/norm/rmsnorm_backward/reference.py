@@ -54,16 +54,10 @@ def make_reference_variants(with_weight, with_grad_residual, grad_out, x, rstd, 
         return _s_x_grad, _s_dot, _s_weight_grad
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False, False)
-reference_with_grad_residual = specialize(make_reference_variants, False, True)
-reference_with_weight = specialize(make_reference_variants, True, False)
-reference_with_weight_with_grad_residual = specialize(make_reference_variants, True, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "base": reference_base,
-    "with_grad_residual": reference_with_grad_residual,
-    "with_weight": reference_with_weight,
-    "with_weight_with_grad_residual": reference_with_weight_with_grad_residual,
+    "base": specialize(make_reference_variants, False, False),
+    "with_grad_residual": specialize(make_reference_variants, False, True),
+    "with_weight": specialize(make_reference_variants, True, False),
+    "with_weight_with_grad_residual": specialize(make_reference_variants, True, True),
 }

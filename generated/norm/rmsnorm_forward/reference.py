@@ -52,16 +52,10 @@ def make_reference_variants(with_weight, with_residual, x, weight, residual, eps
             return _s_out, _s_rstd, _s_residual_out
 
 
-# the variants of the shared functions
-reference_base = specialize(make_reference_variants, False, False)
-reference_with_residual = specialize(make_reference_variants, False, True)
-reference_with_weight = specialize(make_reference_variants, True, False)
-reference_with_weight_with_residual = specialize(make_reference_variants, True, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "base": reference_base,
-    "with_residual": reference_with_residual,
-    "with_weight": reference_with_weight,
-    "with_weight_with_residual": reference_with_weight_with_residual,
+    "base": specialize(make_reference_variants, False, False),
+    "with_residual": specialize(make_reference_variants, False, True),
+    "with_weight": specialize(make_reference_variants, True, False),
+    "with_weight_with_residual": specialize(make_reference_variants, True, True),
 }

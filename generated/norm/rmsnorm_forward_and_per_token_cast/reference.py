@@ -102,32 +102,18 @@ def make_reference_e4m3(scale, with_weight, with_residual, x, weight, residual, 
             return _s_q, _s_sf, _s_rstd, _s_residual_out
 
 
-# the variants of the shared functions
-reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32', False, False)
-reference_e4m3_fp32_with_residual = specialize(make_reference_e4m3, 'fp32', False, True)
-reference_e4m3_fp32_with_weight = specialize(make_reference_e4m3, 'fp32', True, False)
-reference_e4m3_fp32_with_weight_with_residual = specialize(make_reference_e4m3, 'fp32', True, True)
-reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2', False, False)
-reference_e4m3_pow2_with_residual = specialize(make_reference_e4m3, 'pow2', False, True)
-reference_e4m3_pow2_with_weight = specialize(make_reference_e4m3, 'pow2', True, False)
-reference_e4m3_pow2_with_weight_with_residual = specialize(make_reference_e4m3, 'pow2', True, True)
-reference_e4m3_ue8m0 = specialize(make_reference_e4m3, 'ue8m0', False, False)
-reference_e4m3_ue8m0_with_residual = specialize(make_reference_e4m3, 'ue8m0', False, True)
-reference_e4m3_ue8m0_with_weight = specialize(make_reference_e4m3, 'ue8m0', True, False)
-reference_e4m3_ue8m0_with_weight_with_residual = specialize(make_reference_e4m3, 'ue8m0', True, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32": reference_e4m3_fp32,
-    "e4m3_fp32_with_residual": reference_e4m3_fp32_with_residual,
-    "e4m3_fp32_with_weight": reference_e4m3_fp32_with_weight,
-    "e4m3_fp32_with_weight_with_residual": reference_e4m3_fp32_with_weight_with_residual,
-    "e4m3_pow2": reference_e4m3_pow2,
-    "e4m3_pow2_with_residual": reference_e4m3_pow2_with_residual,
-    "e4m3_pow2_with_weight": reference_e4m3_pow2_with_weight,
-    "e4m3_pow2_with_weight_with_residual": reference_e4m3_pow2_with_weight_with_residual,
-    "e4m3_ue8m0": reference_e4m3_ue8m0,
-    "e4m3_ue8m0_with_residual": reference_e4m3_ue8m0_with_residual,
-    "e4m3_ue8m0_with_weight": reference_e4m3_ue8m0_with_weight,
-    "e4m3_ue8m0_with_weight_with_residual": reference_e4m3_ue8m0_with_weight_with_residual,
+    "e4m3_fp32": specialize(make_reference_e4m3, 'fp32', False, False),
+    "e4m3_fp32_with_residual": specialize(make_reference_e4m3, 'fp32', False, True),
+    "e4m3_fp32_with_weight": specialize(make_reference_e4m3, 'fp32', True, False),
+    "e4m3_fp32_with_weight_with_residual": specialize(make_reference_e4m3, 'fp32', True, True),
+    "e4m3_pow2": specialize(make_reference_e4m3, 'pow2', False, False),
+    "e4m3_pow2_with_residual": specialize(make_reference_e4m3, 'pow2', False, True),
+    "e4m3_pow2_with_weight": specialize(make_reference_e4m3, 'pow2', True, False),
+    "e4m3_pow2_with_weight_with_residual": specialize(make_reference_e4m3, 'pow2', True, True),
+    "e4m3_ue8m0": specialize(make_reference_e4m3, 'ue8m0', False, False),
+    "e4m3_ue8m0_with_residual": specialize(make_reference_e4m3, 'ue8m0', False, True),
+    "e4m3_ue8m0_with_weight": specialize(make_reference_e4m3, 'ue8m0', True, False),
+    "e4m3_ue8m0_with_weight_with_residual": specialize(make_reference_e4m3, 'ue8m0', True, True),
 }

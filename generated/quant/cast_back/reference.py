@@ -143,72 +143,38 @@ def make_reference_variants(fmt, scale, out, q, sf, block, block_rows, _given=No
         return _s_y,
 
 
-# the variants of the shared functions
-reference_e4m3_fp32_bf16 = specialize(make_reference_variants, 'e4m3', 'fp32', 'bf16')
-reference_e4m3_fp32_fp32 = specialize(make_reference_variants, 'e4m3', 'fp32', 'fp32')
-reference_e4m3_ue8m0_bf16 = specialize(make_reference_variants, 'e4m3', 'ue8m0', 'bf16')
-reference_e4m3_ue8m0_fp32 = specialize(make_reference_variants, 'e4m3', 'ue8m0', 'fp32')
-reference_e4m3_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'bf16')
-reference_e4m3_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'fp32')
-reference_e4m3_e4m3_bf16 = specialize(make_reference_variants, 'e4m3', 'e4m3', 'bf16')
-reference_e4m3_e4m3_fp32 = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32')
-reference_e5m2_fp32_bf16 = specialize(make_reference_variants, 'e5m2', 'fp32', 'bf16')
-reference_e5m2_fp32_fp32 = specialize(make_reference_variants, 'e5m2', 'fp32', 'fp32')
-reference_e5m2_ue8m0_bf16 = specialize(make_reference_variants, 'e5m2', 'ue8m0', 'bf16')
-reference_e5m2_ue8m0_fp32 = specialize(make_reference_variants, 'e5m2', 'ue8m0', 'fp32')
-reference_e5m2_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'bf16')
-reference_e5m2_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'fp32')
-reference_e5m2_e4m3_bf16 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'bf16')
-reference_e5m2_e4m3_fp32 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'fp32')
-reference_e2m1_fp32_bf16 = specialize(make_reference_variants, 'e2m1', 'fp32', 'bf16')
-reference_e2m1_fp32_fp32 = specialize(make_reference_variants, 'e2m1', 'fp32', 'fp32')
-reference_e2m1_ue8m0_bf16 = specialize(make_reference_variants, 'e2m1', 'ue8m0', 'bf16')
-reference_e2m1_ue8m0_fp32 = specialize(make_reference_variants, 'e2m1', 'ue8m0', 'fp32')
-reference_e2m1_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'bf16')
-reference_e2m1_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'fp32')
-reference_e2m1_e4m3_bf16 = specialize(make_reference_variants, 'e2m1', 'e4m3', 'bf16')
-reference_e2m1_e4m3_fp32 = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32')
-reference_e5m6_fp32_bf16 = specialize(make_reference_variants, 'e5m6', 'fp32', 'bf16')
-reference_e5m6_fp32_fp32 = specialize(make_reference_variants, 'e5m6', 'fp32', 'fp32')
-reference_e5m6_ue8m0_bf16 = specialize(make_reference_variants, 'e5m6', 'ue8m0', 'bf16')
-reference_e5m6_ue8m0_fp32 = specialize(make_reference_variants, 'e5m6', 'ue8m0', 'fp32')
-reference_e5m6_ue8m0_byte_bf16 = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'bf16')
-reference_e5m6_ue8m0_byte_fp32 = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'fp32')
-reference_e5m6_e4m3_bf16 = specialize(make_reference_variants, 'e5m6', 'e4m3', 'bf16')
-reference_e5m6_e4m3_fp32 = specialize(make_reference_variants, 'e5m6', 'e4m3', 'fp32')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32_bf16": reference_e4m3_fp32_bf16,
-    "e4m3_fp32_fp32": reference_e4m3_fp32_fp32,
-    "e4m3_ue8m0_bf16": reference_e4m3_ue8m0_bf16,
-    "e4m3_ue8m0_fp32": reference_e4m3_ue8m0_fp32,
-    "e4m3_ue8m0_byte_bf16": reference_e4m3_ue8m0_byte_bf16,
-    "e4m3_ue8m0_byte_fp32": reference_e4m3_ue8m0_byte_fp32,
-    "e4m3_e4m3_bf16": reference_e4m3_e4m3_bf16,
-    "e4m3_e4m3_fp32": reference_e4m3_e4m3_fp32,
-    "e5m2_fp32_bf16": reference_e5m2_fp32_bf16,
-    "e5m2_fp32_fp32": reference_e5m2_fp32_fp32,
-    "e5m2_ue8m0_bf16": reference_e5m2_ue8m0_bf16,
-    "e5m2_ue8m0_fp32": reference_e5m2_ue8m0_fp32,
-    "e5m2_ue8m0_byte_bf16": reference_e5m2_ue8m0_byte_bf16,
-    "e5m2_ue8m0_byte_fp32": reference_e5m2_ue8m0_byte_fp32,
-    "e5m2_e4m3_bf16": reference_e5m2_e4m3_bf16,
-    "e5m2_e4m3_fp32": reference_e5m2_e4m3_fp32,
-    "e2m1_fp32_bf16": reference_e2m1_fp32_bf16,
-    "e2m1_fp32_fp32": reference_e2m1_fp32_fp32,
-    "e2m1_ue8m0_bf16": reference_e2m1_ue8m0_bf16,
-    "e2m1_ue8m0_fp32": reference_e2m1_ue8m0_fp32,
-    "e2m1_ue8m0_byte_bf16": reference_e2m1_ue8m0_byte_bf16,
-    "e2m1_ue8m0_byte_fp32": reference_e2m1_ue8m0_byte_fp32,
-    "e2m1_e4m3_bf16": reference_e2m1_e4m3_bf16,
-    "e2m1_e4m3_fp32": reference_e2m1_e4m3_fp32,
-    "e5m6_fp32_bf16": reference_e5m6_fp32_bf16,
-    "e5m6_fp32_fp32": reference_e5m6_fp32_fp32,
-    "e5m6_ue8m0_bf16": reference_e5m6_ue8m0_bf16,
-    "e5m6_ue8m0_fp32": reference_e5m6_ue8m0_fp32,
-    "e5m6_ue8m0_byte_bf16": reference_e5m6_ue8m0_byte_bf16,
-    "e5m6_ue8m0_byte_fp32": reference_e5m6_ue8m0_byte_fp32,
-    "e5m6_e4m3_bf16": reference_e5m6_e4m3_bf16,
-    "e5m6_e4m3_fp32": reference_e5m6_e4m3_fp32,
+    "e4m3_fp32_bf16": specialize(make_reference_variants, 'e4m3', 'fp32', 'bf16'),
+    "e4m3_fp32_fp32": specialize(make_reference_variants, 'e4m3', 'fp32', 'fp32'),
+    "e4m3_ue8m0_bf16": specialize(make_reference_variants, 'e4m3', 'ue8m0', 'bf16'),
+    "e4m3_ue8m0_fp32": specialize(make_reference_variants, 'e4m3', 'ue8m0', 'fp32'),
+    "e4m3_ue8m0_byte_bf16": specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'bf16'),
+    "e4m3_ue8m0_byte_fp32": specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'fp32'),
+    "e4m3_e4m3_bf16": specialize(make_reference_variants, 'e4m3', 'e4m3', 'bf16'),
+    "e4m3_e4m3_fp32": specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32'),
+    "e5m2_fp32_bf16": specialize(make_reference_variants, 'e5m2', 'fp32', 'bf16'),
+    "e5m2_fp32_fp32": specialize(make_reference_variants, 'e5m2', 'fp32', 'fp32'),
+    "e5m2_ue8m0_bf16": specialize(make_reference_variants, 'e5m2', 'ue8m0', 'bf16'),
+    "e5m2_ue8m0_fp32": specialize(make_reference_variants, 'e5m2', 'ue8m0', 'fp32'),
+    "e5m2_ue8m0_byte_bf16": specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'bf16'),
+    "e5m2_ue8m0_byte_fp32": specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'fp32'),
+    "e5m2_e4m3_bf16": specialize(make_reference_variants, 'e5m2', 'e4m3', 'bf16'),
+    "e5m2_e4m3_fp32": specialize(make_reference_variants, 'e5m2', 'e4m3', 'fp32'),
+    "e2m1_fp32_bf16": specialize(make_reference_variants, 'e2m1', 'fp32', 'bf16'),
+    "e2m1_fp32_fp32": specialize(make_reference_variants, 'e2m1', 'fp32', 'fp32'),
+    "e2m1_ue8m0_bf16": specialize(make_reference_variants, 'e2m1', 'ue8m0', 'bf16'),
+    "e2m1_ue8m0_fp32": specialize(make_reference_variants, 'e2m1', 'ue8m0', 'fp32'),
+    "e2m1_ue8m0_byte_bf16": specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'bf16'),
+    "e2m1_ue8m0_byte_fp32": specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'fp32'),
+    "e2m1_e4m3_bf16": specialize(make_reference_variants, 'e2m1', 'e4m3', 'bf16'),
+    "e2m1_e4m3_fp32": specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32'),
+    "e5m6_fp32_bf16": specialize(make_reference_variants, 'e5m6', 'fp32', 'bf16'),
+    "e5m6_fp32_fp32": specialize(make_reference_variants, 'e5m6', 'fp32', 'fp32'),
+    "e5m6_ue8m0_bf16": specialize(make_reference_variants, 'e5m6', 'ue8m0', 'bf16'),
+    "e5m6_ue8m0_fp32": specialize(make_reference_variants, 'e5m6', 'ue8m0', 'fp32'),
+    "e5m6_ue8m0_byte_bf16": specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'bf16'),
+    "e5m6_ue8m0_byte_fp32": specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'fp32'),
+    "e5m6_e4m3_bf16": specialize(make_reference_variants, 'e5m6', 'e4m3', 'bf16'),
+    "e5m6_e4m3_fp32": specialize(make_reference_variants, 'e5m6', 'e4m3', 'fp32'),
 }

@@ -173,44 +173,24 @@ def make_reference_variants(in_scale, scale, sf_layout, q, sf, block_rows, block
             return _s_out, _s_out_sf[:, :(-(-T_ // block_rows))].T
 
 
-# the variants of the shared functions
-reference_fp32_fp32_row = specialize(make_reference_variants, 'fp32', 'fp32', 'row')
-reference_fp32_fp32_col = specialize(make_reference_variants, 'fp32', 'fp32', 'col')
-reference_fp32_ue8m0_row = specialize(make_reference_variants, 'fp32', 'ue8m0', 'row')
-reference_fp32_ue8m0_col = specialize(make_reference_variants, 'fp32', 'ue8m0', 'col')
-reference_fp32_ue8m0_byte_row = specialize(make_reference_variants, 'fp32', 'ue8m0_byte', 'row')
-reference_fp32_ue8m0_byte_col = specialize(make_reference_variants, 'fp32', 'ue8m0_byte', 'col')
-reference_ue8m0_fp32_row = specialize(make_reference_variants, 'ue8m0', 'fp32', 'row')
-reference_ue8m0_fp32_col = specialize(make_reference_variants, 'ue8m0', 'fp32', 'col')
-reference_ue8m0_ue8m0_row = specialize(make_reference_variants, 'ue8m0', 'ue8m0', 'row')
-reference_ue8m0_ue8m0_col = specialize(make_reference_variants, 'ue8m0', 'ue8m0', 'col')
-reference_ue8m0_ue8m0_byte_row = specialize(make_reference_variants, 'ue8m0', 'ue8m0_byte', 'row')
-reference_ue8m0_ue8m0_byte_col = specialize(make_reference_variants, 'ue8m0', 'ue8m0_byte', 'col')
-reference_ue8m0_byte_fp32_row = specialize(make_reference_variants, 'ue8m0_byte', 'fp32', 'row')
-reference_ue8m0_byte_fp32_col = specialize(make_reference_variants, 'ue8m0_byte', 'fp32', 'col')
-reference_ue8m0_byte_ue8m0_row = specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0', 'row')
-reference_ue8m0_byte_ue8m0_col = specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0', 'col')
-reference_ue8m0_byte_ue8m0_byte_row = specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0_byte', 'row')
-reference_ue8m0_byte_ue8m0_byte_col = specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0_byte', 'col')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "fp32_fp32_row": reference_fp32_fp32_row,
-    "fp32_fp32_col": reference_fp32_fp32_col,
-    "fp32_ue8m0_row": reference_fp32_ue8m0_row,
-    "fp32_ue8m0_col": reference_fp32_ue8m0_col,
-    "fp32_ue8m0_byte_row": reference_fp32_ue8m0_byte_row,
-    "fp32_ue8m0_byte_col": reference_fp32_ue8m0_byte_col,
-    "ue8m0_fp32_row": reference_ue8m0_fp32_row,
-    "ue8m0_fp32_col": reference_ue8m0_fp32_col,
-    "ue8m0_ue8m0_row": reference_ue8m0_ue8m0_row,
-    "ue8m0_ue8m0_col": reference_ue8m0_ue8m0_col,
-    "ue8m0_ue8m0_byte_row": reference_ue8m0_ue8m0_byte_row,
-    "ue8m0_ue8m0_byte_col": reference_ue8m0_ue8m0_byte_col,
-    "ue8m0_byte_fp32_row": reference_ue8m0_byte_fp32_row,
-    "ue8m0_byte_fp32_col": reference_ue8m0_byte_fp32_col,
-    "ue8m0_byte_ue8m0_row": reference_ue8m0_byte_ue8m0_row,
-    "ue8m0_byte_ue8m0_col": reference_ue8m0_byte_ue8m0_col,
-    "ue8m0_byte_ue8m0_byte_row": reference_ue8m0_byte_ue8m0_byte_row,
-    "ue8m0_byte_ue8m0_byte_col": reference_ue8m0_byte_ue8m0_byte_col,
+    "fp32_fp32_row": specialize(make_reference_variants, 'fp32', 'fp32', 'row'),
+    "fp32_fp32_col": specialize(make_reference_variants, 'fp32', 'fp32', 'col'),
+    "fp32_ue8m0_row": specialize(make_reference_variants, 'fp32', 'ue8m0', 'row'),
+    "fp32_ue8m0_col": specialize(make_reference_variants, 'fp32', 'ue8m0', 'col'),
+    "fp32_ue8m0_byte_row": specialize(make_reference_variants, 'fp32', 'ue8m0_byte', 'row'),
+    "fp32_ue8m0_byte_col": specialize(make_reference_variants, 'fp32', 'ue8m0_byte', 'col'),
+    "ue8m0_fp32_row": specialize(make_reference_variants, 'ue8m0', 'fp32', 'row'),
+    "ue8m0_fp32_col": specialize(make_reference_variants, 'ue8m0', 'fp32', 'col'),
+    "ue8m0_ue8m0_row": specialize(make_reference_variants, 'ue8m0', 'ue8m0', 'row'),
+    "ue8m0_ue8m0_col": specialize(make_reference_variants, 'ue8m0', 'ue8m0', 'col'),
+    "ue8m0_ue8m0_byte_row": specialize(make_reference_variants, 'ue8m0', 'ue8m0_byte', 'row'),
+    "ue8m0_ue8m0_byte_col": specialize(make_reference_variants, 'ue8m0', 'ue8m0_byte', 'col'),
+    "ue8m0_byte_fp32_row": specialize(make_reference_variants, 'ue8m0_byte', 'fp32', 'row'),
+    "ue8m0_byte_fp32_col": specialize(make_reference_variants, 'ue8m0_byte', 'fp32', 'col'),
+    "ue8m0_byte_ue8m0_row": specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0', 'row'),
+    "ue8m0_byte_ue8m0_col": specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0', 'col'),
+    "ue8m0_byte_ue8m0_byte_row": specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0_byte', 'row'),
+    "ue8m0_byte_ue8m0_byte_col": specialize(make_reference_variants, 'ue8m0_byte', 'ue8m0_byte', 'col'),
 }

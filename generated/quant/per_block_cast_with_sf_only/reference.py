@@ -58,14 +58,9 @@ def make_reference_e4m3(scale, x, block_rows, block_cols, _given=None):
         return _s_sf,
 
 
-# the variants of the shared functions
-reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32')
-reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2')
-reference_e4m3_ue8m0 = specialize(make_reference_e4m3, 'ue8m0')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32": reference_e4m3_fp32,
-    "e4m3_pow2": reference_e4m3_pow2,
-    "e4m3_ue8m0": reference_e4m3_ue8m0,
+    "e4m3_fp32": specialize(make_reference_e4m3, 'fp32'),
+    "e4m3_pow2": specialize(make_reference_e4m3, 'pow2'),
+    "e4m3_ue8m0": specialize(make_reference_e4m3, 'ue8m0'),
 }

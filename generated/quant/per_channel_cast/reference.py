@@ -76,20 +76,12 @@ def make_reference_e4m3(scale, transpose, x, group_tokens, _given=None):
         return _s_q, _s_sf
 
 
-# the variants of the shared functions
-reference_e4m3_fp32_false = specialize(make_reference_e4m3, 'fp32', False)
-reference_e4m3_fp32_true = specialize(make_reference_e4m3, 'fp32', True)
-reference_e4m3_pow2_false = specialize(make_reference_e4m3, 'pow2', False)
-reference_e4m3_pow2_true = specialize(make_reference_e4m3, 'pow2', True)
-reference_e4m3_ue8m0_false = specialize(make_reference_e4m3, 'ue8m0', False)
-reference_e4m3_ue8m0_true = specialize(make_reference_e4m3, 'ue8m0', True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32_false": reference_e4m3_fp32_false,
-    "e4m3_fp32_true": reference_e4m3_fp32_true,
-    "e4m3_pow2_false": reference_e4m3_pow2_false,
-    "e4m3_pow2_true": reference_e4m3_pow2_true,
-    "e4m3_ue8m0_false": reference_e4m3_ue8m0_false,
-    "e4m3_ue8m0_true": reference_e4m3_ue8m0_true,
+    "e4m3_fp32_false": specialize(make_reference_e4m3, 'fp32', False),
+    "e4m3_fp32_true": specialize(make_reference_e4m3, 'fp32', True),
+    "e4m3_pow2_false": specialize(make_reference_e4m3, 'pow2', False),
+    "e4m3_pow2_true": specialize(make_reference_e4m3, 'pow2', True),
+    "e4m3_ue8m0_false": specialize(make_reference_e4m3, 'ue8m0', False),
+    "e4m3_ue8m0_true": specialize(make_reference_e4m3, 'ue8m0', True),
 }

@@ -102,44 +102,24 @@ def make_reference_e4m3(in_scale, scale, with_sf, q, sf, group_tokens, in_group,
         return _s_out, _s_out_sf[:, :H].T
 
 
-# the variants of the shared functions
-reference_e4m3_fp32_fp32 = specialize(make_reference_e4m3, 'fp32', 'fp32', False)
-reference_e4m3_fp32_fp32_with_sf = specialize(make_reference_e4m3, 'fp32', 'fp32', True)
-reference_e4m3_fp32_pow2 = specialize(make_reference_e4m3, 'fp32', 'pow2', False)
-reference_e4m3_fp32_pow2_with_sf = specialize(make_reference_e4m3, 'fp32', 'pow2', True)
-reference_e4m3_fp32_ue8m0 = specialize(make_reference_e4m3, 'fp32', 'ue8m0', False)
-reference_e4m3_fp32_ue8m0_with_sf = specialize(make_reference_e4m3, 'fp32', 'ue8m0', True)
-reference_e4m3_ue8m0_fp32 = specialize(make_reference_e4m3, 'ue8m0', 'fp32', False)
-reference_e4m3_ue8m0_fp32_with_sf = specialize(make_reference_e4m3, 'ue8m0', 'fp32', True)
-reference_e4m3_ue8m0_pow2 = specialize(make_reference_e4m3, 'ue8m0', 'pow2', False)
-reference_e4m3_ue8m0_pow2_with_sf = specialize(make_reference_e4m3, 'ue8m0', 'pow2', True)
-reference_e4m3_ue8m0_ue8m0 = specialize(make_reference_e4m3, 'ue8m0', 'ue8m0', False)
-reference_e4m3_ue8m0_ue8m0_with_sf = specialize(make_reference_e4m3, 'ue8m0', 'ue8m0', True)
-reference_e4m3_e4m3_fp32 = specialize(make_reference_e4m3, 'e4m3', 'fp32', False)
-reference_e4m3_e4m3_fp32_with_sf = specialize(make_reference_e4m3, 'e4m3', 'fp32', True)
-reference_e4m3_e4m3_pow2 = specialize(make_reference_e4m3, 'e4m3', 'pow2', False)
-reference_e4m3_e4m3_pow2_with_sf = specialize(make_reference_e4m3, 'e4m3', 'pow2', True)
-reference_e4m3_e4m3_ue8m0 = specialize(make_reference_e4m3, 'e4m3', 'ue8m0', False)
-reference_e4m3_e4m3_ue8m0_with_sf = specialize(make_reference_e4m3, 'e4m3', 'ue8m0', True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32_fp32": reference_e4m3_fp32_fp32,
-    "e4m3_fp32_fp32_with_sf": reference_e4m3_fp32_fp32_with_sf,
-    "e4m3_fp32_pow2": reference_e4m3_fp32_pow2,
-    "e4m3_fp32_pow2_with_sf": reference_e4m3_fp32_pow2_with_sf,
-    "e4m3_fp32_ue8m0": reference_e4m3_fp32_ue8m0,
-    "e4m3_fp32_ue8m0_with_sf": reference_e4m3_fp32_ue8m0_with_sf,
-    "e4m3_ue8m0_fp32": reference_e4m3_ue8m0_fp32,
-    "e4m3_ue8m0_fp32_with_sf": reference_e4m3_ue8m0_fp32_with_sf,
-    "e4m3_ue8m0_pow2": reference_e4m3_ue8m0_pow2,
-    "e4m3_ue8m0_pow2_with_sf": reference_e4m3_ue8m0_pow2_with_sf,
-    "e4m3_ue8m0_ue8m0": reference_e4m3_ue8m0_ue8m0,
-    "e4m3_ue8m0_ue8m0_with_sf": reference_e4m3_ue8m0_ue8m0_with_sf,
-    "e4m3_e4m3_fp32": reference_e4m3_e4m3_fp32,
-    "e4m3_e4m3_fp32_with_sf": reference_e4m3_e4m3_fp32_with_sf,
-    "e4m3_e4m3_pow2": reference_e4m3_e4m3_pow2,
-    "e4m3_e4m3_pow2_with_sf": reference_e4m3_e4m3_pow2_with_sf,
-    "e4m3_e4m3_ue8m0": reference_e4m3_e4m3_ue8m0,
-    "e4m3_e4m3_ue8m0_with_sf": reference_e4m3_e4m3_ue8m0_with_sf,
+    "e4m3_fp32_fp32": specialize(make_reference_e4m3, 'fp32', 'fp32', False),
+    "e4m3_fp32_fp32_with_sf": specialize(make_reference_e4m3, 'fp32', 'fp32', True),
+    "e4m3_fp32_pow2": specialize(make_reference_e4m3, 'fp32', 'pow2', False),
+    "e4m3_fp32_pow2_with_sf": specialize(make_reference_e4m3, 'fp32', 'pow2', True),
+    "e4m3_fp32_ue8m0": specialize(make_reference_e4m3, 'fp32', 'ue8m0', False),
+    "e4m3_fp32_ue8m0_with_sf": specialize(make_reference_e4m3, 'fp32', 'ue8m0', True),
+    "e4m3_ue8m0_fp32": specialize(make_reference_e4m3, 'ue8m0', 'fp32', False),
+    "e4m3_ue8m0_fp32_with_sf": specialize(make_reference_e4m3, 'ue8m0', 'fp32', True),
+    "e4m3_ue8m0_pow2": specialize(make_reference_e4m3, 'ue8m0', 'pow2', False),
+    "e4m3_ue8m0_pow2_with_sf": specialize(make_reference_e4m3, 'ue8m0', 'pow2', True),
+    "e4m3_ue8m0_ue8m0": specialize(make_reference_e4m3, 'ue8m0', 'ue8m0', False),
+    "e4m3_ue8m0_ue8m0_with_sf": specialize(make_reference_e4m3, 'ue8m0', 'ue8m0', True),
+    "e4m3_e4m3_fp32": specialize(make_reference_e4m3, 'e4m3', 'fp32', False),
+    "e4m3_e4m3_fp32_with_sf": specialize(make_reference_e4m3, 'e4m3', 'fp32', True),
+    "e4m3_e4m3_pow2": specialize(make_reference_e4m3, 'e4m3', 'pow2', False),
+    "e4m3_e4m3_pow2_with_sf": specialize(make_reference_e4m3, 'e4m3', 'pow2', True),
+    "e4m3_e4m3_ue8m0": specialize(make_reference_e4m3, 'e4m3', 'ue8m0', False),
+    "e4m3_e4m3_ue8m0_with_sf": specialize(make_reference_e4m3, 'e4m3', 'ue8m0', True),
 }

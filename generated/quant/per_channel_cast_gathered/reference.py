@@ -77,16 +77,10 @@ def make_reference_e4m3(scale, with_x_sf, x, x_sf, pos_to_token, group_tokens, i
         return _s_q, _s_sf
 
 
-# the variants of the shared functions
-reference_e4m3_fp32 = specialize(make_reference_e4m3, 'fp32', False)
-reference_e4m3_fp32_with_x_sf = specialize(make_reference_e4m3, 'fp32', True)
-reference_e4m3_pow2 = specialize(make_reference_e4m3, 'pow2', False)
-reference_e4m3_pow2_with_x_sf = specialize(make_reference_e4m3, 'pow2', True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32": reference_e4m3_fp32,
-    "e4m3_fp32_with_x_sf": reference_e4m3_fp32_with_x_sf,
-    "e4m3_pow2": reference_e4m3_pow2,
-    "e4m3_pow2_with_x_sf": reference_e4m3_pow2_with_x_sf,
+    "e4m3_fp32": specialize(make_reference_e4m3, 'fp32', False),
+    "e4m3_fp32_with_x_sf": specialize(make_reference_e4m3, 'fp32', True),
+    "e4m3_pow2": specialize(make_reference_e4m3, 'pow2', False),
+    "e4m3_pow2_with_x_sf": specialize(make_reference_e4m3, 'pow2', True),
 }

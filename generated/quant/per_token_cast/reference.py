@@ -343,88 +343,46 @@ def make_reference_variants(fmt, scale, sf_layout, x, group, _given=None):
             return _s_q.view(torch.uint8), _s_sf[:, :T_].T
 
 
-# the variants of the shared functions
-reference_e4m3_fp32_row = specialize(make_reference_variants, 'e4m3', 'fp32', 'row')
-reference_e4m3_fp32_col = specialize(make_reference_variants, 'e4m3', 'fp32', 'col')
-reference_e4m3_pow2_row = specialize(make_reference_variants, 'e4m3', 'pow2', 'row')
-reference_e4m3_pow2_col = specialize(make_reference_variants, 'e4m3', 'pow2', 'col')
-reference_e4m3_ue8m0_row = specialize(make_reference_variants, 'e4m3', 'ue8m0', 'row')
-reference_e4m3_ue8m0_col = specialize(make_reference_variants, 'e4m3', 'ue8m0', 'col')
-reference_e4m3_ue8m0_byte_row = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'row')
-reference_e4m3_ue8m0_byte_col = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'col')
-reference_e4m3_e4m3_row = specialize(make_reference_variants, 'e4m3', 'e4m3', 'row')
-reference_e4m3_e4m3_col = specialize(make_reference_variants, 'e4m3', 'e4m3', 'col')
-reference_e5m2_fp32_row = specialize(make_reference_variants, 'e5m2', 'fp32', 'row')
-reference_e5m2_fp32_col = specialize(make_reference_variants, 'e5m2', 'fp32', 'col')
-reference_e5m2_pow2_row = specialize(make_reference_variants, 'e5m2', 'pow2', 'row')
-reference_e5m2_pow2_col = specialize(make_reference_variants, 'e5m2', 'pow2', 'col')
-reference_e5m2_ue8m0_row = specialize(make_reference_variants, 'e5m2', 'ue8m0', 'row')
-reference_e5m2_ue8m0_col = specialize(make_reference_variants, 'e5m2', 'ue8m0', 'col')
-reference_e5m2_ue8m0_byte_row = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'row')
-reference_e5m2_ue8m0_byte_col = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'col')
-reference_e5m2_e4m3_row = specialize(make_reference_variants, 'e5m2', 'e4m3', 'row')
-reference_e5m2_e4m3_col = specialize(make_reference_variants, 'e5m2', 'e4m3', 'col')
-reference_e2m1_fp32_row = specialize(make_reference_variants, 'e2m1', 'fp32', 'row')
-reference_e2m1_fp32_col = specialize(make_reference_variants, 'e2m1', 'fp32', 'col')
-reference_e2m1_pow2_row = specialize(make_reference_variants, 'e2m1', 'pow2', 'row')
-reference_e2m1_pow2_col = specialize(make_reference_variants, 'e2m1', 'pow2', 'col')
-reference_e2m1_ue8m0_row = specialize(make_reference_variants, 'e2m1', 'ue8m0', 'row')
-reference_e2m1_ue8m0_col = specialize(make_reference_variants, 'e2m1', 'ue8m0', 'col')
-reference_e2m1_ue8m0_byte_row = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'row')
-reference_e2m1_ue8m0_byte_col = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'col')
-reference_e2m1_e4m3_row = specialize(make_reference_variants, 'e2m1', 'e4m3', 'row')
-reference_e2m1_e4m3_col = specialize(make_reference_variants, 'e2m1', 'e4m3', 'col')
-reference_e5m6_fp32_row = specialize(make_reference_variants, 'e5m6', 'fp32', 'row')
-reference_e5m6_fp32_col = specialize(make_reference_variants, 'e5m6', 'fp32', 'col')
-reference_e5m6_pow2_row = specialize(make_reference_variants, 'e5m6', 'pow2', 'row')
-reference_e5m6_pow2_col = specialize(make_reference_variants, 'e5m6', 'pow2', 'col')
-reference_e5m6_ue8m0_row = specialize(make_reference_variants, 'e5m6', 'ue8m0', 'row')
-reference_e5m6_ue8m0_col = specialize(make_reference_variants, 'e5m6', 'ue8m0', 'col')
-reference_e5m6_ue8m0_byte_row = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'row')
-reference_e5m6_ue8m0_byte_col = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'col')
-reference_e5m6_e4m3_row = specialize(make_reference_variants, 'e5m6', 'e4m3', 'row')
-reference_e5m6_e4m3_col = specialize(make_reference_variants, 'e5m6', 'e4m3', 'col')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32_row": reference_e4m3_fp32_row,
-    "e4m3_fp32_col": reference_e4m3_fp32_col,
-    "e4m3_pow2_row": reference_e4m3_pow2_row,
-    "e4m3_pow2_col": reference_e4m3_pow2_col,
-    "e4m3_ue8m0_row": reference_e4m3_ue8m0_row,
-    "e4m3_ue8m0_col": reference_e4m3_ue8m0_col,
-    "e4m3_ue8m0_byte_row": reference_e4m3_ue8m0_byte_row,
-    "e4m3_ue8m0_byte_col": reference_e4m3_ue8m0_byte_col,
-    "e4m3_e4m3_row": reference_e4m3_e4m3_row,
-    "e4m3_e4m3_col": reference_e4m3_e4m3_col,
-    "e5m2_fp32_row": reference_e5m2_fp32_row,
-    "e5m2_fp32_col": reference_e5m2_fp32_col,
-    "e5m2_pow2_row": reference_e5m2_pow2_row,
-    "e5m2_pow2_col": reference_e5m2_pow2_col,
-    "e5m2_ue8m0_row": reference_e5m2_ue8m0_row,
-    "e5m2_ue8m0_col": reference_e5m2_ue8m0_col,
-    "e5m2_ue8m0_byte_row": reference_e5m2_ue8m0_byte_row,
-    "e5m2_ue8m0_byte_col": reference_e5m2_ue8m0_byte_col,
-    "e5m2_e4m3_row": reference_e5m2_e4m3_row,
-    "e5m2_e4m3_col": reference_e5m2_e4m3_col,
-    "e2m1_fp32_row": reference_e2m1_fp32_row,
-    "e2m1_fp32_col": reference_e2m1_fp32_col,
-    "e2m1_pow2_row": reference_e2m1_pow2_row,
-    "e2m1_pow2_col": reference_e2m1_pow2_col,
-    "e2m1_ue8m0_row": reference_e2m1_ue8m0_row,
-    "e2m1_ue8m0_col": reference_e2m1_ue8m0_col,
-    "e2m1_ue8m0_byte_row": reference_e2m1_ue8m0_byte_row,
-    "e2m1_ue8m0_byte_col": reference_e2m1_ue8m0_byte_col,
-    "e2m1_e4m3_row": reference_e2m1_e4m3_row,
-    "e2m1_e4m3_col": reference_e2m1_e4m3_col,
-    "e5m6_fp32_row": reference_e5m6_fp32_row,
-    "e5m6_fp32_col": reference_e5m6_fp32_col,
-    "e5m6_pow2_row": reference_e5m6_pow2_row,
-    "e5m6_pow2_col": reference_e5m6_pow2_col,
-    "e5m6_ue8m0_row": reference_e5m6_ue8m0_row,
-    "e5m6_ue8m0_col": reference_e5m6_ue8m0_col,
-    "e5m6_ue8m0_byte_row": reference_e5m6_ue8m0_byte_row,
-    "e5m6_ue8m0_byte_col": reference_e5m6_ue8m0_byte_col,
-    "e5m6_e4m3_row": reference_e5m6_e4m3_row,
-    "e5m6_e4m3_col": reference_e5m6_e4m3_col,
+    "e4m3_fp32_row": specialize(make_reference_variants, 'e4m3', 'fp32', 'row'),
+    "e4m3_fp32_col": specialize(make_reference_variants, 'e4m3', 'fp32', 'col'),
+    "e4m3_pow2_row": specialize(make_reference_variants, 'e4m3', 'pow2', 'row'),
+    "e4m3_pow2_col": specialize(make_reference_variants, 'e4m3', 'pow2', 'col'),
+    "e4m3_ue8m0_row": specialize(make_reference_variants, 'e4m3', 'ue8m0', 'row'),
+    "e4m3_ue8m0_col": specialize(make_reference_variants, 'e4m3', 'ue8m0', 'col'),
+    "e4m3_ue8m0_byte_row": specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'row'),
+    "e4m3_ue8m0_byte_col": specialize(make_reference_variants, 'e4m3', 'ue8m0_byte', 'col'),
+    "e4m3_e4m3_row": specialize(make_reference_variants, 'e4m3', 'e4m3', 'row'),
+    "e4m3_e4m3_col": specialize(make_reference_variants, 'e4m3', 'e4m3', 'col'),
+    "e5m2_fp32_row": specialize(make_reference_variants, 'e5m2', 'fp32', 'row'),
+    "e5m2_fp32_col": specialize(make_reference_variants, 'e5m2', 'fp32', 'col'),
+    "e5m2_pow2_row": specialize(make_reference_variants, 'e5m2', 'pow2', 'row'),
+    "e5m2_pow2_col": specialize(make_reference_variants, 'e5m2', 'pow2', 'col'),
+    "e5m2_ue8m0_row": specialize(make_reference_variants, 'e5m2', 'ue8m0', 'row'),
+    "e5m2_ue8m0_col": specialize(make_reference_variants, 'e5m2', 'ue8m0', 'col'),
+    "e5m2_ue8m0_byte_row": specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'row'),
+    "e5m2_ue8m0_byte_col": specialize(make_reference_variants, 'e5m2', 'ue8m0_byte', 'col'),
+    "e5m2_e4m3_row": specialize(make_reference_variants, 'e5m2', 'e4m3', 'row'),
+    "e5m2_e4m3_col": specialize(make_reference_variants, 'e5m2', 'e4m3', 'col'),
+    "e2m1_fp32_row": specialize(make_reference_variants, 'e2m1', 'fp32', 'row'),
+    "e2m1_fp32_col": specialize(make_reference_variants, 'e2m1', 'fp32', 'col'),
+    "e2m1_pow2_row": specialize(make_reference_variants, 'e2m1', 'pow2', 'row'),
+    "e2m1_pow2_col": specialize(make_reference_variants, 'e2m1', 'pow2', 'col'),
+    "e2m1_ue8m0_row": specialize(make_reference_variants, 'e2m1', 'ue8m0', 'row'),
+    "e2m1_ue8m0_col": specialize(make_reference_variants, 'e2m1', 'ue8m0', 'col'),
+    "e2m1_ue8m0_byte_row": specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'row'),
+    "e2m1_ue8m0_byte_col": specialize(make_reference_variants, 'e2m1', 'ue8m0_byte', 'col'),
+    "e2m1_e4m3_row": specialize(make_reference_variants, 'e2m1', 'e4m3', 'row'),
+    "e2m1_e4m3_col": specialize(make_reference_variants, 'e2m1', 'e4m3', 'col'),
+    "e5m6_fp32_row": specialize(make_reference_variants, 'e5m6', 'fp32', 'row'),
+    "e5m6_fp32_col": specialize(make_reference_variants, 'e5m6', 'fp32', 'col'),
+    "e5m6_pow2_row": specialize(make_reference_variants, 'e5m6', 'pow2', 'row'),
+    "e5m6_pow2_col": specialize(make_reference_variants, 'e5m6', 'pow2', 'col'),
+    "e5m6_ue8m0_row": specialize(make_reference_variants, 'e5m6', 'ue8m0', 'row'),
+    "e5m6_ue8m0_col": specialize(make_reference_variants, 'e5m6', 'ue8m0', 'col'),
+    "e5m6_ue8m0_byte_row": specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'row'),
+    "e5m6_ue8m0_byte_col": specialize(make_reference_variants, 'e5m6', 'ue8m0_byte', 'col'),
+    "e5m6_e4m3_row": specialize(make_reference_variants, 'e5m6', 'e4m3', 'row'),
+    "e5m6_e4m3_col": specialize(make_reference_variants, 'e5m6', 'e4m3', 'col'),
 }

@@ -170,56 +170,30 @@ def make_reference_variants(fmt, scale, out, x, group, _given=None):
         return _s_y,
 
 
-# the variants of the shared functions
-reference_e4m3_fp32_bf16 = specialize(make_reference_variants, 'e4m3', 'fp32', 'bf16')
-reference_e4m3_fp32_fp32 = specialize(make_reference_variants, 'e4m3', 'fp32', 'fp32')
-reference_e4m3_pow2_bf16 = specialize(make_reference_variants, 'e4m3', 'pow2', 'bf16')
-reference_e4m3_pow2_fp32 = specialize(make_reference_variants, 'e4m3', 'pow2', 'fp32')
-reference_e4m3_e4m3_bf16 = specialize(make_reference_variants, 'e4m3', 'e4m3', 'bf16')
-reference_e4m3_e4m3_fp32 = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32')
-reference_e5m2_fp32_bf16 = specialize(make_reference_variants, 'e5m2', 'fp32', 'bf16')
-reference_e5m2_fp32_fp32 = specialize(make_reference_variants, 'e5m2', 'fp32', 'fp32')
-reference_e5m2_pow2_bf16 = specialize(make_reference_variants, 'e5m2', 'pow2', 'bf16')
-reference_e5m2_pow2_fp32 = specialize(make_reference_variants, 'e5m2', 'pow2', 'fp32')
-reference_e5m2_e4m3_bf16 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'bf16')
-reference_e5m2_e4m3_fp32 = specialize(make_reference_variants, 'e5m2', 'e4m3', 'fp32')
-reference_e2m1_fp32_bf16 = specialize(make_reference_variants, 'e2m1', 'fp32', 'bf16')
-reference_e2m1_fp32_fp32 = specialize(make_reference_variants, 'e2m1', 'fp32', 'fp32')
-reference_e2m1_pow2_bf16 = specialize(make_reference_variants, 'e2m1', 'pow2', 'bf16')
-reference_e2m1_pow2_fp32 = specialize(make_reference_variants, 'e2m1', 'pow2', 'fp32')
-reference_e2m1_e4m3_bf16 = specialize(make_reference_variants, 'e2m1', 'e4m3', 'bf16')
-reference_e2m1_e4m3_fp32 = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32')
-reference_e5m6_fp32_bf16 = specialize(make_reference_variants, 'e5m6', 'fp32', 'bf16')
-reference_e5m6_fp32_fp32 = specialize(make_reference_variants, 'e5m6', 'fp32', 'fp32')
-reference_e5m6_pow2_bf16 = specialize(make_reference_variants, 'e5m6', 'pow2', 'bf16')
-reference_e5m6_pow2_fp32 = specialize(make_reference_variants, 'e5m6', 'pow2', 'fp32')
-reference_e5m6_e4m3_bf16 = specialize(make_reference_variants, 'e5m6', 'e4m3', 'bf16')
-reference_e5m6_e4m3_fp32 = specialize(make_reference_variants, 'e5m6', 'e4m3', 'fp32')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32_bf16": reference_e4m3_fp32_bf16,
-    "e4m3_fp32_fp32": reference_e4m3_fp32_fp32,
-    "e4m3_pow2_bf16": reference_e4m3_pow2_bf16,
-    "e4m3_pow2_fp32": reference_e4m3_pow2_fp32,
-    "e4m3_e4m3_bf16": reference_e4m3_e4m3_bf16,
-    "e4m3_e4m3_fp32": reference_e4m3_e4m3_fp32,
-    "e5m2_fp32_bf16": reference_e5m2_fp32_bf16,
-    "e5m2_fp32_fp32": reference_e5m2_fp32_fp32,
-    "e5m2_pow2_bf16": reference_e5m2_pow2_bf16,
-    "e5m2_pow2_fp32": reference_e5m2_pow2_fp32,
-    "e5m2_e4m3_bf16": reference_e5m2_e4m3_bf16,
-    "e5m2_e4m3_fp32": reference_e5m2_e4m3_fp32,
-    "e2m1_fp32_bf16": reference_e2m1_fp32_bf16,
-    "e2m1_fp32_fp32": reference_e2m1_fp32_fp32,
-    "e2m1_pow2_bf16": reference_e2m1_pow2_bf16,
-    "e2m1_pow2_fp32": reference_e2m1_pow2_fp32,
-    "e2m1_e4m3_bf16": reference_e2m1_e4m3_bf16,
-    "e2m1_e4m3_fp32": reference_e2m1_e4m3_fp32,
-    "e5m6_fp32_bf16": reference_e5m6_fp32_bf16,
-    "e5m6_fp32_fp32": reference_e5m6_fp32_fp32,
-    "e5m6_pow2_bf16": reference_e5m6_pow2_bf16,
-    "e5m6_pow2_fp32": reference_e5m6_pow2_fp32,
-    "e5m6_e4m3_bf16": reference_e5m6_e4m3_bf16,
-    "e5m6_e4m3_fp32": reference_e5m6_e4m3_fp32,
+    "e4m3_fp32_bf16": specialize(make_reference_variants, 'e4m3', 'fp32', 'bf16'),
+    "e4m3_fp32_fp32": specialize(make_reference_variants, 'e4m3', 'fp32', 'fp32'),
+    "e4m3_pow2_bf16": specialize(make_reference_variants, 'e4m3', 'pow2', 'bf16'),
+    "e4m3_pow2_fp32": specialize(make_reference_variants, 'e4m3', 'pow2', 'fp32'),
+    "e4m3_e4m3_bf16": specialize(make_reference_variants, 'e4m3', 'e4m3', 'bf16'),
+    "e4m3_e4m3_fp32": specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32'),
+    "e5m2_fp32_bf16": specialize(make_reference_variants, 'e5m2', 'fp32', 'bf16'),
+    "e5m2_fp32_fp32": specialize(make_reference_variants, 'e5m2', 'fp32', 'fp32'),
+    "e5m2_pow2_bf16": specialize(make_reference_variants, 'e5m2', 'pow2', 'bf16'),
+    "e5m2_pow2_fp32": specialize(make_reference_variants, 'e5m2', 'pow2', 'fp32'),
+    "e5m2_e4m3_bf16": specialize(make_reference_variants, 'e5m2', 'e4m3', 'bf16'),
+    "e5m2_e4m3_fp32": specialize(make_reference_variants, 'e5m2', 'e4m3', 'fp32'),
+    "e2m1_fp32_bf16": specialize(make_reference_variants, 'e2m1', 'fp32', 'bf16'),
+    "e2m1_fp32_fp32": specialize(make_reference_variants, 'e2m1', 'fp32', 'fp32'),
+    "e2m1_pow2_bf16": specialize(make_reference_variants, 'e2m1', 'pow2', 'bf16'),
+    "e2m1_pow2_fp32": specialize(make_reference_variants, 'e2m1', 'pow2', 'fp32'),
+    "e2m1_e4m3_bf16": specialize(make_reference_variants, 'e2m1', 'e4m3', 'bf16'),
+    "e2m1_e4m3_fp32": specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32'),
+    "e5m6_fp32_bf16": specialize(make_reference_variants, 'e5m6', 'fp32', 'bf16'),
+    "e5m6_fp32_fp32": specialize(make_reference_variants, 'e5m6', 'fp32', 'fp32'),
+    "e5m6_pow2_bf16": specialize(make_reference_variants, 'e5m6', 'pow2', 'bf16'),
+    "e5m6_pow2_fp32": specialize(make_reference_variants, 'e5m6', 'pow2', 'fp32'),
+    "e5m6_e4m3_bf16": specialize(make_reference_variants, 'e5m6', 'e4m3', 'bf16'),
+    "e5m6_e4m3_fp32": specialize(make_reference_variants, 'e5m6', 'e4m3', 'fp32'),
 }

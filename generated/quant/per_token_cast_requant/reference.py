@@ -200,104 +200,54 @@ def make_reference_variants(fmt, in_fmt, in_scale, scale, sf_layout, q, sf_in, g
             return _s_out.view(torch.int8), _s_sf[:, :T_].T
 
 
-# the variants of the shared functions
-reference_e4m3_e4m3_fp32_fp32_row = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'fp32', 'row')
-reference_e4m3_e4m3_fp32_fp32_col = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'fp32', 'col')
-reference_e4m3_e4m3_fp32_pow2_row = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'pow2', 'row')
-reference_e4m3_e4m3_fp32_pow2_col = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'pow2', 'col')
-reference_e4m3_e4m3_fp32_ue8m0_row = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'ue8m0', 'row')
-reference_e4m3_e4m3_fp32_ue8m0_col = specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'ue8m0', 'col')
-reference_e4m3_e4m3_ue8m0_fp32_row = specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'fp32', 'row')
-reference_e4m3_e4m3_ue8m0_fp32_col = specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'fp32', 'col')
-reference_e4m3_e4m3_ue8m0_pow2_row = specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'pow2', 'row')
-reference_e4m3_e4m3_ue8m0_pow2_col = specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'pow2', 'col')
-reference_e4m3_e4m3_ue8m0_ue8m0_row = specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'ue8m0', 'row')
-reference_e4m3_e4m3_ue8m0_ue8m0_col = specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'ue8m0', 'col')
-reference_e4m3_e2m1_fp32_fp32_row = specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'fp32', 'row')
-reference_e4m3_e2m1_fp32_fp32_col = specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'fp32', 'col')
-reference_e4m3_e2m1_fp32_pow2_row = specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'pow2', 'row')
-reference_e4m3_e2m1_fp32_pow2_col = specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'pow2', 'col')
-reference_e4m3_e2m1_fp32_ue8m0_row = specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'ue8m0', 'row')
-reference_e4m3_e2m1_fp32_ue8m0_col = specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'ue8m0', 'col')
-reference_e4m3_e2m1_ue8m0_fp32_row = specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'fp32', 'row')
-reference_e4m3_e2m1_ue8m0_fp32_col = specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'fp32', 'col')
-reference_e4m3_e2m1_ue8m0_pow2_row = specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'pow2', 'row')
-reference_e4m3_e2m1_ue8m0_pow2_col = specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'pow2', 'col')
-reference_e4m3_e2m1_ue8m0_ue8m0_row = specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'ue8m0', 'row')
-reference_e4m3_e2m1_ue8m0_ue8m0_col = specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'ue8m0', 'col')
-reference_e2m1_e4m3_fp32_fp32_row = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'fp32', 'row')
-reference_e2m1_e4m3_fp32_fp32_col = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'fp32', 'col')
-reference_e2m1_e4m3_fp32_pow2_row = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'pow2', 'row')
-reference_e2m1_e4m3_fp32_pow2_col = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'pow2', 'col')
-reference_e2m1_e4m3_fp32_ue8m0_row = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'ue8m0', 'row')
-reference_e2m1_e4m3_fp32_ue8m0_col = specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'ue8m0', 'col')
-reference_e2m1_e4m3_ue8m0_fp32_row = specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'fp32', 'row')
-reference_e2m1_e4m3_ue8m0_fp32_col = specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'fp32', 'col')
-reference_e2m1_e4m3_ue8m0_pow2_row = specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'pow2', 'row')
-reference_e2m1_e4m3_ue8m0_pow2_col = specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'pow2', 'col')
-reference_e2m1_e4m3_ue8m0_ue8m0_row = specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'ue8m0', 'row')
-reference_e2m1_e4m3_ue8m0_ue8m0_col = specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'ue8m0', 'col')
-reference_e2m1_e2m1_fp32_fp32_row = specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'fp32', 'row')
-reference_e2m1_e2m1_fp32_fp32_col = specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'fp32', 'col')
-reference_e2m1_e2m1_fp32_pow2_row = specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'pow2', 'row')
-reference_e2m1_e2m1_fp32_pow2_col = specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'pow2', 'col')
-reference_e2m1_e2m1_fp32_ue8m0_row = specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'ue8m0', 'row')
-reference_e2m1_e2m1_fp32_ue8m0_col = specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'ue8m0', 'col')
-reference_e2m1_e2m1_ue8m0_fp32_row = specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'fp32', 'row')
-reference_e2m1_e2m1_ue8m0_fp32_col = specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'fp32', 'col')
-reference_e2m1_e2m1_ue8m0_pow2_row = specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'pow2', 'row')
-reference_e2m1_e2m1_ue8m0_pow2_col = specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'pow2', 'col')
-reference_e2m1_e2m1_ue8m0_ue8m0_row = specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'ue8m0', 'row')
-reference_e2m1_e2m1_ue8m0_ue8m0_col = specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'ue8m0', 'col')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_e4m3_fp32_fp32_row": reference_e4m3_e4m3_fp32_fp32_row,
-    "e4m3_e4m3_fp32_fp32_col": reference_e4m3_e4m3_fp32_fp32_col,
-    "e4m3_e4m3_fp32_pow2_row": reference_e4m3_e4m3_fp32_pow2_row,
-    "e4m3_e4m3_fp32_pow2_col": reference_e4m3_e4m3_fp32_pow2_col,
-    "e4m3_e4m3_fp32_ue8m0_row": reference_e4m3_e4m3_fp32_ue8m0_row,
-    "e4m3_e4m3_fp32_ue8m0_col": reference_e4m3_e4m3_fp32_ue8m0_col,
-    "e4m3_e4m3_ue8m0_fp32_row": reference_e4m3_e4m3_ue8m0_fp32_row,
-    "e4m3_e4m3_ue8m0_fp32_col": reference_e4m3_e4m3_ue8m0_fp32_col,
-    "e4m3_e4m3_ue8m0_pow2_row": reference_e4m3_e4m3_ue8m0_pow2_row,
-    "e4m3_e4m3_ue8m0_pow2_col": reference_e4m3_e4m3_ue8m0_pow2_col,
-    "e4m3_e4m3_ue8m0_ue8m0_row": reference_e4m3_e4m3_ue8m0_ue8m0_row,
-    "e4m3_e4m3_ue8m0_ue8m0_col": reference_e4m3_e4m3_ue8m0_ue8m0_col,
-    "e4m3_e2m1_fp32_fp32_row": reference_e4m3_e2m1_fp32_fp32_row,
-    "e4m3_e2m1_fp32_fp32_col": reference_e4m3_e2m1_fp32_fp32_col,
-    "e4m3_e2m1_fp32_pow2_row": reference_e4m3_e2m1_fp32_pow2_row,
-    "e4m3_e2m1_fp32_pow2_col": reference_e4m3_e2m1_fp32_pow2_col,
-    "e4m3_e2m1_fp32_ue8m0_row": reference_e4m3_e2m1_fp32_ue8m0_row,
-    "e4m3_e2m1_fp32_ue8m0_col": reference_e4m3_e2m1_fp32_ue8m0_col,
-    "e4m3_e2m1_ue8m0_fp32_row": reference_e4m3_e2m1_ue8m0_fp32_row,
-    "e4m3_e2m1_ue8m0_fp32_col": reference_e4m3_e2m1_ue8m0_fp32_col,
-    "e4m3_e2m1_ue8m0_pow2_row": reference_e4m3_e2m1_ue8m0_pow2_row,
-    "e4m3_e2m1_ue8m0_pow2_col": reference_e4m3_e2m1_ue8m0_pow2_col,
-    "e4m3_e2m1_ue8m0_ue8m0_row": reference_e4m3_e2m1_ue8m0_ue8m0_row,
-    "e4m3_e2m1_ue8m0_ue8m0_col": reference_e4m3_e2m1_ue8m0_ue8m0_col,
-    "e2m1_e4m3_fp32_fp32_row": reference_e2m1_e4m3_fp32_fp32_row,
-    "e2m1_e4m3_fp32_fp32_col": reference_e2m1_e4m3_fp32_fp32_col,
-    "e2m1_e4m3_fp32_pow2_row": reference_e2m1_e4m3_fp32_pow2_row,
-    "e2m1_e4m3_fp32_pow2_col": reference_e2m1_e4m3_fp32_pow2_col,
-    "e2m1_e4m3_fp32_ue8m0_row": reference_e2m1_e4m3_fp32_ue8m0_row,
-    "e2m1_e4m3_fp32_ue8m0_col": reference_e2m1_e4m3_fp32_ue8m0_col,
-    "e2m1_e4m3_ue8m0_fp32_row": reference_e2m1_e4m3_ue8m0_fp32_row,
-    "e2m1_e4m3_ue8m0_fp32_col": reference_e2m1_e4m3_ue8m0_fp32_col,
-    "e2m1_e4m3_ue8m0_pow2_row": reference_e2m1_e4m3_ue8m0_pow2_row,
-    "e2m1_e4m3_ue8m0_pow2_col": reference_e2m1_e4m3_ue8m0_pow2_col,
-    "e2m1_e4m3_ue8m0_ue8m0_row": reference_e2m1_e4m3_ue8m0_ue8m0_row,
-    "e2m1_e4m3_ue8m0_ue8m0_col": reference_e2m1_e4m3_ue8m0_ue8m0_col,
-    "e2m1_e2m1_fp32_fp32_row": reference_e2m1_e2m1_fp32_fp32_row,
-    "e2m1_e2m1_fp32_fp32_col": reference_e2m1_e2m1_fp32_fp32_col,
-    "e2m1_e2m1_fp32_pow2_row": reference_e2m1_e2m1_fp32_pow2_row,
-    "e2m1_e2m1_fp32_pow2_col": reference_e2m1_e2m1_fp32_pow2_col,
-    "e2m1_e2m1_fp32_ue8m0_row": reference_e2m1_e2m1_fp32_ue8m0_row,
-    "e2m1_e2m1_fp32_ue8m0_col": reference_e2m1_e2m1_fp32_ue8m0_col,
-    "e2m1_e2m1_ue8m0_fp32_row": reference_e2m1_e2m1_ue8m0_fp32_row,
-    "e2m1_e2m1_ue8m0_fp32_col": reference_e2m1_e2m1_ue8m0_fp32_col,
-    "e2m1_e2m1_ue8m0_pow2_row": reference_e2m1_e2m1_ue8m0_pow2_row,
-    "e2m1_e2m1_ue8m0_pow2_col": reference_e2m1_e2m1_ue8m0_pow2_col,
-    "e2m1_e2m1_ue8m0_ue8m0_row": reference_e2m1_e2m1_ue8m0_ue8m0_row,
-    "e2m1_e2m1_ue8m0_ue8m0_col": reference_e2m1_e2m1_ue8m0_ue8m0_col,
+    "e4m3_e4m3_fp32_fp32_row": specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'fp32', 'row'),
+    "e4m3_e4m3_fp32_fp32_col": specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'fp32', 'col'),
+    "e4m3_e4m3_fp32_pow2_row": specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'pow2', 'row'),
+    "e4m3_e4m3_fp32_pow2_col": specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'pow2', 'col'),
+    "e4m3_e4m3_fp32_ue8m0_row": specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'ue8m0', 'row'),
+    "e4m3_e4m3_fp32_ue8m0_col": specialize(make_reference_variants, 'e4m3', 'e4m3', 'fp32', 'ue8m0', 'col'),
+    "e4m3_e4m3_ue8m0_fp32_row": specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'fp32', 'row'),
+    "e4m3_e4m3_ue8m0_fp32_col": specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'fp32', 'col'),
+    "e4m3_e4m3_ue8m0_pow2_row": specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'pow2', 'row'),
+    "e4m3_e4m3_ue8m0_pow2_col": specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'pow2', 'col'),
+    "e4m3_e4m3_ue8m0_ue8m0_row": specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'ue8m0', 'row'),
+    "e4m3_e4m3_ue8m0_ue8m0_col": specialize(make_reference_variants, 'e4m3', 'e4m3', 'ue8m0', 'ue8m0', 'col'),
+    "e4m3_e2m1_fp32_fp32_row": specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'fp32', 'row'),
+    "e4m3_e2m1_fp32_fp32_col": specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'fp32', 'col'),
+    "e4m3_e2m1_fp32_pow2_row": specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'pow2', 'row'),
+    "e4m3_e2m1_fp32_pow2_col": specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'pow2', 'col'),
+    "e4m3_e2m1_fp32_ue8m0_row": specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'ue8m0', 'row'),
+    "e4m3_e2m1_fp32_ue8m0_col": specialize(make_reference_variants, 'e4m3', 'e2m1', 'fp32', 'ue8m0', 'col'),
+    "e4m3_e2m1_ue8m0_fp32_row": specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'fp32', 'row'),
+    "e4m3_e2m1_ue8m0_fp32_col": specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'fp32', 'col'),
+    "e4m3_e2m1_ue8m0_pow2_row": specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'pow2', 'row'),
+    "e4m3_e2m1_ue8m0_pow2_col": specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'pow2', 'col'),
+    "e4m3_e2m1_ue8m0_ue8m0_row": specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'ue8m0', 'row'),
+    "e4m3_e2m1_ue8m0_ue8m0_col": specialize(make_reference_variants, 'e4m3', 'e2m1', 'ue8m0', 'ue8m0', 'col'),
+    "e2m1_e4m3_fp32_fp32_row": specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'fp32', 'row'),
+    "e2m1_e4m3_fp32_fp32_col": specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'fp32', 'col'),
+    "e2m1_e4m3_fp32_pow2_row": specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'pow2', 'row'),
+    "e2m1_e4m3_fp32_pow2_col": specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'pow2', 'col'),
+    "e2m1_e4m3_fp32_ue8m0_row": specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'ue8m0', 'row'),
+    "e2m1_e4m3_fp32_ue8m0_col": specialize(make_reference_variants, 'e2m1', 'e4m3', 'fp32', 'ue8m0', 'col'),
+    "e2m1_e4m3_ue8m0_fp32_row": specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'fp32', 'row'),
+    "e2m1_e4m3_ue8m0_fp32_col": specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'fp32', 'col'),
+    "e2m1_e4m3_ue8m0_pow2_row": specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'pow2', 'row'),
+    "e2m1_e4m3_ue8m0_pow2_col": specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'pow2', 'col'),
+    "e2m1_e4m3_ue8m0_ue8m0_row": specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'ue8m0', 'row'),
+    "e2m1_e4m3_ue8m0_ue8m0_col": specialize(make_reference_variants, 'e2m1', 'e4m3', 'ue8m0', 'ue8m0', 'col'),
+    "e2m1_e2m1_fp32_fp32_row": specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'fp32', 'row'),
+    "e2m1_e2m1_fp32_fp32_col": specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'fp32', 'col'),
+    "e2m1_e2m1_fp32_pow2_row": specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'pow2', 'row'),
+    "e2m1_e2m1_fp32_pow2_col": specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'pow2', 'col'),
+    "e2m1_e2m1_fp32_ue8m0_row": specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'ue8m0', 'row'),
+    "e2m1_e2m1_fp32_ue8m0_col": specialize(make_reference_variants, 'e2m1', 'e2m1', 'fp32', 'ue8m0', 'col'),
+    "e2m1_e2m1_ue8m0_fp32_row": specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'fp32', 'row'),
+    "e2m1_e2m1_ue8m0_fp32_col": specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'fp32', 'col'),
+    "e2m1_e2m1_ue8m0_pow2_row": specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'pow2', 'row'),
+    "e2m1_e2m1_ue8m0_pow2_col": specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'pow2', 'col'),
+    "e2m1_e2m1_ue8m0_ue8m0_row": specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'ue8m0', 'row'),
+    "e2m1_e2m1_ue8m0_ue8m0_col": specialize(make_reference_variants, 'e2m1', 'e2m1', 'ue8m0', 'ue8m0', 'col'),
 }

@@ -210,28 +210,16 @@ def make_reference_variants(scale, sf_layout, x, group, _given=None):
             return _s_q, _s_sf[:, :T_].T
 
 
-# the variants of the shared functions
-reference_fp32_row = specialize(make_reference_variants, 'fp32', 'row')
-reference_fp32_col = specialize(make_reference_variants, 'fp32', 'col')
-reference_pow2_row = specialize(make_reference_variants, 'pow2', 'row')
-reference_pow2_col = specialize(make_reference_variants, 'pow2', 'col')
-reference_ue8m0_row = specialize(make_reference_variants, 'ue8m0', 'row')
-reference_ue8m0_col = specialize(make_reference_variants, 'ue8m0', 'col')
-reference_ue8m0_byte_row = specialize(make_reference_variants, 'ue8m0_byte', 'row')
-reference_ue8m0_byte_col = specialize(make_reference_variants, 'ue8m0_byte', 'col')
-reference_e4m3_row = specialize(make_reference_variants, 'e4m3', 'row')
-reference_e4m3_col = specialize(make_reference_variants, 'e4m3', 'col')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "fp32_row": reference_fp32_row,
-    "fp32_col": reference_fp32_col,
-    "pow2_row": reference_pow2_row,
-    "pow2_col": reference_pow2_col,
-    "ue8m0_row": reference_ue8m0_row,
-    "ue8m0_col": reference_ue8m0_col,
-    "ue8m0_byte_row": reference_ue8m0_byte_row,
-    "ue8m0_byte_col": reference_ue8m0_byte_col,
-    "e4m3_row": reference_e4m3_row,
-    "e4m3_col": reference_e4m3_col,
+    "fp32_row": specialize(make_reference_variants, 'fp32', 'row'),
+    "fp32_col": specialize(make_reference_variants, 'fp32', 'col'),
+    "pow2_row": specialize(make_reference_variants, 'pow2', 'row'),
+    "pow2_col": specialize(make_reference_variants, 'pow2', 'col'),
+    "ue8m0_row": specialize(make_reference_variants, 'ue8m0', 'row'),
+    "ue8m0_col": specialize(make_reference_variants, 'ue8m0', 'col'),
+    "ue8m0_byte_row": specialize(make_reference_variants, 'ue8m0_byte', 'row'),
+    "ue8m0_byte_col": specialize(make_reference_variants, 'ue8m0_byte', 'col'),
+    "e4m3_row": specialize(make_reference_variants, 'e4m3', 'row'),
+    "e4m3_col": specialize(make_reference_variants, 'e4m3', 'col'),
 }

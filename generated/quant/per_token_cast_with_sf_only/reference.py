@@ -130,48 +130,26 @@ def make_reference_variants(fmt, scale, x, group, _given=None):
         return _s_sf,
 
 
-# the variants of the shared functions
-reference_e4m3_fp32 = specialize(make_reference_variants, 'e4m3', 'fp32')
-reference_e4m3_pow2 = specialize(make_reference_variants, 'e4m3', 'pow2')
-reference_e4m3_ue8m0 = specialize(make_reference_variants, 'e4m3', 'ue8m0')
-reference_e4m3_ue8m0_byte = specialize(make_reference_variants, 'e4m3', 'ue8m0_byte')
-reference_e4m3_e4m3 = specialize(make_reference_variants, 'e4m3', 'e4m3')
-reference_e5m2_fp32 = specialize(make_reference_variants, 'e5m2', 'fp32')
-reference_e5m2_pow2 = specialize(make_reference_variants, 'e5m2', 'pow2')
-reference_e5m2_ue8m0 = specialize(make_reference_variants, 'e5m2', 'ue8m0')
-reference_e5m2_ue8m0_byte = specialize(make_reference_variants, 'e5m2', 'ue8m0_byte')
-reference_e5m2_e4m3 = specialize(make_reference_variants, 'e5m2', 'e4m3')
-reference_e2m1_fp32 = specialize(make_reference_variants, 'e2m1', 'fp32')
-reference_e2m1_pow2 = specialize(make_reference_variants, 'e2m1', 'pow2')
-reference_e2m1_ue8m0 = specialize(make_reference_variants, 'e2m1', 'ue8m0')
-reference_e2m1_ue8m0_byte = specialize(make_reference_variants, 'e2m1', 'ue8m0_byte')
-reference_e2m1_e4m3 = specialize(make_reference_variants, 'e2m1', 'e4m3')
-reference_e5m6_fp32 = specialize(make_reference_variants, 'e5m6', 'fp32')
-reference_e5m6_pow2 = specialize(make_reference_variants, 'e5m6', 'pow2')
-reference_e5m6_ue8m0 = specialize(make_reference_variants, 'e5m6', 'ue8m0')
-reference_e5m6_ue8m0_byte = specialize(make_reference_variants, 'e5m6', 'ue8m0_byte')
-reference_e5m6_e4m3 = specialize(make_reference_variants, 'e5m6', 'e4m3')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32": reference_e4m3_fp32,
-    "e4m3_pow2": reference_e4m3_pow2,
-    "e4m3_ue8m0": reference_e4m3_ue8m0,
-    "e4m3_ue8m0_byte": reference_e4m3_ue8m0_byte,
-    "e4m3_e4m3": reference_e4m3_e4m3,
-    "e5m2_fp32": reference_e5m2_fp32,
-    "e5m2_pow2": reference_e5m2_pow2,
-    "e5m2_ue8m0": reference_e5m2_ue8m0,
-    "e5m2_ue8m0_byte": reference_e5m2_ue8m0_byte,
-    "e5m2_e4m3": reference_e5m2_e4m3,
-    "e2m1_fp32": reference_e2m1_fp32,
-    "e2m1_pow2": reference_e2m1_pow2,
-    "e2m1_ue8m0": reference_e2m1_ue8m0,
-    "e2m1_ue8m0_byte": reference_e2m1_ue8m0_byte,
-    "e2m1_e4m3": reference_e2m1_e4m3,
-    "e5m6_fp32": reference_e5m6_fp32,
-    "e5m6_pow2": reference_e5m6_pow2,
-    "e5m6_ue8m0": reference_e5m6_ue8m0,
-    "e5m6_ue8m0_byte": reference_e5m6_ue8m0_byte,
-    "e5m6_e4m3": reference_e5m6_e4m3,
+    "e4m3_fp32": specialize(make_reference_variants, 'e4m3', 'fp32'),
+    "e4m3_pow2": specialize(make_reference_variants, 'e4m3', 'pow2'),
+    "e4m3_ue8m0": specialize(make_reference_variants, 'e4m3', 'ue8m0'),
+    "e4m3_ue8m0_byte": specialize(make_reference_variants, 'e4m3', 'ue8m0_byte'),
+    "e4m3_e4m3": specialize(make_reference_variants, 'e4m3', 'e4m3'),
+    "e5m2_fp32": specialize(make_reference_variants, 'e5m2', 'fp32'),
+    "e5m2_pow2": specialize(make_reference_variants, 'e5m2', 'pow2'),
+    "e5m2_ue8m0": specialize(make_reference_variants, 'e5m2', 'ue8m0'),
+    "e5m2_ue8m0_byte": specialize(make_reference_variants, 'e5m2', 'ue8m0_byte'),
+    "e5m2_e4m3": specialize(make_reference_variants, 'e5m2', 'e4m3'),
+    "e2m1_fp32": specialize(make_reference_variants, 'e2m1', 'fp32'),
+    "e2m1_pow2": specialize(make_reference_variants, 'e2m1', 'pow2'),
+    "e2m1_ue8m0": specialize(make_reference_variants, 'e2m1', 'ue8m0'),
+    "e2m1_ue8m0_byte": specialize(make_reference_variants, 'e2m1', 'ue8m0_byte'),
+    "e2m1_e4m3": specialize(make_reference_variants, 'e2m1', 'e4m3'),
+    "e5m6_fp32": specialize(make_reference_variants, 'e5m6', 'fp32'),
+    "e5m6_pow2": specialize(make_reference_variants, 'e5m6', 'pow2'),
+    "e5m6_ue8m0": specialize(make_reference_variants, 'e5m6', 'ue8m0'),
+    "e5m6_ue8m0_byte": specialize(make_reference_variants, 'e5m6', 'ue8m0_byte'),
+    "e5m6_e4m3": specialize(make_reference_variants, 'e5m6', 'e4m3'),
 }

@@ -33,12 +33,8 @@ def make_reference_variants(out, q, _given=None):
         return _s_y,
 
 
-# the variants of the shared functions
-reference_fp32 = specialize(make_reference_variants, 'fp32')
-reference_bf16 = specialize(make_reference_variants, 'bf16')
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "fp32": reference_fp32,
-    "bf16": reference_bf16,
+    "fp32": specialize(make_reference_variants, 'fp32'),
+    "bf16": specialize(make_reference_variants, 'bf16'),
 }

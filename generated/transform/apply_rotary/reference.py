@@ -67,16 +67,10 @@ def make_reference_variants(interleaved, conjugate, query, positions, cos_sin_ca
         return _s_rotated,
 
 
-# the variants of the shared functions
-reference_false_false = specialize(make_reference_variants, False, False)
-reference_false_true = specialize(make_reference_variants, False, True)
-reference_true_false = specialize(make_reference_variants, True, False)
-reference_true_true = specialize(make_reference_variants, True, True)
-
-
+# each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "false_false": reference_false_false,
-    "false_true": reference_false_true,
-    "true_false": reference_true_false,
-    "true_true": reference_true_true,
+    "false_false": specialize(make_reference_variants, False, False),
+    "false_true": specialize(make_reference_variants, False, True),
+    "true_false": specialize(make_reference_variants, True, False),
+    "true_true": specialize(make_reference_variants, True, True),
 }
