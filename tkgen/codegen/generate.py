@@ -47,6 +47,23 @@ def render(template: str, **data) -> str:
     return _ENV.get_template(template).render(**data)
 
 
+GENERATED_LAYOUT = 'docs/architecture.md, "The generated layout"'
+
+
+def module_doc(summary: str, layout: bool = True) -> str:
+    """A generated module's docstring: one sentence saying what it holds and, with `layout`, where the docs
+    say the rest (what every module of its kind holds is said there once); within WIDTH."""
+    where = f" ({GENERATED_LAYOUT})" if layout else ""
+    if len(f'"""{summary}{where}."""') <= WIDTH:
+        return f'"""{summary}{where}."""'
+    lines = textwrap.wrap(f'"""{summary}' + ("" if layout else '."""'), WIDTH, break_long_words=False,
+                          break_on_hyphens=False)
+    return "\n".join(lines + ([f'{where.strip()}."""'] if layout else []))
+
+
+_ENV.globals["module_doc"] = module_doc
+
+
 def _header(primary: str, sources, also: str = "") -> str:
     """The first lines of a generated file: what it was generated from (`primary`, and in words `also`),
     and a hash of all its inputs (`sources`)."""
@@ -111,10 +128,23 @@ def kernel_module(catalog, spec, arch, naive) -> KernelSource:
 def knob_table(op: str, arch, module: str, knobs: Dict[str, dict], header: str) -> str:
     """A profile's knob table for an op: the kernel module its kernels are built from, the compile target
     and options, and the knobs of each factory."""
+    groups: Dict[str, list] = {}
+    for name, values in knobs.items():
+        groups.setdefault(repr(values), []).append(name)
+    if len(groups) == len(knobs):       # every factory its own knobs: a plain dict
+        table = ["KNOBS = {"] + [f"    {json.dumps(n)}: {v}," for n, v in zip(knobs, groups)] + ["}"]
+    else:                               # factories with the same knobs listed together, the knobs written once
+        table = ["KNOBS = by_variant({"]
+        for values, names in groups.items():
+            entry = "(" + ", ".join(json.dumps(n) for n in names) + ("," if len(names) == 1 else "") + \
+                f"): {values},"
+            table += textwrap.wrap(entry, WIDTH, initial_indent="    ", subsequent_indent="     ",
+                                   break_long_words=False, break_on_hyphens=False)
+        table.append("})")
     return render("knobs.py.j2", header=header, arch=arch.name, op=op, module=module,
                   target=repr(arch.target), pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
-                  compile_flags=repr(list(arch.compile_flags)),
-                  factories=[(name, repr(values)) for name, values in knobs.items()])
+                  compile_flags=repr(list(arch.compile_flags)), grouped=len(groups) < len(knobs),
+                  table="\n".join(table))
 
 
 def reference_module(catalog, spec, header, naive):
@@ -135,6 +165,13 @@ def reference_module(catalog, spec, header, naive):
     functions, aliases = merge(references, spec.variant_name, "make_reference_")
     more, more_aliases = merge(written, spec.variant_name, "make_written_rows_")
     functions, aliases = functions + more, aliases + more_aliases
+    # a variant of a shared function is bound where the tables name it, not first under a name of its own
+    bound = {}
+    for line in aliases:
+        name, value = line.split(" = ", 1)
+        bound[name] = value[1:-1] if value.startswith("(") else value
+    variants = [(v, bound.get(fn, fn)) for v, fn in variants]
+    rows = [(v, bound.get(fn, fn)) for v, fn in rows]
     return render("reference.py.j2", header=header, op=spec.name, functions=functions, variants=variants,
                   aliases=aliases,
                   rows=rows, helpers=sorted(h for h in helpers if h != "order_key") +
