@@ -84,7 +84,7 @@ def bench_capacity(device, rows_out):
     for tokens, k, experts in CAPACITY_CASES:
         capacity = (tokens * k * 5) // (experts * 4)
         name = f"moe_capacity_mask {tokens}x{k}, {experts} experts, capacity {capacity}"
-        inputs = [torch.rand(tokens, experts, device=device).argsort(dim=1)[:, :k] for _ in range(4)]
+        inputs = [torch.rand(tokens, experts, device=device).argsort(dim=1)[:, :k].contiguous() for _ in range(4)]
         for idx in inputs[:2]:
             for g, w, what in zip(ops.moe_capacity_mask(idx, experts, capacity),
                                   plain_capacity(idx, experts, capacity), ("mask", "slot", "kept")):
@@ -185,10 +185,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--only", default=None, help="one of mapping, capacity, rope")
     args = ap.parse_args()
     device = torch.device(args.device)
     rows = []
-    for bench in (bench_mapping, bench_capacity, bench_rope):
+    benches = (bench_mapping, bench_capacity, bench_rope)
+    for bench in [b for b in benches if args.only is None or b.__name__ == "bench_" + args.only]:
         try:
             bench(device, rows)
         except Exception as e:                               # noqa: BLE001 (report, go on to the next)

@@ -39,6 +39,8 @@ from tkgen.tools.bench_cli import DEFAULT_ADAPTERS, candidate_kernels  # noqa: E
 
 OUT = Path(os.environ.get("OUT", "gpu-out"))
 CASES = [("rmsnorm_backward", "deepseek-v3 hidden"), ("per_channel_cast", "deepseek-v3 hidden")]
+if os.environ.get("TKGEN_BULK_CASES"):       # op:workload,...
+    CASES = [tuple(c.split(":", 1)) for c in os.environ["TKGEN_BULK_CASES"].split(",")]
 MODES = {"off": (0, "")}
 for _m in os.environ.get("TKGEN_BULK_COPIES", "8,8:cp_async,8:tma").split(","):
     _n, _, _inst = _m.partition(":")
