@@ -176,3 +176,34 @@ def test_the_cuda_kernel_lowers_to_cp_async_stages_and_builds(tmp_path):
     if shutil.which("nvcc"):
         r = nvcc_cubin(src, "sm_90a")
         assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_every_op_verifies_with_both_passes_forced_on():
+    """sm90, every load that can be staged staged and every loop that qualifies pipelined: each module verifies
+    after every pass, and each pipelined loop the pass made starts with its copies, whose buffers nothing else
+    writes."""
+    from conftest import op_names
+    catalog = shipped_catalog()
+    arch = catalog.archs["sm90"]
+    pipelined = 0
+    for name in op_names():
+        spec = catalog.op(name)
+        sched = {**S.resolve(spec, arch), "pass_params": {"bulk_copies": {"max_copies": 64},
+                                                          "pipeline_copies": {"stages": 3}}}
+        for _, _, module in generate.naive_modules(catalog, spec):
+            try:
+                m = S.apply(module, catalog, arch, sched, verify=True)
+            except VerifyError:
+                raise
+            except ValueError:
+                continue
+            for k in m.kernels:
+                writers = kir.def_use(k.body).writers
+                for loop in _loops(kir.Module("", "", {}, (), (k,), ())):
+                    if loop.stages != 3:
+                        continue                   # a streamed axis's loop (the pass `stream`: 2 stages)
+                    copies = [st for st in loop.body if isinstance(st, kir.Copy)]
+                    pipelined += 1
+                    assert all(isinstance(st, kir.Copy) for st in loop.body[:len(copies)]), name
+                    assert all(writers[c.buf.name] == [c] for c in copies), name
+    assert pipelined >= 4, pipelined
