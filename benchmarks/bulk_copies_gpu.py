@@ -2,9 +2,12 @@
 
 Run on a CUDA machine (an H100 or H200, tile_kernels 2.1.0 installed for the comparison):
     python benchmarks/bulk_copies_gpu.py
-TKGEN_BULK_COPIES lists the pass's settings to time besides off, `max_copies[:instruction]` each (default
-`8,8:cp_async,8:tma`: TileLang's choice, cp.async, TMA; a setting TileLang cannot build is reported and
-skipped: rmsnorm_backward's one-float rstd rows are too small for TMA).
+TKGEN_BULK_COPIES lists the pass's settings to time besides off, `max_copies[:instruction][@stages]` each
+(default `8,8:cp_async,8:tma,8@2,8@3,8:cp_async@2`: TileLang's choice, cp.async, TMA, then the loops whose
+tiles start with the copies software-pipelined by the pass `pipeline_copies` with 2 or 3 stages; a setting
+TileLang cannot build is reported and skipped: rmsnorm_backward's one-float rstd rows are too small for TMA).
+Only rmsnorm_backward has such a loop (its persistent loop over row tiles); per_channel_cast's row groups are
+a parallel axis of its block, so its `@stages` settings time the same kernels as without.
 
 For each op at its spec workload (8192 x 7168 bf16; per_channel_cast in groups of 128 tokens) the kernels are
 generated for the profile with the op's tuned schedule and the pass off and at each setting (as
@@ -14,6 +17,8 @@ the reference, and timed as `tkgen bench` times: a CUDA graph of a batch of call
 and off, on the same inputs, must be bit-identical (the pass stages the same elements; the exit status is 1 if not).
 TileKernels 2.1.0 is timed on the same inputs where it is installed. Writes bulk_copies.json and the
 table under $OUT (default ./gpu-out).
+
+TKGEN_BULK_OPS: a comma-separated subset of the two ops to run.
 
 A dry run of the script on a CPU machine (256 rows, the C kernels, no timing worth reading):
     TKGEN_GPU_DEVICE=cpu TKGEN_REPS=1 python benchmarks/bulk_copies_gpu.py
@@ -39,12 +44,15 @@ from tkgen.tools.bench_cli import DEFAULT_ADAPTERS, candidate_kernels  # noqa: E
 
 OUT = Path(os.environ.get("OUT", "gpu-out"))
 CASES = [("rmsnorm_backward", "deepseek-v3 hidden"), ("per_channel_cast", "deepseek-v3 hidden")]
-if os.environ.get("TKGEN_BULK_CASES"):       # op:workload,...
+if os.environ.get("TKGEN_BULK_CASES"):       # op:workload,... (ops and workloads besides the two above)
     CASES = [tuple(c.split(":", 1)) for c in os.environ["TKGEN_BULK_CASES"].split(",")]
-MODES = {"off": (0, "")}
-for _m in os.environ.get("TKGEN_BULK_COPIES", "8,8:cp_async,8:tma").split(","):
-    _n, _, _inst = _m.partition(":")
-    MODES[f"on ({_m})"] = (int(_n), _inst)
+if os.environ.get("TKGEN_BULK_OPS"):          # a comma-separated subset of the ops above
+    CASES = [c for c in CASES if c[0] in os.environ["TKGEN_BULK_OPS"].split(",")]
+MODES = {"off": (0, "", 0)}
+for _m in os.environ.get("TKGEN_BULK_COPIES", "8,8:cp_async,8:tma,8@2,8@3,8:cp_async@2").split(","):
+    _m1, _, _stages = _m.partition("@")
+    _n, _, _inst = _m1.partition(":")
+    MODES[f"on ({_m})"] = (int(_n), _inst, int(_stages or 0))
 ROUNDS, REPS = 3, int(os.environ.get("TKGEN_REPS", "10"))
 
 
@@ -52,9 +60,9 @@ def log(*a):
     print(*a, flush=True)
 
 
-def candidate(tuned: dict, copies: int, instruction: str = "") -> dict:
+def candidate(tuned: dict, copies: int, instruction: str = "", stages: int = 0) -> dict:
     """The op's tuned schedule on the profile as a `tkgen tune` candidate (which replaces it), plus the
-    pass parameter: `block: {t: 4}` as block_t, `pass_params` as pass.param, knobs as they are."""
+    passes' parameters: `block: {t: 4}` as block_t, `pass_params` as pass.param, knobs as they are."""
     cand = {}
     for k, v in tuned.items():
         if k == "block":
@@ -64,6 +72,8 @@ def candidate(tuned: dict, copies: int, instruction: str = "") -> dict:
         else:
             cand[k] = v
     extra = {"bulk_copies.instruction": instruction} if instruction else {}
+    if stages:
+        extra["pipeline_copies.stages"] = stages
     return {**cand, "bulk_copies.max_copies": copies, **extra}
 
 
@@ -81,10 +91,11 @@ def run_case(cat, name, wl_name, arch, device, adapters, workdir, failed):
     wl = next(w for w in spec.workloads if w["name"] == wl_name)
     tuned = cat.archs[arch].tuned.get(name, {})
     rows, outs, mismatch = [], {}, False
-    for mode, (copies, instruction) in MODES.items():
-        cand = candidate(tuned, copies, instruction)
+    for mode, (copies, instruction, stages) in MODES.items():
+        cand = candidate(tuned, copies, instruction, stages)
         kernels = candidate_kernels(cat, spec, pkg, arch, cand, workdir)
-        staged = open(kernels.module.__file__).read().count("T.copy(")
+        text = open(kernels.module.__file__).read()
+        staged, pipelined = text.count("T.copy("), text.count("T.Pipelined(")
         site_of(pkg.OP).specializations.clear()      # the eager path keeps its kernels per shape class
         with substituted(pkg, arch, kernels):
             try:
@@ -108,6 +119,7 @@ def run_case(cat, name, wl_name, arch, device, adapters, workdir, failed):
                 eager_us = timed(x.eager, device, False)
                 rows.append(dict(op=name, workload=w["label"], impl=label, graph_us=graph_us, eager_us=eager_us,
                                  nbytes=w["nbytes"], copies_in_source=staged if impl == "tkgen" else None,
+                                 pipelined_in_source=pipelined if impl == "tkgen" else None,
                                  schedule=cand if impl == "tkgen" else None))
                 log(f"  {name} {label}: graph {graph_us:.1f} µs, eager {eager_us:.1f} µs")
         site_of(pkg.OP).specializations.clear()
@@ -117,20 +129,21 @@ def run_case(cat, name, wl_name, arch, device, adapters, workdir, failed):
         same = None                                # no setting with the pass on ran: nothing compared
     for r in rows:
         r["bit_identical_off_on"] = same
-    log(f"  {name}: outputs with the pass off and on bit-identical: {same}")
+    log(f"  {name}: outputs with the passes off and on bit-identical: {same}")
     return rows, same
 
 
 def table(rows, copy_gbps, device_name) -> str:
     out = [f"bulk_copies on {device_name} (copy {copy_gbps:.0f} GB/s); µs per call, median of {ROUNDS} rounds",
            "", "| op | workload | implementation | CUDA graph µs | eager µs | % of copy (graph) | vs TileKernels "
-           "(graph) | T.copy in source | off = on bits |", "|---|---|---|---|---|---|---|---|---|"]
+           "(graph) | T.copy in source | T.Pipelined in source | off = on bits |", "|" + "---|" * 10]
     tk = {r["op"]: r for r in rows if r["impl"] == "tilekernels"}
     for r in rows:
         pct = 100 * r["nbytes"] / (r["graph_us"] * 1e-6) / 1e9 / copy_gbps
         ratio = f"{r['graph_us'] / tk[r['op']]['graph_us']:.2f}x" if r["op"] in tk else "-"
         out.append(f"| {r['op']} | {r['workload']} | {r['impl']} | {r['graph_us']:.1f} | {r['eager_us']:.1f} | "
                    f"{pct:.0f}% | {ratio} | {r['copies_in_source'] if r['copies_in_source'] is not None else '-'} | "
+                   f"{r.get('pipelined_in_source') if r.get('pipelined_in_source') is not None else '-'} | "
                    f"{ {True: 'yes', False: 'NO', None: '-'}[r['bit_identical_off_on']]} |")
     return "\n".join(out)
 

@@ -96,13 +96,14 @@ class KernelSource(NamedTuple):
     text: str
     knobs: Dict[str, dict]
     helpers: set
+    pass_configs: dict = {}       # TileLang pass configs the kernels need besides the profile's
 
 
 def kernel_module(catalog, spec, arch, naive) -> KernelSource:
     """An op's kernel module on a profile, knobs as parameters without values: its text is the same on
     every profile whose kernels differ only in knob values (`naive`: naive_modules of the op, which the
     schedules do not change)."""
-    printed, helpers, knobs = [], set(), {}
+    printed, helpers, knobs, configs = [], set(), {}, {}
     sched = S.resolve(spec, arch)
     for variant, program, module in naive:
         try:
@@ -115,6 +116,7 @@ def kernel_module(catalog, spec, arch, naive) -> KernelSource:
         lines, used = print_factory(catalog, arch, scheduled, name)
         printed.append(Printed(variant, name, lines))
         knobs[name] = dict(scheduled.knobs)
+        configs.update(scheduled.pass_configs)
         helpers |= used
     bits = "f32_bits" in helpers            # from the runtime, not a generated helper
     helpers.discard("f32_bits")
@@ -122,12 +124,19 @@ def kernel_module(catalog, spec, arch, naive) -> KernelSource:
     factories, aliases = merge(printed, spec.variant_name)
     text = render("kernel.py.j2", header="", op=spec.name, factories=factories, aliases=aliases,
                   helpers=sorted(helpers), f32_bits=bits)
-    return KernelSource(text.lstrip("\n"), knobs, helpers)
+    return KernelSource(text.lstrip("\n"), knobs, helpers, configs)
 
 
-def knob_table(op: str, arch, module: str, knobs: Dict[str, dict], header: str) -> str:
+def compile_configs(arch, pass_configs=None) -> dict:
+    """The TileLang pass configs an op's kernels compile with on a profile: the profile's, and those the
+    scheduled kernels need (`KernelSource.pass_configs`)."""
+    return dict(sorted({**arch.pass_configs, **(pass_configs or {})}.items()))
+
+
+def knob_table(op: str, arch, module: str, knobs: Dict[str, dict], header: str, pass_configs=None) -> str:
     """A profile's knob table for an op: the kernel module its kernels are built from, the compile target
-    and options, and the knobs of each factory."""
+    and options (the profile's pass configs, and `pass_configs` the kernels need), and the knobs of each
+    factory."""
     groups: Dict[str, list] = {}
     for name, values in knobs.items():
         groups.setdefault(repr(values), []).append(name)
@@ -142,7 +151,7 @@ def knob_table(op: str, arch, module: str, knobs: Dict[str, dict], header: str) 
                                    break_long_words=False, break_on_hyphens=False)
         table.append("})")
     return render("knobs.py.j2", header=header, arch=arch.name, op=op, module=module,
-                  target=repr(arch.target), pass_configs=repr(dict(sorted(arch.pass_configs.items()))),
+                  target=repr(arch.target), pass_configs=repr(compile_configs(arch, pass_configs)),
                   compile_flags=repr(list(arch.compile_flags)), grouped=len(groups) < len(knobs),
                   table="\n".join(table))
 
@@ -556,7 +565,8 @@ def kernel_files(catalog, spec, naive, formats) -> Dict[str, str]:
         for arch, source in members:
             own = [spec_file, (_rel(catalog, arch.path), _profile_hash(catalog, arch, spec.name))]
             out[f"knobs_{arch.name}.py"] = knob_table(spec.name, arch, module, source.knobs,
-                                                     _header(path, own, f"with the {arch.name} profile"))
+                                                     _header(path, own, f"with the {arch.name} profile"),
+                                                     source.pass_configs)
     return out
 
 

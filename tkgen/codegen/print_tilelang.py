@@ -239,8 +239,10 @@ class KernelPrinter:
             ext = self.expr(st.extent)
             if st.kind == "unroll" and st.limit:
                 head = f"(T.unroll if {ext} <= {st.limit} else T.serial)({ext})"
-            elif st.kind == "pipelined":
+            elif st.kind == "pipelined" and self.arch.backend == "cuda":
                 head = f"T.Pipelined({ext}, num_stages={st.stages})"
+            elif st.kind == "pipelined":     # TileLang's C target has no pipeline: the same statements in order
+                head = f"T.serial({ext})"
             elif st.kind == "static":
                 head = f"T.unroll({ext}, explicit=True)"
             else:

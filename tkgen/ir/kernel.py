@@ -300,6 +300,9 @@ class Module:
     sigs: Dict[str, object] = field(default_factory=dict)
     dtypes: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
     sizes: Tuple[Tuple[str, object], ...] = ()
+    # TileLang pass configs the kernels need besides the profile's (name, value): set by a pass whose
+    # statements TileLang lowers only with them (tkgen/schedule/pipelined.py), merged into the knob table
+    pass_configs: Tuple[Tuple[str, object], ...] = ()
 
     def tensor(self, name) -> TensorArg:
         return next(t for t in self.tensors if t.name == name)

@@ -15,6 +15,7 @@ module), the kernel and the statement. It checks, cheaply and without the spec:
   most once, only axes of its buffer, in the buffer's order, and its starts do not vary along them; its
   buffer holds the tensor's stored elements (RAW, of the tensor's element type), a stored buffer is
   written before;
+- **loops**: a loop's kind is known; a pipelined loop has at least one stage, a loop of another kind none;
 - **dtypes**: all declarations of a buffer agree (axes, dtype, scope); what a Compute, Fill or Reduce
   writes has the buffer's dtype; a read has the buffer's dtype; guards are boolean; loop extents integer;
 - **guarded** (an invariant, checked from the pass that establishes it on, `guard_out_of_range`): a store
@@ -185,6 +186,9 @@ class _Check:
         elif isinstance(st, kir.Loop):
             if st.kind not in kir.LOOP_KINDS:
                 self.fail(f"unknown loop kind {st.kind!r}")
+            if (st.kind == "pipelined") != (st.stages >= 1):
+                self.fail(f"a {st.kind} loop with {st.stages} stages (a pipelined loop has at least 1, "
+                          "others none)")
             self.expr(st.extent, defined, vars_)
             if st.extent.dtype not in ir.INTS:
                 self.fail(f"loop extent is {st.extent.dtype}")

@@ -46,11 +46,14 @@ def tiles_bytes(module: kir.Module, kernel: kir.Kernel, catalog, arch) -> E.Node
     """The bytes of every tile `kernel` holds, as a size expression over the factory's names (`B_<axis>`
     for an axis held in blocks, `N_<axis>` for one held whole)."""
     tiles = dict(kernel.tiles)
+    # a buffer a pipelined loop copies into is held once per stage (tkgen/schedule/pipelined.py)
+    versions = {c.buf.name: st.stages for st in kir.statements(kernel.body) if isinstance(st, kir.Loop)
+                and st.kind == "pipelined" for c in st.body if isinstance(c, kir.Copy) and not c.store}
     total = None
     for b in sorted(kir.buffers(kernel.body).values(), key=lambda b: b.name):
         if b.scope == "var" or not b.axes:
             continue
-        size = E.Num(buffer_bytes(catalog, arch, b))
+        size = E.Num(buffer_bytes(catalog, arch, b) * versions.get(b.name, 1))
         for a in b.axes:
             held = tiles.get(a)
             blocked = held is not None and held.block is not None

@@ -95,7 +95,7 @@ def candidate_kernels(cat, spec, pkg, arch_name, cand, workdir):
     import importlib.util
     import types
     from pathlib import Path
-    from ..codegen.generate import kernel_module as render_kernels
+    from ..codegen.generate import compile_configs, kernel_module as render_kernels
     from ..lower.lowering import lower_variants
     from ..runtime.kernels import Kernels, kernel_module
 
@@ -110,7 +110,8 @@ def candidate_kernels(cat, spec, pkg, arch_name, cand, workdir):
     base = kernel_module(pkg, arch_name).table
     table = types.ModuleType(f"{name}.knobs_{arch_name}")
     table.MODULE, table.KNOBS = name, dict(source.knobs)
-    table.TARGET, table.PASS_CONFIGS, table.COMPILE_FLAGS = base.TARGET, base.PASS_CONFIGS, base.COMPILE_FLAGS
+    table.TARGET, table.COMPILE_FLAGS = base.TARGET, base.COMPILE_FLAGS
+    table.PASS_CONFIGS = compile_configs(cat.archs[arch_name], source.pass_configs)
     return Kernels(module, table)
 
 
