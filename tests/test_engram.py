@@ -456,3 +456,29 @@ def test_strided_k_and_v_load_16_bytes_at_a_time_and_misaligned_views_are_refuse
     want = ops.engram_gate_fwd(x, kv[:, :2].contiguous(), kv[:, 2].contiguous(), w)
     for a, b in zip(tk.engram.engram_gate_fwd(x, kv, w, 1e-20, 1e-6), want):
         assert torch.equal(bits(a), bits(b))
+
+
+def test_the_inference_form_is_held_to_the_saving_form_s_bits():
+    """A case the 2,000-example campaign found (2026-12-07): the inference form's output (dot, rstd_x and rstd_k
+    not written) was replayed by the inference form's reference, which has no stores of them and so ignored the
+    saving kernel's values: its own sum of x * w * k moved one bf16 output by a unit in the last place. The
+    kernels of both forms give the same bits; the check now replays the saving form's reference."""
+    from tkgen.testing import check as C
+    from tkgen import registry
+    case = {"dims": {"D": 64, "HC": 4, "T": 5},
+            "params": {"clamp_value": 1e-06, "eps": 1e-06, "save_for_backward": False},
+            "shapes": {"hidden_states": [5, 4, 64], "image_token_mask": [5], "k": [5, 4, 64], "v": [5, 64],
+                       "weight_fused": [4, 64]},
+            "inputs": {"hidden_states": {"dtype": "bf16", "scale_exp": 1, "seed": 1830,
+                                         "specials": [["subnormal", 4624, 0, 3]], "style": "discrete"},
+                       "image_token_mask": None,
+                       "k": {"dtype": "bf16", "scale_exp": -17, "seed": 131071, "specials": [], "style": "normal"},
+                       "v": {"dtype": "bf16", "scale_exp": 0, "seed": 159, "specials": [], "style": "normal"},
+                       "weight_fused": {"dtype": "fp32", "scale_exp": 16, "seed": 2147483647, "specials": [],
+                                        "style": "normal"}}}
+    C.run_case("engram_gate_fwd", case, "cpu")
+    op = registry.op_package("engram_gate_fwd").OP
+    given = {"dot", "rstd_x", "rstd_k"}
+    assert C.writing_params(op, case["params"], given) == {**case["params"], "save_for_backward": True}
+    saving = {**case["params"], "save_for_backward": True}
+    assert C.writing_params(op, saving, given) is saving
