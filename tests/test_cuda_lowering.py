@@ -81,10 +81,18 @@ def _kernel_text(files, arch):
 
 def _factory_source(text, variant):
     """The source of the factory that builds `variant`: its own, or the one it shares with other variants
-    (`build_<variant> = specialize(make_..., ...)`, tkgen/codegen/merge_variants.py)."""
+    (`build_<variant> = specialize(make_..., ...)`, or a `specialized('build_', make_..., ...)` entry of the
+    module's SHARED table: tkgen/codegen/merge_variants.py)."""
+    import ast
     import re
+    from tkgen.runtime.schedule import specialized
     shared = re.search(rf"^build_{variant} = specialize\((\w+),", text, re.M)
     name = shared.group(1) if shared else f"build_{variant}"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "specialized":
+            factory = node.args[1].id
+            if f"build_{variant}" in specialized("build_", print, *map(ast.literal_eval, node.args[2:])):
+                name = factory
     return text.split(f"def {name}(")[1].split("\ndef ")[0]
 
 

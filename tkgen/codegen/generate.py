@@ -14,7 +14,9 @@ Layout of `generated/` (the importable package `tkgen_generated`):
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
 import textwrap
 from pathlib import Path
 from typing import Dict, List, NamedTuple
@@ -26,7 +28,7 @@ from ..spec import formats as F
 from ..schedule import pipeline as S
 from ..spec.autograd import plan as autograd_plan
 from ..lower.lowering import lower_variants
-from .merge_variants import Printed, merge
+from .merge_variants import Printed, merge, products
 from ..spec.checks import binding
 from .format_source import WIDTH, format_source
 from .print_tilelang import print_factory
@@ -37,6 +39,7 @@ from ..spec.safety import audit_all, comment, docstring as docstring_literal
 from ..spec.signature import codec as sig_codec
 from ..spec.signature import resolve as resolve_sig
 from ..lower.stages import build_program, topk_key
+from ..runtime.schedule import variant_names
 
 TEMPLATES = Path(__file__).parent / "templates"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True, lstrip_blocks=True,
@@ -122,7 +125,8 @@ def kernel_module(catalog, spec, arch, naive) -> KernelSource:
     helpers.discard("f32_bits")
     # variants that differ in a few statements share one factory (tkgen/codegen/merge_variants.py)
     factories, aliases = merge(printed, spec.variant_name)
-    text = render("kernel.py.j2", header="", op=spec.name, factories=factories, aliases=aliases,
+    aliases, calls = products(aliases, printed, spec.variant_name)
+    text = render("kernel.py.j2", header="", op=spec.name, factories=factories, aliases=aliases, products=calls,
                   helpers=sorted(helpers), f32_bits=bits)
     return KernelSource(text.lstrip("\n"), knobs, helpers, configs)
 
@@ -173,14 +177,19 @@ def reference_module(catalog, spec, header, naive):
     # as the kernels: variants that differ in a few statements share one function
     functions, aliases = merge(references, spec.variant_name, "make_reference_")
     more, more_aliases = merge(written, spec.variant_name, "make_written_rows_")
+    # the variants of a shared function that are the product of its params' choices: one `specialized` call
+    called = {line.split(" = ", 1)[0] for line in aliases + more_aliases}
+    aliases, calls = products(aliases, references, spec.variant_name, bare=True)
+    more_aliases, more_calls = products(more_aliases, written, spec.variant_name, bare=True)
+    called -= {line.split(" = ", 1)[0] for line in aliases + more_aliases}
     functions, aliases = functions + more, aliases + more_aliases
     # a variant of a shared function is bound where the tables name it, not first under a name of its own
     bound = {}
     for line in aliases:
         name, value = line.split(" = ", 1)
         bound[name] = value[1:-1] if value.startswith("(") else value
-    variants = [(v, bound.get(fn, fn)) for v, fn in variants]
-    rows = [(v, bound.get(fn, fn)) for v, fn in rows]
+    variants = [(v, bound.get(fn, fn)) for v, fn in variants if fn not in called] + [(None, c) for c in calls]
+    rows = [(v, bound.get(fn, fn)) for v, fn in rows if fn not in called] + [(None, c) for c in more_calls]
     return render("reference.py.j2", header=header, op=spec.name, functions=functions, variants=variants,
                   aliases=aliases,
                   rows=rows, helpers=sorted(h for h in helpers if h != "order_key") +
@@ -192,6 +201,7 @@ def _d(node):
 
 
 def op_module(catalog, spec, header):
+    axes = variant_axes(spec)
     params = []
     for p in spec.params.values():
         rng = f"lambda d: ({_d(p.range[0])}, {_d(p.range[1])})" if p.range else None
@@ -200,8 +210,9 @@ def op_module(catalog, spec, header):
                            optional=p.optional))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes), shape=repr(t.shape_text), optional=t.optional,
                    binds=repr(tuple(binding(s, spec.dims) for s in t.shape)), like=repr(t.like),
-                   shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)", codec=codec_table(catalog, spec, t),
-                   at=t.at, rows=t.row_view is not None, strided=t.strided, together=t.together)
+                   shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)",
+                   codec=codec_table(catalog, spec, t, "VARIANTS", axes), at=t.at, rows=t.row_view is not None,
+                   strided=t.strided, together=t.together)
               for t in spec.inputs.values()]
     outputs = []
     kept_rows = any(build_program(spec, catalog.elements, catalog.scales, v).keep for v in spec.variants())
@@ -221,7 +232,7 @@ def op_module(catalog, spec, header):
             shapes[v] = "(" + ", ".join(dims) + ",)"
             pads[v] = col_pad(catalog, spec, t, variant)
         dtype_fn = f"lambda v, dt: dt[{t.like!r}]" if t.like else \
-            f"lambda v, dt: {variant_table({v: repr(d) for v, d in dtypes.items()})}[v]"
+            variant_fn({v: repr(d) for v, d in dtypes.items()}, "v, dt", "VARIANTS", axes)
         dyn = next(iter(spec.axes)) if spec.dynamic_dim else None
         # a sum over the rows or a count adds into zeros; rows scattered at positions are stored into zeros
         accumulate = (t.row_view is not None and not t.padding) or any(
@@ -229,12 +240,13 @@ def op_module(catalog, spec, header):
         # an output at flat positions with a fill: allocated holding it, then stored at the positions
         # keep_rows: the dim of the rows, where rows not kept are left untouched (compared to the poison)
         rows = [i for i, group in enumerate(t.view) if dyn in group] if kept_rows else []
-        outputs.append(dict(name=name, shapes=variant_table({v: f"lambda d: {fn}" for v, fn in shapes.items()}),
+        outputs.append(dict(name=name, shapes=variant_table({v: f"lambda d: {fn}" for v, fn in shapes.items()},
+                                                                 "VARIANTS", axes),
                             dtype_fn=dtype_fn, exact=repr(t.exact), when=repr(t.when),
                             accumulate=accumulate, at=t.at, rows=t.row_view is not None, into=t.into, padding=t.padding, fill=t.fill,
                             returned_with=t.returned_with,
                             row_dim=rows[0] if rows and not t.at else None,
-                            col_pad=f"lambda v: {variant_table({v: repr(p) for v, p in pads.items()})}[v]"
+                            col_pad=variant_fn({v: repr(p) for v, p in pads.items()}, "v", "VARIANTS", axes)
                             if any(pads.values()) else None))
     dims = [dict(name=d.name, dynamic=d.name == spec.dynamic_dim, min=d.min, max=d.max) for d in spec.dims.values()]
     requires = [(text, _d(node)) for d in spec.dims.values() for text, node in d.require]
@@ -299,7 +311,13 @@ def op_module(catalog, spec, header):
     # which the custom op (an int param) is then given
     symbolic = [p.name for p in spec.params.values() if not p.structural and
                 any(isinstance(c, str) and c in spec.dims for c in p.choices or ())]
-    return render("op.py.j2", header=header, op=spec, autograd=ag, scale_block=block, dtype_params=formats,
+    # the variants' names, where a table says "every variant" or "every other variant"
+    tables = [i["codec"] or "" for i in inputs] + \
+        [o[k] or "" for o in outputs for k in ("shapes", "dtype_fn", "col_pad")]
+    variants = variants_source(spec) if any("VARIANTS" in t for t in tables) else None
+    by_axes = any("variant_names(" in t for t in tables + [variants or ""])
+    return render("op.py.j2", header=header, op=spec, autograd=ag, variants=variants, by_axes=by_axes,
+                  scale_block=block, dtype_params=formats,
                   symbolic=symbolic,
                   optional_inputs=spec.optional_inputs, static_params=[p.name for p in spec.params.values()], params=params, inputs=inputs, outputs=outputs, dims=dims,
                   requires=requires, factory_args=repr(factory_args),
@@ -349,23 +367,92 @@ def col_pad(catalog, spec, t, variant):
     return resolve_sig(catalog, spec, t, variant).col_pad
 
 
-def codec_table(catalog, spec, t):
-    """Source of `lambda v: {variant: codec}[v]` for an input with a format, else None."""
+def codec_table(catalog, spec, t, every=None, axes=None):
+    """Source of `variant -> codec` for an input with a format, else None (`every`: see variant_table)."""
     if not (t.format_ref or t.scale_ref):
         return None
     table = {spec.variant_name(v): repr(codec(catalog, spec, t, v)) for v in spec.variants()}
-    return f"lambda v: {variant_table(table)}[v]"
+    return variant_fn(table, "v", every, axes)
 
 
-def variant_table(sources: Dict[str, str]) -> str:
+def variant_fn(sources: Dict[str, str], args: str, every=None, axes=None) -> str:
+    """Source of a lambda taking a variant name `v` (and the rest of `args`) to its value (given as source):
+    the value itself where every variant has the same, else a lookup in `variant_table`."""
+    if len(set(sources.values())) == 1:
+        return f"lambda {args}: {next(iter(sources.values()))}"
+    return f"lambda {args}: {variant_table(sources, every, axes)}[v]"
+
+
+def variant_table(sources: Dict[str, str], every=None, axes=None) -> str:
     """Source of a dict from variant names to values (given as source): a literal where every value
-    differs, else `by_variant({(names...): value})`, each value written once (tkgen/runtime/ops.py)."""
+    differs, else `by_variant({(names...): value})`, each value written once (tkgen/runtime/ops.py). With
+    `every`, the name of the module's tuple of every variant's name (`variants_source`), the names of the
+    value most variants take are not written: `dict.fromkeys(every, value)` where all take it, else
+    `by_variant({...}, every, value)`."""
     groups: Dict[str, list] = {}
     for name, src in sources.items():
         groups.setdefault(src, []).append(name)
     if len(groups) == len(sources):
         return "{" + ", ".join(f"{n!r}: {src}" for n, src in sources.items()) + "}"
-    return "by_variant({" + ", ".join(f"{tuple(names)!r}: {src}" for src, names in groups.items()) + "})"
+    if every is None:
+        return "by_variant({" + ", ".join(f"{tuple(names)!r}: {src}" for src, names in groups.items()) + "})"
+    if len(groups) == 1:
+        return f"dict.fromkeys({every}, {next(iter(groups))})"
+    most = max(groups, key=lambda src: len(groups[src]))      # the first of the largest groups
+    listed = ", ".join(f"{names_source(names, axes)}: {src}" for src, names in groups.items() if src != most)
+    return f"by_variant({{{listed}}}, {every}, {most})"
+
+
+def names_source(names: List[str], axes=None) -> str:
+    """Source of a tuple of variants' names: `variant_names(...)` calls, joined by `+`, where the names are
+    products of some of the choices of each of the `axes` (those `variants_source` found) and that is
+    shorter, else the literal tuple."""
+    literal = repr(tuple(names))
+    if not axes:
+        return literal
+    combo_of = {name: combo for name, combo in zip(variant_names(*axes),
+                                                   itertools.product(*(range(len(a)) for a in axes)))}
+    if any(n not in combo_of for n in names):
+        return literal
+
+    def products(combos):
+        chosen = [sorted({c[i] for c in combos}) for i in range(len(axes))]
+        if len(combos) == math.prod(len(c) for c in chosen):
+            return ["variant_names(" + ", ".join(repr(tuple(axes[i][j] for j in c)) for i, c in enumerate(chosen))
+                    + ")"]
+        i = next(i for i, c in enumerate(chosen) if len(c) > 1)
+        return [p for j in chosen[i] for p in products([c for c in combos if c[i] == j])]
+    calls = products([combo_of[n] for n in names])
+    source = " + ".join(calls)
+    return source if len(calls) <= 2 and len(source) < len(literal) else literal
+
+
+def variants_source(spec):
+    """Source of the tuple of every variant's name, in spec.variants()' order: `variant_names(axes...)`
+    (tkgen/runtime/schedule.py) where the product of `variant_axes` spells them, else the literal tuple."""
+    axes = variant_axes(spec)
+    if axes is None:
+        return repr(tuple(spec.variant_name(v) for v in spec.variants()))
+    return "variant_names(" + ", ".join(repr(a) for a in axes) + ")"
+
+
+def variant_axes(spec):
+    """The axes whose product (`variant_names`) spells every variant's name in order, or None. An optional
+    input given together with another (`with:`) is no axis: it is given exactly when that one is, and its
+    name is not in the variant's; one read `at:` the positions of another is given exactly when that one
+    is, and shares its axis."""
+    names = tuple(spec.variant_name(v) for v in spec.variants())
+    axes = [tuple(str(c).lower() if isinstance(c, bool) else str(c) for c in p.choices)
+            for p in spec.structural_params]
+    optional = spec.optional_inputs + spec.optional_params
+    given: Dict[str, list] = {}          # each axis of presence: its first name -> the names it gives
+    for n in optional:
+        t = spec.inputs.get(n)
+        tied = t.at or t.together if t is not None else None
+        first = tied if tied in optional and optional.index(tied) < optional.index(n) else n
+        given.setdefault(first, []).extend([] if t is not None and t.together else [n])
+    axes += [("", "_".join(f"with_{n}" for n in group)) for group in given.values() if group]
+    return axes if variant_names(*axes) == names else None
 
 
 def _sentence(text) -> str:
@@ -447,6 +534,7 @@ def _wrap(line: str, first: bool) -> list:
 
 
 def strategies_module(catalog, spec, header):
+    axes = variant_axes(spec)
     steps = []
     for d in spec.dims.values():
         if d.name == spec.dynamic_dim:
@@ -470,13 +558,16 @@ def strategies_module(catalog, spec, header):
             from ..spec.expr import names as names_of
             requires.append((text, repr(tuple(sorted(names_of(node)))), _d(node)))
     inputs = [dict(name=t.name, dtypes=repr(t.dtypes or ("fp32",)), specials=repr(tuple(t.values.get("specials", ()))),
-                   optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t), at=t.at,
+                   optional=t.optional, like=t.like, codec=codec_table(catalog, spec, t, "VARIANTS", axes), at=t.at,
                    at_optional=bool(t.at) and spec.inputs[t.at].optional, together=t.together, distinct=t.values.get("distinct", False),
                    range="[" + ", ".join(_d(E.parse(str(r))) for r in t.values["range"]) + "]" if "range" in t.values else None,
                    finite=t.values.get("finite", True) if "finite" in t.values else
                    not ({"inf", "nan"} & set(t.values.get("specials", ()))),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]
-    return render("strategies.py.j2", header=header.replace('"', "'"), op=spec.name, steps=steps, requires=requires,
+    variants = variants_source(spec) if any("VARIANTS" in (i["codec"] or "") for i in inputs) else None
+    by_axes = any("variant_names(" in t for t in [i["codec"] or "" for i in inputs] + [variants or ""])
+    return render("strategies.py.j2", header=header.replace('"', "'"), op=spec.name, variants=variants,
+                  by_axes=by_axes, steps=steps, requires=requires,
                   inputs=inputs, max_rows=spec.tests.get("max_rows", 40), examples=spec.tests.get("examples", 100), dim_names=list(spec.dims),
                   structural=repr(tuple(p.name for p in spec.structural_params)),
                   boolean=any(p.boolean for p in spec.structural_params),

@@ -22,6 +22,7 @@ the parameters it had, in its order; the statements that read it are in an `if` 
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import io
@@ -494,3 +495,62 @@ def _either(names, inside, outside) -> str:
 
 def _covers(term, flags) -> bool:
     return all(a is None or a == b for a, b in zip(term, flags))
+
+
+def products(aliases: Sequence[str], functions: Sequence[Printed], variant_name, bare: bool = False
+             ) -> Tuple[List[str], List[str]]:
+    """(alias lines left, calls) for `merge`'s alias lines: those of a shared function whose variants are the
+    product of its params' choices become one `specialized(prefix, make_..., axes...)` (tkgen/runtime/schedule.py),
+    a dict of the same names bound to the same arguments (checked here), where that takes fewer lines.
+    `bare`: the dict is keyed by the variants' names alone (the prefix of the functions' names left out)."""
+    from ..runtime.schedule import specialized
+    variant_of = {fn.name: fn.variant for fn in functions}
+    by_merged: Dict[str, List[Tuple[str, str, tuple]]] = {}
+    for line in aliases:
+        node = ast.parse(line).body[0]
+        call = node.value
+        by_merged.setdefault(call.args[0].id, []).append(
+            (line, node.targets[0].id, tuple(ast.literal_eval(a) for a in call.args[1:])))
+    left, calls = [], []
+    for merged, binds in by_merged.items():
+        found = _product(merged, binds, variant_of, variant_name, bare) if len(binds) > 2 else None
+        if found is not None:
+            call, prefix = found
+            table = eval(call, {"specialized": specialized, merged: _factory})      # our own source
+            if {n: p.args for n, p in table.items()} == {n[len(prefix):]: args for _, n, args in binds}:
+                calls.append(call)
+                continue
+        left += [line for line, _, _ in binds]
+    return left, calls
+
+
+def _product(merged: str, binds, variant_of, variant_name, bare) -> Optional[Tuple[str, str]]:
+    """(source of `specialized(...)` naming the variants bound to `merged`, the prefix it leaves out of
+    their functions' names), or None where their names are not the product of their choices."""
+    variants = [variant_of.get(name) for _, name, _ in binds]
+    if any(v is None for v in variants):
+        return None
+    first = binds[0][1]
+    own = variant_name(variants[0])
+    if not first.endswith(own):
+        return None
+    prefix = first[:len(first) - len(own)]
+    axes = []
+    for key in variants[0]:
+        values = list(dict.fromkeys(v[key] for v in variants))
+        parts = [variant_name({key: value}) for value in values]
+        parts = ["" if p == "base" else p for p in parts]
+        if len(values) == 1:
+            if parts[0]:
+                axes.append(repr(parts[0]))
+        elif len(set(parts)) < len(parts):
+            return None
+        elif parts == [str(c).lower() if isinstance(c, bool) else str(c) for c in values]:
+            axes.append(repr(tuple(values)))
+        else:
+            axes.append(repr(dict(zip(parts, values))))
+    return f"specialized({'' if bare else prefix!r}, {merged}, {', '.join(axes)})", prefix if bare else ""
+
+
+def _factory(*args):
+    """Stands for a shared function where `products` checks the arguments its variants are bound to."""

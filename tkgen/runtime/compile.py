@@ -46,8 +46,11 @@ def scratch_of(prim_func):
 # `kernels` below is a kernels.Kernels: (kernel module, knob table).
 
 def factory(module, variant: str):
-    """A variant's kernel factory in a generated kernel module."""
-    return getattr(module, f"build_{variant}")
+    """A variant's kernel factory in a generated kernel module: bound by its name, or in the module's
+    `SHARED` table where the variants of a shared factory are the product of its params' choices."""
+    name = f"build_{variant}"
+    shared = getattr(module, "SHARED", {})
+    return shared[name] if name in shared else getattr(module, name)
 
 
 def knobs(module, variant: str):

@@ -69,10 +69,12 @@ class InputInfo:
         return container_shape(shape, self.codec(variant)["packet"]) if self.codec else shape
 
 
-def by_variant(groups: dict) -> dict:
+def by_variant(groups: dict, variants: tuple = (), other=None) -> dict:
     """{variant: value} from {(variant, ...): value}: a generated op module writes each value of its
-    per-variant tables once."""
-    return {name: value for names, value in groups.items() for name in names}
+    per-variant tables once. Given `variants` (every variant's name, in order), the table holds each of
+    them, and those no group names take `other` (the value most variants take, whose names are not written)."""
+    table = {name: value for names, value in groups.items() for name in names}
+    return {name: table.get(name, other) for name in variants} if variants else table
 
 
 def container_shape(shape: tuple, packet) -> tuple:

@@ -1,6 +1,7 @@
 """Schedule arithmetic that generated kernel factories run when they specialize."""
 
 import functools
+import itertools
 
 _BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "uint32": 4, "bfloat16": 2, "float16": 2, "uint16": 2,
           "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1, "int8": 1}
@@ -76,3 +77,25 @@ def specialize(factory, *choices):
     params that tell them apart bound; it takes what the variant's own factory would (sizes, params,
     dtypes, and the knobs as keywords)."""
     return functools.partial(factory, *choices)
+
+
+def specialized(prefix: str, factory, *axes) -> dict:
+    """{prefix + variant name: `specialize(factory, ...)`} for every variant of a shared factory, where they
+    are the product of its axes, in the order of the variant's name: a str is a fixed part of the name
+    (not an argument); a tuple, an argument's choices, each named by its value (booleans in lower case);
+    a dict, an argument's choices by their part of the name ("" for none). The generator writes this
+    in place of a line per variant where it binds the same names to the same arguments."""
+    table = {}
+    choices = [((a, None),) if isinstance(a, str) else tuple(a.items()) if isinstance(a, dict) else
+               tuple((str(c).lower() if isinstance(c, bool) else str(c), c) for c in a) for a in axes]
+    for combo in itertools.product(*choices):
+        name = "_".join(part for part, _ in combo if part) or "base"
+        table[prefix + name] = specialize(factory, *(c for (_, c), a in zip(combo, axes) if not isinstance(a, str)))
+    return table
+
+
+def variant_names(*axes) -> tuple:
+    """Every variant's name, in the order of spec.variants(): the product of the axes (a structural
+    param's values; ("", "with_<name>") for an optional input or param), the non-empty parts joined by "_".
+    A generated module writes its variants' names as their axes (the generator checks they agree)."""
+    return tuple("_".join(part for part in combo if part) or "base" for combo in itertools.product(*axes))

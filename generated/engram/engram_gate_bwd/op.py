@@ -8,40 +8,58 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 
-OP = OpInfo(name="engram_gate_bwd", package=__package__, params=
-    (ParamInfo("clamp_value", None, None, False, "the forward\u0027s clamp_value", 1e-06, 'float'),), inputs=
-    (
+VARIANTS = variant_names(('', 'with_image_token_mask'))
+
+OP = OpInfo(
+    name="engram_gate_bwd",
+    package=__package__,
+    params=(
+        ParamInfo("clamp_value", None, None, False, "the forward\u0027s clamp_value",
+                  1e-06, 'float'),
+    ),
+    inputs=(
         InputInfo("grad_out", ('bf16',), ('T', 'HC', 'D'), lambda d: (d["T"], d["HC"], d["D"],), False,
-            (('T', 1), ('HC', 1), ('D', 1)), None),
+                  (('T', 1), ('HC', 1), ('D', 1)), None),
         InputInfo("hidden_states", ('bf16',), ('T', 'HC', 'D'), lambda d: (d["T"], d["HC"], d["D"],), False,
-            (('T', 1), ('HC', 1), ('D', 1)), None),
+                  (('T', 1), ('HC', 1), ('D', 1)), None),
         InputInfo("k", ('bf16',), ('T', 'HC', 'D'), lambda d: (d["T"], d["HC"], d["D"],), False,
-            (('T', 1), ('HC', 1), ('D', 1)), None, strided=True),
-        InputInfo("v", ('bf16',), ('T', 'D'), lambda d: (d["T"], d["D"],), False, (('T', 1), ('D', 1)), None, strided=
-            True),
-        InputInfo("weight_fused", ('fp32',), ('HC', 'D'), lambda d: (d["HC"], d["D"],), False, (('HC', 1), ('D', 1)),
-            None),
-        InputInfo("dot", ('fp32',), ('T', 'HC'), lambda d: (d["T"], d["HC"],), False, (('T', 1), ('HC', 1)), None),
-        InputInfo("gate_score", ('fp32',), ('T', 'HC'), lambda d: (d["T"], d["HC"],), False, (('T', 1), ('HC', 1)),
-            None),
-        InputInfo("rstd_x", ('fp32',), ('T', 'HC'), lambda d: (d["T"], d["HC"],), False, (('T', 1), ('HC', 1)), None),
-        InputInfo("rstd_k", ('fp32',), ('T', 'HC'), lambda d: (d["T"], d["HC"],), False, (('T', 1), ('HC', 1)), None),
-        InputInfo("image_token_mask", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
-    (
-        OutputInfo("grad_x", by_variant({('base', 'with_image_token_mask'): lambda d: (d["T"], d["HC"], d["D"],)}),
-            lambda v, dt: by_variant({('base', 'with_image_token_mask'): 'bfloat16'})[v],
-            {'tol': {'rtol': 0.008, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
-        OutputInfo("grad_k", by_variant({('base', 'with_image_token_mask'): lambda d: (d["T"], d["HC"], d["D"],)}),
-            lambda v, dt: by_variant({('base', 'with_image_token_mask'): 'bfloat16'})[v],
-            {'tol': {'rtol': 0.008, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
-        OutputInfo("grad_v", by_variant({('base', 'with_image_token_mask'): lambda d: (d["T"], d["D"],)}), lambda v, dt:
-            by_variant({('base', 'with_image_token_mask'): 'bfloat16'})[v], 'bit', None, False),
-        OutputInfo("grad_w", by_variant({('base', 'with_image_token_mask'): lambda d: (d["HC"], d["D"],)}), lambda v,
-            dt: by_variant({('base', 'with_image_token_mask'): 'float32'})[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),), dims=
-    (("T", True, 0, None), ("HC", False, 1, 16), ("D", False, 1, 16384),), requires=(), factory_args=
-    ('HC', 'D', 'clamp_value'),)
+                  (('T', 1), ('HC', 1), ('D', 1)), None, strided=True),
+        InputInfo("v", ('bf16',), ('T', 'D'), lambda d: (d["T"], d["D"],), False,
+                  (('T', 1), ('D', 1)), None, strided=True),
+        InputInfo("weight_fused", ('fp32',), ('HC', 'D'), lambda d: (d["HC"], d["D"],), False,
+                  (('HC', 1), ('D', 1)), None),
+        InputInfo("dot", ('fp32',), ('T', 'HC'), lambda d: (d["T"], d["HC"],), False,
+                  (('T', 1), ('HC', 1)), None),
+        InputInfo("gate_score", ('fp32',), ('T', 'HC'), lambda d: (d["T"], d["HC"],), False,
+                  (('T', 1), ('HC', 1)), None),
+        InputInfo("rstd_x", ('fp32',), ('T', 'HC'), lambda d: (d["T"], d["HC"],), False,
+                  (('T', 1), ('HC', 1)), None),
+        InputInfo("rstd_k", ('fp32',), ('T', 'HC'), lambda d: (d["T"], d["HC"],), False,
+                  (('T', 1), ('HC', 1)), None),
+        InputInfo("image_token_mask", ('int32',), ('T',), lambda d: (d["T"],), True,
+                  (('T', 1),), None),
+    ),
+    outputs=(
+        OutputInfo("grad_x", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["HC"], d["D"],)),
+                   lambda v, dt: 'bfloat16', {'tol': {'rtol': 0.008, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
+        OutputInfo("grad_k", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["HC"], d["D"],)),
+                   lambda v, dt: 'bfloat16', {'tol': {'rtol': 0.008, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
+        OutputInfo("grad_v", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["D"],)),
+                   lambda v, dt: 'bfloat16', 'bit', None, False),
+        OutputInfo("grad_w", dict.fromkeys(VARIANTS, lambda d: (d["HC"], d["D"],)),
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("HC", False, 1, 16),
+        ("D", False, 1, 16384),
+    ),
+    requires=(
+    ),
+    factory_args=('HC', 'D', 'clamp_value'),
+)
 
 
 @torch.library.custom_op("tkgen::engram_gate_bwd", mutates_args=())

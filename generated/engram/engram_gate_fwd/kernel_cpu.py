@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
@@ -123,8 +123,7 @@ def make_variants(save_for_backward, with_image_token_mask, HC, D, eps, clamp_va
     return kernel
 
 
-# the variants of the shared factories
-build_false = specialize(make_variants, False, False)
-build_false_with_image_token_mask = specialize(make_variants, False, True)
-build_true = specialize(make_variants, True, False)
-build_true_with_image_token_mask = specialize(make_variants, True, True)
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, (False, True), {'': False, 'with_image_token_mask': True}),
+}

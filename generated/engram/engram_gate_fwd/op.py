@@ -8,6 +8,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('false', 'true'), ('', 'with_image_token_mask'))
 
 OP = OpInfo(name="engram_gate_fwd", package=__package__, params=
     (ParamInfo("eps", None, None, False, "added to the mean squares", 1e-20, 'float'),
@@ -25,32 +28,22 @@ OP = OpInfo(name="engram_gate_fwd", package=__package__, params=
             None), InputInfo("image_token_mask", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),),
     outputs=
     (
-        OutputInfo("output",
-            by_variant({('false', 'false_with_image_token_mask', 'true', 'true_with_image_token_mask'): lambda d:
-                    (d["T"], d["HC"], d["D"],)}), lambda v, dt:
-            by_variant({('false', 'false_with_image_token_mask', 'true', 'true_with_image_token_mask'): 'bfloat16'})[v],
+        OutputInfo("output", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["HC"], d["D"],)), lambda v, dt: 'bfloat16',
             {'given': ['dot', 'rstd_x', 'rstd_k']}, None, False),
         OutputInfo("dot",
-            by_variant({('false', 'false_with_image_token_mask'): lambda d: (0,),
-                    ('true', 'true_with_image_token_mask'): lambda d: (d["T"], d["HC"],)}), lambda v, dt:
-            by_variant({('false', 'false_with_image_token_mask', 'true', 'true_with_image_token_mask'): 'float32'})[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, 'save_for_backward', False),
+            by_variant({('true', 'true_with_image_token_mask'): lambda d: (d["T"], d["HC"],)}, VARIANTS, lambda d:
+                (0,)), lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}},
+            'save_for_backward', False),
         OutputInfo("gate_score",
-            by_variant({('false', 'false_with_image_token_mask'): lambda d: (0,),
-                    ('true', 'true_with_image_token_mask'): lambda d: (d["T"], d["HC"],)}), lambda v, dt:
-            by_variant({('false', 'false_with_image_token_mask', 'true', 'true_with_image_token_mask'): 'float32'})[v],
-            {'given': ['dot', 'rstd_x', 'rstd_k']}, 'save_for_backward', False),
+            by_variant({('true', 'true_with_image_token_mask'): lambda d: (d["T"], d["HC"],)}, VARIANTS, lambda d:
+                (0,)), lambda v, dt: 'float32', {'given': ['dot', 'rstd_x', 'rstd_k']}, 'save_for_backward', False),
         OutputInfo("rstd_x",
-            by_variant({('false', 'false_with_image_token_mask'): lambda d: (0,),
-                    ('true', 'true_with_image_token_mask'): lambda d: (d["T"], d["HC"],)}), lambda v, dt:
-            by_variant({('false', 'false_with_image_token_mask', 'true', 'true_with_image_token_mask'): 'float32'})[v],
-            {'tol': {'rtol': 1e-05, 'atol': 0.0}}, 'save_for_backward', False),
+            by_variant({('true', 'true_with_image_token_mask'): lambda d: (d["T"], d["HC"],)}, VARIANTS, lambda d:
+                (0,)), lambda v, dt: 'float32', {'tol': {'rtol': 1e-05, 'atol': 0.0}}, 'save_for_backward', False),
         OutputInfo("rstd_k",
-            by_variant({('false', 'false_with_image_token_mask'): lambda d: (0,),
-                    ('true', 'true_with_image_token_mask'): lambda d: (d["T"], d["HC"],)}), lambda v, dt:
-            by_variant({('false', 'false_with_image_token_mask', 'true', 'true_with_image_token_mask'): 'float32'})[v],
-            {'tol': {'rtol': 1e-05, 'atol': 0.0}}, 'save_for_backward', False),), dims=
-    (("T", True, 0, None), ("HC", False, 1, 16), ("D", False, 1, 16384),), requires=(), factory_args=
+            by_variant({('true', 'true_with_image_token_mask'): lambda d: (d["T"], d["HC"],)}, VARIANTS, lambda d:
+                (0,)), lambda v, dt: 'float32', {'tol': {'rtol': 1e-05, 'atol': 0.0}}, 'save_for_backward', False),),
+    dims=(("T", True, 0, None), ("HC", False, 1, 16), ("D", False, 1, 16384),), requires=(), factory_args=
     ('HC', 'D', 'eps', 'clamp_value'),)
 
 

@@ -8,24 +8,41 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 
-OP = OpInfo(name="engram_hash", package=__package__, params=(), inputs=
-    (
-        InputInfo("ngram_token_ids", ('int32',), ('T', 'N'), lambda d: (d["T"], d["N"],), False, (('T', 1), ('N', 1)),
-            None),
-        InputInfo("multipliers", ('int64',), ('L', 'N'), lambda d: (d["L"], d["N"],), False, (('L', 1), ('N', 1)),
-            None),
+VARIANTS = variant_names(('', 'with_image_token_mask'))
+
+OP = OpInfo(
+    name="engram_hash",
+    package=__package__,
+    params=(
+    ),
+    inputs=(
+        InputInfo("ngram_token_ids", ('int32',), ('T', 'N'), lambda d: (d["T"], d["N"],), False,
+                  (('T', 1), ('N', 1)), None),
+        InputInfo("multipliers", ('int64',), ('L', 'N'), lambda d: (d["L"], d["N"],), False,
+                  (('L', 1), ('N', 1)), None),
         InputInfo("vocab_sizes", ('int32',), ('L', 'N - 1', 'M'), lambda d: (d["L"], (d["N"] - 1), d["M"],), False,
-            (('L', 1), None, ('M', 1)), None),
+                  (('L', 1), None, ('M', 1)), None),
         InputInfo("offsets", ('int32',), ('L', '(N - 1) * M'), lambda d: (d["L"], ((d["N"] - 1) * d["M"]),), False,
-            (('L', 1), None), None),
-        InputInfo("image_token_mask", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
-    (
-        OutputInfo("indices",
-            by_variant({('base', 'with_image_token_mask'): lambda d: (d["L"], d["T"], ((d["N"] - 1) * d["M"]),)}),
-            lambda v, dt: by_variant({('base', 'with_image_token_mask'): 'int32'})[v], 'bit', None, False),), dims=
-    (("T", True, 0, None), ("L", False, 1, 64), ("N", False, 2, 16), ("M", False, 1, 64),), requires=(), factory_args=
-    ('L', 'N', 'M'),)
+                  (('L', 1), None), None),
+        InputInfo("image_token_mask", ('int32',), ('T',), lambda d: (d["T"],), True,
+                  (('T', 1),), None),
+    ),
+    outputs=(
+        OutputInfo("indices", dict.fromkeys(VARIANTS, lambda d: (d["L"], d["T"], ((d["N"] - 1) * d["M"]),)),
+                   lambda v, dt: 'int32', 'bit', None, False),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("L", False, 1, 64),
+        ("N", False, 2, 16),
+        ("M", False, 1, 64),
+    ),
+    requires=(
+    ),
+    factory_args=('L', 'N', 'M'),
+)
 
 
 @torch.library.custom_op("tkgen::engram_hash", mutates_args=())

@@ -27,7 +27,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("out", {'base': lambda d: (d["R"], d["D"],)},
-                   lambda v, dt: {'base': 'float32'}[v], {'tol': {'rtol': 1e-05, 'atol': 0.0}}, None, False),
+                   lambda v, dt: 'float32', {'tol': {'rtol': 1e-05, 'atol': 0.0}}, None, False),
     ),
     dims=(
         ("R", True, 0, None),

@@ -26,5 +26,5 @@ def reference_base(matrix, row_scale, col_scale, eps, alpha, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

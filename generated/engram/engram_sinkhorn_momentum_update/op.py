@@ -7,6 +7,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('false', 'true'))
 
 OP = OpInfo(
     name="engram_sinkhorn_momentum_update",
@@ -24,10 +27,10 @@ OP = OpInfo(
                   (('N', 1),), None),
     ),
     outputs=(
-        OutputInfo("momentum", by_variant({('false', 'true'): lambda d: (d["N"],)}),
+        OutputInfo("momentum", dict.fromkeys(VARIANTS, lambda d: (d["N"],)),
                    lambda v, dt: dt['momentum_buffer'], 'bit', None, False, into="momentum_buffer"),
-        OutputInfo("sinkhorn_input", by_variant({('false', 'true'): lambda d: (d["N"],)}),
-                   lambda v, dt: by_variant({('false', 'true'): 'float32'})[v], 'bit', None, False),
+        OutputInfo("sinkhorn_input", dict.fromkeys(VARIANTS, lambda d: (d["N"],)),
+                   lambda v, dt: 'float32', 'bit', None, False),
     ),
     dims=(
         ("N", True, 0, 2147418112),

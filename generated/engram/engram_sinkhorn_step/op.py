@@ -8,19 +8,37 @@ from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
-OP = OpInfo(name="engram_sinkhorn_step", package=__package__, params=
-    (ParamInfo("eps", None, None, False, "added to each row norm", 1e-20, 'float'),), inputs=
-    (InputInfo("matrix", ('fp32',), ('R', 'D'), lambda d: (d["R"], d["D"],), False, (('R', 1), ('D', 1)), None),
-        InputInfo("row_scale", ('fp32',), ('R',), lambda d: (d["R"],), False, (('R', 1),), None),
-        InputInfo("col_scale", ('fp32',), ('D',), lambda d: (d["D"],), False, (('D', 1),), None),), outputs=
-    (
-        OutputInfo("row_norm", {'base': lambda d: (d["R"],)}, lambda v, dt: {'base': 'float32'}[v],
-            {'tol': {'rtol': 1e-05, 'atol': 0.0}}, None, False),
-        OutputInfo("new_row_scale", {'base': lambda d: (d["R"],)}, lambda v, dt: {'base': 'float32'}[v],
-            {'given': ['row_norm']}, None, False, into="row_scale"),
-        OutputInfo("col_sumsq", {'base': lambda d: (d["D"],)}, lambda v, dt: {'base': 'float32'}[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-06, 'atol_of': 'max'}}, None, True),), dims=
-    (("R", True, 0, None), ("D", False, 1, 65536),), requires=(), factory_args=('D', 'eps'),)
+OP = OpInfo(
+    name="engram_sinkhorn_step",
+    package=__package__,
+    params=(
+        ParamInfo("eps", None, None, False, "added to each row norm",
+                  1e-20, 'float'),
+    ),
+    inputs=(
+        InputInfo("matrix", ('fp32',), ('R', 'D'), lambda d: (d["R"], d["D"],), False,
+                  (('R', 1), ('D', 1)), None),
+        InputInfo("row_scale", ('fp32',), ('R',), lambda d: (d["R"],), False,
+                  (('R', 1),), None),
+        InputInfo("col_scale", ('fp32',), ('D',), lambda d: (d["D"],), False,
+                  (('D', 1),), None),
+    ),
+    outputs=(
+        OutputInfo("row_norm", {'base': lambda d: (d["R"],)},
+                   lambda v, dt: 'float32', {'tol': {'rtol': 1e-05, 'atol': 0.0}}, None, False),
+        OutputInfo("new_row_scale", {'base': lambda d: (d["R"],)},
+                   lambda v, dt: 'float32', {'given': ['row_norm']}, None, False, into="row_scale"),
+        OutputInfo("col_sumsq", {'base': lambda d: (d["D"],)},
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-06, 'atol_of': 'max'}}, None, True),
+    ),
+    dims=(
+        ("R", True, 0, None),
+        ("D", False, 1, 65536),
+    ),
+    requires=(
+    ),
+    factory_args=('D', 'eps'),
+)
 
 
 @torch.library.custom_op("tkgen::engram_sinkhorn_step", mutates_args=('row_scale',))

@@ -38,5 +38,5 @@ def reference_base(matrix, row_scale, col_scale, eps, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

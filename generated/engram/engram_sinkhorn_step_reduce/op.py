@@ -21,7 +21,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("reduced", {'base': lambda d: (d["D"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False, into="col_sumsq"),
+                   lambda v, dt: 'float32', 'bit', None, False, into="col_sumsq"),
     ),
     dims=(
         ("P", False, 1, 4096),

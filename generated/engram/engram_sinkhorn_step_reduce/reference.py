@@ -24,5 +24,5 @@ def reference_base(col_sumsq_partial, col_sumsq, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

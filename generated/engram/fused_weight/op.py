@@ -20,7 +20,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("weight_fused", {'base': lambda d: (d["HC"], d["D"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False),
+                   lambda v, dt: 'float32', 'bit', None, False),
     ),
     dims=(
         ("HC", False, 1, 64),

@@ -23,5 +23,5 @@ def reference_base(weight_hidden, weight_embed, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -26,9 +26,9 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("grad_hidden", {'base': lambda d: (d["HC"], d["D"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False, into="grad_weight_hidden"),
+                   lambda v, dt: 'float32', 'bit', None, False, into="grad_weight_hidden"),
         OutputInfo("grad_embed", {'base': lambda d: (d["HC"], d["D"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False, into="grad_weight_embed"),
+                   lambda v, dt: 'float32', 'bit', None, False, into="grad_weight_embed"),
     ),
     dims=(
         ("P", False, 1, 4096),

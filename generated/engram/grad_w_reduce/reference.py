@@ -39,5 +39,5 @@ def reference_base(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidd
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

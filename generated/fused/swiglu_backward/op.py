@@ -8,6 +8,10 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('', 'with_weights'), ('', 'with_pos_to_token_topk_with_topk_weights'),
+    ('', 'with_pos_to_expert'), ('', 'with_clamp'))
 
 OP = OpInfo(name="swiglu_backward", package=__package__, params=
     (ParamInfo("routed_scaling_factor", None, None, False, "the forward\u0027s routed_scaling_factor", 1.0, 'float'),
@@ -23,69 +27,16 @@ OP = OpInfo(name="swiglu_backward", package=__package__, params=
             (('T_tok', 1), ('K', 1)), None, at="pos_to_token_topk"),
         InputInfo("pos_to_expert", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
-        OutputInfo("x_grad",
-            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights',
-                        'with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp', 'with_weights',
-                        'with_weights_with_clamp', 'with_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_expert_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    lambda d: (d["T"], (2 * d["H"]),)}), lambda v, dt: dt['x'], 'bit', None, False),
-        OutputInfo("weight_grad",
-            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights',
-                        'with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp', 'with_weights',
-                        'with_weights_with_clamp', 'with_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_expert_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    lambda d: (d["T"],)}), lambda v, dt:
-            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights',
-                        'with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp', 'with_weights',
-                        'with_weights_with_clamp', 'with_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_expert_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    'float32'})[v], {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
+        OutputInfo("x_grad", dict.fromkeys(VARIANTS, lambda d: (d["T"], (2 * d["H"]),)), lambda v, dt: dt['x'], 'bit',
+            None, False),
+        OutputInfo("weight_grad", dict.fromkeys(VARIANTS, lambda d: (d["T"],)), lambda v, dt: 'float32',
+            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
         OutputInfo("topk_weights_grad",
-            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp', 'with_weights',
-                        'with_weights_with_clamp', 'with_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_expert_with_clamp'): lambda d: (0,),
-                    ('with_pos_to_token_topk_with_topk_weights', 'with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    lambda d: (d["T_tok"], d["K"],)}), lambda v, dt:
-            by_variant({('base', 'with_clamp', 'with_pos_to_expert', 'with_pos_to_expert_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights',
-                        'with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp', 'with_weights',
-                        'with_weights_with_clamp', 'with_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_expert_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    'float32'})[v], {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, 'topk_weights', True,
-            at="pos_to_token_topk"),), dims=
+            by_variant({
+                    variant_names(('', 'with_weights'), ('with_pos_to_token_topk_with_topk_weights',),
+                        ('', 'with_pos_to_expert'), ('', 'with_clamp')): lambda d: (d["T_tok"], d["K"],)}, VARIANTS,
+                lambda d: (0,)), lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}},
+            'topk_weights', True, at="pos_to_token_topk"),), dims=
     (("T", True, 0, None), ("H", False, 1, 16384), ("T_tok", False, 0, None), ("K", False, 1, None),), requires=(),
     factory_args=('H', 'routed_scaling_factor', 'clamp'),)
 

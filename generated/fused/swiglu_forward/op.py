@@ -9,6 +9,10 @@ from tkgen.runtime.autograd import _contiguous, _dtype, _grad_like, _like, _pres
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('bf16', 'fp32'), ('', 'with_weights'), ('', 'with_pos_to_token_topk_with_topk_weights'),
+    ('', 'with_pos_to_expert'), ('', 'with_clamp'))
 
 OP = OpInfo(name="swiglu_forward", package=__package__, params=
     (ParamInfo("fmt", ('bf16', 'fp32'), None, True, "output format", 'bf16', 'int'),
@@ -25,102 +29,16 @@ OP = OpInfo(name="swiglu_forward", package=__package__, params=
             (('T_tok', 1), ('K', 1)), None, at="pos_to_token_topk"),
         InputInfo("pos_to_expert", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None),), outputs=
     (
-        OutputInfo("out",
-            by_variant({('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
-                        'bf16_with_pos_to_token_topk_with_topk_weights',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'bf16_with_weights', 'bf16_with_weights_with_clamp', 'bf16_with_weights_with_pos_to_expert',
-                        'bf16_with_weights_with_pos_to_expert_with_clamp',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'fp32', 'fp32_with_clamp', 'fp32_with_pos_to_expert', 'fp32_with_pos_to_expert_with_clamp',
-                        'fp32_with_pos_to_token_topk_with_topk_weights',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_weights', 'fp32_with_weights_with_clamp', 'fp32_with_weights_with_pos_to_expert',
-                        'fp32_with_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
-                        'bf16_with_pos_to_token_topk_with_topk_weights',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'bf16_with_weights', 'bf16_with_weights_with_clamp', 'bf16_with_weights_with_pos_to_expert',
-                        'bf16_with_weights_with_pos_to_expert_with_clamp',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    'bfloat16',
-                    ('fp32', 'fp32_with_clamp', 'fp32_with_pos_to_expert', 'fp32_with_pos_to_expert_with_clamp',
-                        'fp32_with_pos_to_token_topk_with_topk_weights',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_weights', 'fp32_with_weights_with_clamp', 'fp32_with_weights_with_pos_to_expert',
-                        'fp32_with_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    'float32'})[v], 'bit', None, False, row_dim=0),
+        OutputInfo("out", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt:
+            by_variant({
+                    variant_names(('fp32',), ('', 'with_weights'), ('', 'with_pos_to_token_topk_with_topk_weights'),
+                        ('', 'with_pos_to_expert'), ('', 'with_clamp')): 'float32'}, VARIANTS, 'bfloat16')[v], 'bit',
+            None, False, row_dim=0),
         OutputInfo("clamped_count",
-            by_variant({('bf16', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_token_topk_with_topk_weights',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert', 'bf16_with_weights',
-                        'bf16_with_weights_with_pos_to_expert',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert', 'fp32',
-                        'fp32_with_pos_to_expert', 'fp32_with_pos_to_token_topk_with_topk_weights',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert', 'fp32_with_weights',
-                        'fp32_with_weights_with_pos_to_expert',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert'): lambda d:
-                    (0,),
-                    ('bf16_with_clamp', 'bf16_with_pos_to_expert_with_clamp',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'bf16_with_weights_with_clamp', 'bf16_with_weights_with_pos_to_expert_with_clamp',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_clamp', 'fp32_with_pos_to_expert_with_clamp',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_weights_with_clamp', 'fp32_with_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    lambda d: (3,)}), lambda v, dt:
-            by_variant({('bf16', 'bf16_with_clamp', 'bf16_with_pos_to_expert', 'bf16_with_pos_to_expert_with_clamp',
-                        'bf16_with_pos_to_token_topk_with_topk_weights',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'bf16_with_weights', 'bf16_with_weights_with_clamp', 'bf16_with_weights_with_pos_to_expert',
-                        'bf16_with_weights_with_pos_to_expert_with_clamp',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'fp32', 'fp32_with_clamp', 'fp32_with_pos_to_expert', 'fp32_with_pos_to_expert_with_clamp',
-                        'fp32_with_pos_to_token_topk_with_topk_weights',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_weights', 'fp32_with_weights_with_clamp', 'fp32_with_weights_with_pos_to_expert',
-                        'fp32_with_weights_with_pos_to_expert_with_clamp',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert',
-                        'fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp'):
-                    'int64'})[v], 'bit', 'clamp', True),), dims=
+            by_variant({
+                    variant_names(('bf16', 'fp32'), ('', 'with_weights'),
+                        ('', 'with_pos_to_token_topk_with_topk_weights'), ('', 'with_pos_to_expert'), ('with_clamp',)):
+                    lambda d: (3,)}, VARIANTS, lambda d: (0,)), lambda v, dt: 'int64', 'bit', 'clamp', True),), dims=
     (("T", True, 0, None), ("H", False, 1, 16384), ("T_tok", False, 0, None), ("K", False, 1, None),), requires=(),
     factory_args=('H', 'routed_scaling_factor', 'clamp'),)
 

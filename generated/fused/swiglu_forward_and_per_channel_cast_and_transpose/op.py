@@ -9,6 +9,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3',), ('fp32', 'pow2', 'ue8m0'), ('true', 'false'), ('', 'with_clamp'))
 
 OP = OpInfo(name="swiglu_forward_and_per_channel_cast_and_transpose", package=__package__, params=
     (ParamInfo("fmt", ('e4m3',), None, True, "element format of q", 'e4m3', 'int'),
@@ -24,27 +27,16 @@ OP = OpInfo(name="swiglu_forward_and_per_channel_cast_and_transpose", package=__
             None),), outputs=
     (
         OutputInfo("q",
-            by_variant({('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp',
-                        'e4m3_ue8m0_true', 'e4m3_ue8m0_true_with_clamp'): lambda d: (d["H"], d["T"],),
-                    ('e4m3_fp32_false', 'e4m3_fp32_false_with_clamp', 'e4m3_pow2_false', 'e4m3_pow2_false_with_clamp',
-                        'e4m3_ue8m0_false', 'e4m3_ue8m0_false_with_clamp'): lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
-                        'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp', 'e4m3_pow2_false', 'e4m3_pow2_false_with_clamp',
-                        'e4m3_ue8m0_true', 'e4m3_ue8m0_true_with_clamp', 'e4m3_ue8m0_false',
-                        'e4m3_ue8m0_false_with_clamp'): 'float8_e4m3fn'})[v], 'bit', None, False),
+            by_variant({variant_names(('e4m3',), ('fp32', 'pow2', 'ue8m0'), ('false',), ('', 'with_clamp')): lambda d:
+                    (d["T"], d["H"],)}, VARIANTS, lambda d: (d["H"], d["T"],)), lambda v, dt: 'float8_e4m3fn', 'bit',
+            None, False),
         OutputInfo("sf",
-            by_variant({('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
-                        'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp', 'e4m3_pow2_false', 'e4m3_pow2_false_with_clamp'):
-                    lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],),
-                    ('e4m3_ue8m0_true', 'e4m3_ue8m0_true_with_clamp', 'e4m3_ue8m0_false',
-                        'e4m3_ue8m0_false_with_clamp'): lambda d:
-                    ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),)}), lambda v, dt:
-            by_variant({('e4m3_fp32_true', 'e4m3_fp32_true_with_clamp', 'e4m3_fp32_false', 'e4m3_fp32_false_with_clamp',
-                        'e4m3_pow2_true', 'e4m3_pow2_true_with_clamp', 'e4m3_pow2_false', 'e4m3_pow2_false_with_clamp'):
-                    'float32',
-                    ('e4m3_ue8m0_true', 'e4m3_ue8m0_true_with_clamp', 'e4m3_ue8m0_false',
-                        'e4m3_ue8m0_false_with_clamp'): 'int32'})[v], 'bit', None, False),), dims=
-    (("T", True, 0, None), ("H", False, 1, 16384),), requires=(), factory_args=('H', 'group_tokens', 'clamp'),)
+            by_variant({variant_names(('e4m3',), ('ue8m0',), ('true', 'false'), ('', 'with_clamp')): lambda d:
+                    ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),)}, VARIANTS, lambda d:
+                ((-(-d["T"] // d["group_tokens"])), d["H"],)), lambda v, dt:
+            by_variant({variant_names(('e4m3',), ('ue8m0',), ('true', 'false'), ('', 'with_clamp')): 'int32'}, VARIANTS,
+                'float32')[v], 'bit', None, False),), dims=(("T", True, 0, None), ("H", False, 1, 16384),), requires=(),
+    factory_args=('H', 'group_tokens', 'clamp'),)
 
 
 @torch.library.custom_op("tkgen::swiglu_forward_and_per_channel_cast_and_transpose", mutates_args=())

@@ -2,7 +2,7 @@
 # with the formats. Do not edit: change the spec and run `tkgen generate`.
 """PyTorch reference of `swiglu_forward_and_per_channel_cast_and_transpose`
 (docs/architecture.md, "The generated layout")."""
-from tkgen.runtime.schedule import specialize
+from tkgen.runtime.schedule import specialized
 from tkgen.runtime.torch_prims import *  # noqa: F401,F403
 from ...common.torch_helpers import encode_bf16, encode_e4m3
 
@@ -98,16 +98,5 @@ def make_reference_e4m3(scale, transpose, with_clamp, x, group_tokens, clamp, _g
 
 # each variant's function: its own, or a shared one with the params that tell the variants apart bound
 VARIANTS = {
-    "e4m3_fp32_true": specialize(make_reference_e4m3, 'fp32', True, False),
-    "e4m3_fp32_true_with_clamp": specialize(make_reference_e4m3, 'fp32', True, True),
-    "e4m3_fp32_false": specialize(make_reference_e4m3, 'fp32', False, False),
-    "e4m3_fp32_false_with_clamp": specialize(make_reference_e4m3, 'fp32', False, True),
-    "e4m3_pow2_true": specialize(make_reference_e4m3, 'pow2', True, False),
-    "e4m3_pow2_true_with_clamp": specialize(make_reference_e4m3, 'pow2', True, True),
-    "e4m3_pow2_false": specialize(make_reference_e4m3, 'pow2', False, False),
-    "e4m3_pow2_false_with_clamp": specialize(make_reference_e4m3, 'pow2', False, True),
-    "e4m3_ue8m0_true": specialize(make_reference_e4m3, 'ue8m0', True, False),
-    "e4m3_ue8m0_true_with_clamp": specialize(make_reference_e4m3, 'ue8m0', True, True),
-    "e4m3_ue8m0_false": specialize(make_reference_e4m3, 'ue8m0', False, False),
-    "e4m3_ue8m0_false_with_clamp": specialize(make_reference_e4m3, 'ue8m0', False, True),
-}
+    **specialized('', make_reference_e4m3, 'e4m3', ('fp32', 'pow2', 'ue8m0'), (True, False),
+        {'': False, 'with_clamp': True}),}

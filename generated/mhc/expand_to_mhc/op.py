@@ -21,7 +21,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("out", {'base': lambda d: (d["T"], d["mhc_mult"], d["D"],)},
-                   lambda v, dt: {'base': 'bfloat16'}[v], 'bit', None, False),
+                   lambda v, dt: 'bfloat16', 'bit', None, False),
     ),
     dims=(
         ("T", True, 0, None),

@@ -23,5 +23,5 @@ def reference_base(x, mhc_mult, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

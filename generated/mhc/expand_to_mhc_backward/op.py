@@ -19,7 +19,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("x_grad", {'base': lambda d: (d["T"], d["D"],)},
-                   lambda v, dt: {'base': 'bfloat16'}[v], 'bit', None, False),
+                   lambda v, dt: 'bfloat16', 'bit', None, False),
     ),
     dims=(
         ("T", True, 0, None),

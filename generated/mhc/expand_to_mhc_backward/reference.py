@@ -30,5 +30,5 @@ def reference_base(grad_out, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

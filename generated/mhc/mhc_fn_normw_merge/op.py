@@ -20,7 +20,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("out_fn", {'base': lambda d: (d["M3"], d["K"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False),
+                   lambda v, dt: 'float32', 'bit', None, False),
     ),
     dims=(
         ("M3", False, 1, 128),

@@ -21,5 +21,5 @@ def reference_base(fn, normw, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

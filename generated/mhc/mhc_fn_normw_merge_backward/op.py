@@ -27,9 +27,9 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("fn_grad", {'base': lambda d: (d["M3"], d["K"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False, into="fn_grad_acc"),
+                   lambda v, dt: 'float32', 'bit', None, False, into="fn_grad_acc"),
         OutputInfo("normw_grad", {'base': lambda d: (d["K"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False, into="normw_grad_acc"),
+                   lambda v, dt: 'float32', 'bit', None, False, into="normw_grad_acc"),
     ),
     dims=(
         ("M3", False, 1, 128),

@@ -32,5 +32,5 @@ def reference_base(fn, normw, out_fn_grad, fn_grad_acc, normw_grad_acc, _given=N
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -26,7 +26,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("out", {'base': lambda d: (d["T"], d["M"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False),
+                   lambda v, dt: 'float32', 'bit', None, False),
     ),
     dims=(
         ("T", True, 0, None),

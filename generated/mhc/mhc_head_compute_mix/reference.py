@@ -24,5 +24,5 @@ def reference_base(input_mix, mhc_scale, mhc_base, mhc_pre_eps, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

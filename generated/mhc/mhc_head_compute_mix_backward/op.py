@@ -8,19 +8,37 @@ from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
-OP = OpInfo(name="mhc_head_compute_mix_backward", package=__package__, params=(), inputs=
-    (InputInfo("grad_out", ('fp32',), ('T', 'M'), lambda d: (d["T"], d["M"],), False, (('T', 1), ('M', 1)), None),
-        InputInfo("input_mix", ('fp32',), ('T', 'M'), lambda d: (d["T"], d["M"],), False, (('T', 1), ('M', 1)), None),
-        InputInfo("mhc_scale", ('fp32',), ('1',), lambda d: (1,), False, (None,), None),
-        InputInfo("mhc_base", ('fp32',), ('M',), lambda d: (d["M"],), False, (('M', 1),), None),), outputs=
-    (
-        OutputInfo("input_mix_grad", {'base': lambda d: (d["T"], d["M"],)}, lambda v, dt: {'base': 'float32'}[v], 'bit',
-            None, False),
-        OutputInfo("mhc_scale_grad", {'base': lambda d: (1,)}, lambda v, dt: {'base': 'float32'}[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),
-        OutputInfo("mhc_base_grad", {'base': lambda d: (d["M"],)}, lambda v, dt: {'base': 'float32'}[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),), dims=
-    (("T", True, 0, None), ("M", False, 1, 8),), requires=(), factory_args=('M',),)
+OP = OpInfo(
+    name="mhc_head_compute_mix_backward",
+    package=__package__,
+    params=(
+    ),
+    inputs=(
+        InputInfo("grad_out", ('fp32',), ('T', 'M'), lambda d: (d["T"], d["M"],), False,
+                  (('T', 1), ('M', 1)), None),
+        InputInfo("input_mix", ('fp32',), ('T', 'M'), lambda d: (d["T"], d["M"],), False,
+                  (('T', 1), ('M', 1)), None),
+        InputInfo("mhc_scale", ('fp32',), ('1',), lambda d: (1,), False,
+                  (None,), None),
+        InputInfo("mhc_base", ('fp32',), ('M',), lambda d: (d["M"],), False,
+                  (('M', 1),), None),
+    ),
+    outputs=(
+        OutputInfo("input_mix_grad", {'base': lambda d: (d["T"], d["M"],)},
+                   lambda v, dt: 'float32', 'bit', None, False),
+        OutputInfo("mhc_scale_grad", {'base': lambda d: (1,)},
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),
+        OutputInfo("mhc_base_grad", {'base': lambda d: (d["M"],)},
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("M", False, 1, 8),
+    ),
+    requires=(
+    ),
+    factory_args=('M',),
+)
 
 
 @torch.library.custom_op("tkgen::mhc_head_compute_mix_backward", mutates_args=())

@@ -35,5 +35,5 @@ def reference_base(grad_out, input_mix, mhc_scale, mhc_base, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -39,5 +39,5 @@ def reference_base(x, residual, post, comb, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

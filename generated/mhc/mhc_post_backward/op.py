@@ -7,26 +7,42 @@ from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
-OP = OpInfo(name="mhc_post_backward", package=__package__, params=(), inputs=
-    (
+OP = OpInfo(
+    name="mhc_post_backward",
+    package=__package__,
+    params=(
+    ),
+    inputs=(
         InputInfo("grad_out", ('bf16',), ('T', 'M', 'D'), lambda d: (d["T"], d["M"], d["D"],), False,
-            (('T', 1), ('M', 1), ('D', 1)), None),
-        InputInfo("x", ('bf16',), ('T', 'D'), lambda d: (d["T"], d["D"],), False, (('T', 1), ('D', 1)), None),
+                  (('T', 1), ('M', 1), ('D', 1)), None),
+        InputInfo("x", ('bf16',), ('T', 'D'), lambda d: (d["T"], d["D"],), False,
+                  (('T', 1), ('D', 1)), None),
         InputInfo("residual", ('bf16',), ('T', 'M', 'D'), lambda d: (d["T"], d["M"], d["D"],), False,
-            (('T', 1), ('M', 1), ('D', 1)), None),
-        InputInfo("post", ('fp32',), ('T', 'M'), lambda d: (d["T"], d["M"],), False, (('T', 1), ('M', 1)), None),
+                  (('T', 1), ('M', 1), ('D', 1)), None),
+        InputInfo("post", ('fp32',), ('T', 'M'), lambda d: (d["T"], d["M"],), False,
+                  (('T', 1), ('M', 1)), None),
         InputInfo("comb", ('fp32',), ('T', 'M', 'M'), lambda d: (d["T"], d["M"], d["M"],), False,
-            (('T', 1), ('M', 1), ('M', 1)), None),), outputs=
-    (
-        OutputInfo("x_grad", {'base': lambda d: (d["T"], d["D"],)}, lambda v, dt: {'base': 'bfloat16'}[v], 'bit', None,
-            False),
-        OutputInfo("residual_grad", {'base': lambda d: (d["T"], d["M"], d["D"],)}, lambda v, dt:
-            {'base': 'bfloat16'}[v], 'bit', None, False),
-        OutputInfo("post_grad", {'base': lambda d: (d["T"], d["M"],)}, lambda v, dt: {'base': 'float32'}[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
-        OutputInfo("comb_grad", {'base': lambda d: (d["T"], d["M"], d["M"],)}, lambda v, dt: {'base': 'float32'}[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),), dims=
-    (("T", True, 0, None), ("M", False, 1, 8), ("D", False, 1, 16384),), requires=(), factory_args=('M', 'D'),)
+                  (('T', 1), ('M', 1), ('M', 1)), None),
+    ),
+    outputs=(
+        OutputInfo("x_grad", {'base': lambda d: (d["T"], d["D"],)},
+                   lambda v, dt: 'bfloat16', 'bit', None, False),
+        OutputInfo("residual_grad", {'base': lambda d: (d["T"], d["M"], d["D"],)},
+                   lambda v, dt: 'bfloat16', 'bit', None, False),
+        OutputInfo("post_grad", {'base': lambda d: (d["T"], d["M"],)},
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
+        OutputInfo("comb_grad", {'base': lambda d: (d["T"], d["M"], d["M"],)},
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("M", False, 1, 8),
+        ("D", False, 1, 16384),
+    ),
+    requires=(
+    ),
+    factory_args=('M', 'D'),
+)
 
 
 @torch.library.custom_op("tkgen::mhc_post_backward", mutates_args=())

@@ -59,5 +59,5 @@ def reference_base(grad_out, x, residual, post, comb, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -9,23 +9,43 @@ from tkgen.runtime.autograd import _contiguous, _dtype, _grad_like, _like, _pres
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 
-OP = OpInfo(name="mhc_pre_norm_fn", package=__package__, params=
-    (ParamInfo("eps", None, None, False, "added to the mean square before the rsqrt", 1e-06, 'float'),), inputs=
-    (InputInfo("residual", ('bf16',), ('T', 'K'), lambda d: (d["T"], d["K"],), False, (('T', 1), ('K', 1)), None),
-        InputInfo("fn", ('fp32',), ('N', 'K'), lambda d: (d["N"], d["K"],), False, (('N', 1), ('K', 1)), None),
-        InputInfo("norm_weight", ('fp32',), ('K',), lambda d: (d["K"],), True, (('K', 1),), None),), outputs=
-    (
-        OutputInfo("mixes", by_variant({('base', 'with_norm_weight'): lambda d: (d["T"], d["N"],)}), lambda v, dt:
-            by_variant({('base', 'with_norm_weight'): 'float32'})[v],
-            {'tol': {'rtol': 0.001, 'atol': 0.0001, 'atol_of': 'max'}}, None, False),
-        OutputInfo("out_mul", by_variant({('base', 'with_norm_weight'): lambda d: (d["T"], d["N"],)}), lambda v, dt:
-            by_variant({('base', 'with_norm_weight'): 'float32'})[v],
-            {'tol': {'rtol': 0.001, 'atol': 0.0001, 'atol_of': 'max'}}, None, False),
-        OutputInfo("sqrsum", by_variant({('base', 'with_norm_weight'): lambda d: (d["T"],)}), lambda v, dt:
-            by_variant({('base', 'with_norm_weight'): 'float32'})[v], {'tol': {'rtol': 0.0001, 'atol': 0.0}}, None,
-            False),), dims=(("T", True, 0, None), ("K", False, 32, 131072), ("N", False, 1, 64),), requires=
-    (("K % 32 == 0", lambda d: ((d["K"] % 32) == 0)),), factory_args=('K', 'N', 'eps'),)
+VARIANTS = variant_names(('', 'with_norm_weight'))
+
+OP = OpInfo(
+    name="mhc_pre_norm_fn",
+    package=__package__,
+    params=(
+        ParamInfo("eps", None, None, False, "added to the mean square before the rsqrt",
+                  1e-06, 'float'),
+    ),
+    inputs=(
+        InputInfo("residual", ('bf16',), ('T', 'K'), lambda d: (d["T"], d["K"],), False,
+                  (('T', 1), ('K', 1)), None),
+        InputInfo("fn", ('fp32',), ('N', 'K'), lambda d: (d["N"], d["K"],), False,
+                  (('N', 1), ('K', 1)), None),
+        InputInfo("norm_weight", ('fp32',), ('K',), lambda d: (d["K"],), True,
+                  (('K', 1),), None),
+    ),
+    outputs=(
+        OutputInfo("mixes", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["N"],)),
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.001, 'atol': 0.0001, 'atol_of': 'max'}}, None, False),
+        OutputInfo("out_mul", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["N"],)),
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.001, 'atol': 0.0001, 'atol_of': 'max'}}, None, False),
+        OutputInfo("sqrsum", dict.fromkeys(VARIANTS, lambda d: (d["T"],)),
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 0.0}}, None, False),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("K", False, 32, 131072),
+        ("N", False, 1, 64),
+    ),
+    requires=(
+        ("K % 32 == 0", lambda d: ((d["K"] % 32) == 0)),
+    ),
+    factory_args=('K', 'N', 'eps'),
+)
 
 
 @torch.library.custom_op("tkgen::mhc_pre_norm_fn", mutates_args=())

@@ -9,6 +9,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('', 'with_norm_weight'))
 
 OP = OpInfo(name="mhc_pre_norm_fn_backward", package=__package__, params=
     (ParamInfo("eps", None, None, False, "the forward\u0027s eps", 1e-06, 'float'),), inputs=
@@ -19,15 +22,12 @@ OP = OpInfo(name="mhc_pre_norm_fn_backward", package=__package__, params=
         InputInfo("out_mul", ('fp32',), ('T', 'N'), lambda d: (d["T"], d["N"],), False, (('T', 1), ('N', 1)), None),
         InputInfo("sqrsum", ('fp32',), ('T',), lambda d: (d["T"],), False, (('T', 1),), None),), outputs=
     (
-        OutputInfo("residual_grad", by_variant({('base', 'with_norm_weight'): lambda d: (d["T"], d["K"],)}), lambda v,
-            dt: by_variant({('base', 'with_norm_weight'): 'bfloat16'})[v],
+        OutputInfo("residual_grad", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["K"],)), lambda v, dt: 'bfloat16',
             {'tol': {'rtol': 0.01, 'atol': 0.001, 'atol_of': 'max'}}, None, False),
-        OutputInfo("fn_grad", by_variant({('base', 'with_norm_weight'): lambda d: (d["N"], d["K"],)}), lambda v, dt:
-            by_variant({('base', 'with_norm_weight'): 'float32'})[v],
+        OutputInfo("fn_grad", dict.fromkeys(VARIANTS, lambda d: (d["N"], d["K"],)), lambda v, dt: 'float32',
             {'tol': {'rtol': 0.001, 'atol': 0.0001, 'atol_of': 'max'}}, None, True),
         OutputInfo("norm_weight_grad", {'base': lambda d: (0,), 'with_norm_weight': lambda d: (d["K"],)}, lambda v, dt:
-            by_variant({('base', 'with_norm_weight'): 'float32'})[v],
-            {'tol': {'rtol': 0.001, 'atol': 0.0001, 'atol_of': 'max'}}, 'norm_weight', True),), dims=
+            'float32', {'tol': {'rtol': 0.001, 'atol': 0.0001, 'atol_of': 'max'}}, 'norm_weight', True),), dims=
     (("T", True, 0, None), ("K", False, 32, 131072), ("N", False, 1, 64),), requires=
     (("K % 32 == 0", lambda d: ((d["K"] % 32) == 0)),), factory_args=('K', 'N', 'eps'),)
 

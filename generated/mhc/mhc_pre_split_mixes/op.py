@@ -19,13 +19,10 @@ OP = OpInfo(name="mhc_pre_split_mixes", package=__package__, params=
         InputInfo("mhc_scale", ('fp32',), ('3',), lambda d: (3,), False, (None,), None),
         InputInfo("mhc_base", ('fp32',), ('mhc_mult * (mhc_mult + 2)',), lambda d:
             ((d["mhc_mult"] * (d["mhc_mult"] + 2)),), False, (None,), None),), outputs=
-    (
-        OutputInfo("pre", {'base': lambda d: (d["T"], d["mhc_mult"],)}, lambda v, dt: {'base': 'float32'}[v], 'bit',
-            None, False),
-        OutputInfo("post", {'base': lambda d: (d["T"], d["mhc_mult"],)}, lambda v, dt: {'base': 'float32'}[v], 'bit',
-            None, False),
-        OutputInfo("comb", {'base': lambda d: (d["T"], d["mhc_mult"], d["mhc_mult"],)}, lambda v, dt:
-            {'base': 'float32'}[v], 'bit', None, False),), dims=(("T", True, 0, None),), requires=(), factory_args=
+    (OutputInfo("pre", {'base': lambda d: (d["T"], d["mhc_mult"],)}, lambda v, dt: 'float32', 'bit', None, False),
+        OutputInfo("post", {'base': lambda d: (d["T"], d["mhc_mult"],)}, lambda v, dt: 'float32', 'bit', None, False),
+        OutputInfo("comb", {'base': lambda d: (d["T"], d["mhc_mult"], d["mhc_mult"],)}, lambda v, dt: 'float32', 'bit',
+            None, False),), dims=(("T", True, 0, None),), requires=(), factory_args=
     ('mhc_mult', 'mhc_post_mult_value', 'mhc_pre_eps'),)
 
 

@@ -50,5 +50,5 @@ def reference_base(input_mixes, mhc_scale, mhc_base, mhc_mult, mhc_post_mult_val
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

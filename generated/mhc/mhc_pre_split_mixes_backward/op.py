@@ -27,11 +27,11 @@ OP = OpInfo(name="mhc_pre_split_mixes_backward", package=__package__, params=
             ((d["mhc_mult"] * (d["mhc_mult"] + 2)),), False, (None,), None),), outputs=
     (
         OutputInfo("input_mixes_grad", {'base': lambda d: (d["T"], (d["mhc_mult"] * (d["mhc_mult"] + 2)),)}, lambda v,
-            dt: {'base': 'float32'}[v], 'bit', None, False),
-        OutputInfo("mhc_scale_grad", {'base': lambda d: (3,)}, lambda v, dt: {'base': 'float32'}[v],
+            dt: 'float32', 'bit', None, False),
+        OutputInfo("mhc_scale_grad", {'base': lambda d: (3,)}, lambda v, dt: 'float32',
             {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),
         OutputInfo("mhc_base_grad", {'base': lambda d: ((d["mhc_mult"] * (d["mhc_mult"] + 2)),)}, lambda v, dt:
-            {'base': 'float32'}[v], {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),), dims=
+            'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),), dims=
     (("T", True, 0, None),), requires=(), factory_args=('mhc_mult', 'mhc_post_mult_value'),)
 
 

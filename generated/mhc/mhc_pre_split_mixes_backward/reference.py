@@ -61,5 +61,5 @@ def reference_base(grad_pre, grad_post, grad_comb, input_mixes, post, mhc_scale,
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -18,11 +18,11 @@ OP = OpInfo(name="mhc_reduce_partials_and_rmsnorm", package=__package__, params=
             (d["n_splits"], d["T"], d["G"], d["N"],), False, (None, ('T', 1), ('G', 1), ('N', 1)), None),
         InputInfo("sqrsum_split", ('fp32',), ('n_splits', 'T', 'G'), lambda d: (d["n_splits"], d["T"], d["G"],), False,
             (None, ('T', 1), ('G', 1)), None),), outputs=
-    (OutputInfo("out", {'base': lambda d: (d["T"], d["N"],)}, lambda v, dt: {'base': 'float32'}[v], 'bit', None, False),
-        OutputInfo("out_mul", {'base': lambda d: (d["T"], d["G"], d["N"],)}, lambda v, dt: {'base': 'float32'}[v],
-            'bit', None, False),
-        OutputInfo("sqrsum", {'base': lambda d: (d["T"], d["G"],)}, lambda v, dt: {'base': 'float32'}[v], 'bit', None,
-            False),), dims=(("T", True, 0, None), ("G", False, 1, 64), ("N", False, 1, 64),), requires=(), factory_args=
+    (OutputInfo("out", {'base': lambda d: (d["T"], d["N"],)}, lambda v, dt: 'float32', 'bit', None, False),
+        OutputInfo("out_mul", {'base': lambda d: (d["T"], d["G"], d["N"],)}, lambda v, dt: 'float32', 'bit', None,
+            False),
+        OutputInfo("sqrsum", {'base': lambda d: (d["T"], d["G"],)}, lambda v, dt: 'float32', 'bit', None, False),),
+    dims=(("T", True, 0, None), ("G", False, 1, 64), ("N", False, 1, 64),), requires=(), factory_args=
     ('G', 'N', 'n_splits', 'group_size', 'eps'),)
 
 

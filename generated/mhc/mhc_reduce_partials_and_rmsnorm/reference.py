@@ -51,5 +51,5 @@ def reference_base(out_mul_split, sqrsum_split, n_splits, group_size, eps, _give
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -29,9 +29,9 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("out_mul_split_grad", {'base': lambda d: (d["n_splits"], d["T"], d["G"], d["N"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False),
+                   lambda v, dt: 'float32', 'bit', None, False),
         OutputInfo("sqrsum_split_grad", {'base': lambda d: (d["n_splits"], d["T"], d["G"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False),
+                   lambda v, dt: 'float32', 'bit', None, False),
     ),
     dims=(
         ("T", True, 0, None),

@@ -41,5 +41,5 @@ def reference_base(grad_out, out_mul, sqrsum, n_splits, group_size, eps, _given=
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

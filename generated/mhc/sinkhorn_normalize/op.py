@@ -23,7 +23,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("out", {'base': lambda d: (d["T"], d["M"], d["M"],)},
-                   lambda v, dt: {'base': 'float32'}[v], {'tol': {'rtol': 1e-05, 'atol': 1e-06}}, None, False),
+                   lambda v, dt: 'float32', {'tol': {'rtol': 1e-05, 'atol': 1e-06}}, None, False),
     ),
     dims=(
         ("T", True, 0, None),

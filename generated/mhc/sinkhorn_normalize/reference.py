@@ -36,5 +36,5 @@ def reference_base(x, repeat, eps, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -8,18 +8,33 @@ from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
 
-OP = OpInfo(name="sinkhorn_normalize_backward", package=__package__, params=
-    (ParamInfo("repeat", None, lambda d: (1, 20), False, "Sinkhorn rounds of the forward", 10, 'int'),
-        ParamInfo("eps", None, None, False, "the forward\u0027s eps", 1e-06, 'float'),), inputs=
-    (
+OP = OpInfo(
+    name="sinkhorn_normalize_backward",
+    package=__package__,
+    params=(
+        ParamInfo("repeat", None, lambda d: (1, 20), False, "Sinkhorn rounds of the forward",
+                  10, 'int'),
+        ParamInfo("eps", None, None, False, "the forward\u0027s eps",
+                  1e-06, 'float'),
+    ),
+    inputs=(
         InputInfo("grad_out", ('fp32',), ('T', 'M', 'M'), lambda d: (d["T"], d["M"], d["M"],), False,
-            (('T', 1), ('M', 1), ('M', 1)), None),
+                  (('T', 1), ('M', 1), ('M', 1)), None),
         InputInfo("x", ('fp32',), ('T', 'M', 'M'), lambda d: (d["T"], d["M"], d["M"],), False,
-            (('T', 1), ('M', 1), ('M', 1)), None),), outputs=
-    (
-        OutputInfo("x_grad", {'base': lambda d: (d["T"], d["M"], d["M"],)}, lambda v, dt: {'base': 'float32'}[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-06, 'atol_of': 'max'}}, None, False),), dims=
-    (("T", True, 0, None), ("M", False, 1, 8),), requires=(), factory_args=('M', 'repeat', 'eps'),)
+                  (('T', 1), ('M', 1), ('M', 1)), None),
+    ),
+    outputs=(
+        OutputInfo("x_grad", {'base': lambda d: (d["T"], d["M"], d["M"],)},
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-06, 'atol_of': 'max'}}, None, False),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("M", False, 1, 8),
+    ),
+    requires=(
+    ),
+    factory_args=('M', 'repeat', 'eps'),
+)
 
 
 @torch.library.custom_op("tkgen::sinkhorn_normalize_backward", mutates_args=())

@@ -68,5 +68,5 @@ def reference_base(grad_out, x, repeat, eps, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

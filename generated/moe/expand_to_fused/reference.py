@@ -28,5 +28,5 @@ def reference_base(x, token_topk_to_pos, pos_to_expert, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

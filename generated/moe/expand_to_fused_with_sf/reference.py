@@ -36,5 +36,5 @@ def reference_base(x, x_sf, token_topk_to_pos, pos_to_expert, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -23,7 +23,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("pos_to_expert", {'base': lambda d: (d["P"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False, into="out"),
+                   lambda v, dt: 'int32', 'bit', None, False, into="out"),
     ),
     dims=(
         ("P", True, 0, None),

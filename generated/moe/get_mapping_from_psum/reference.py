@@ -36,5 +36,5 @@ def reference_base(psum, out, alignment, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

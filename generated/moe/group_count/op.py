@@ -20,7 +20,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("count", {'base': lambda d: (d["num_groups"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, True),
+                   lambda v, dt: 'int32', 'bit', None, True),
     ),
     dims=(
         ("T", True, 0, None),

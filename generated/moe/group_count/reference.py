@@ -23,5 +23,5 @@ def reference_base(group_idx, num_groups, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -19,7 +19,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("unique", {'base': lambda d: (d["T"], d["K"],)},
-                   lambda v, dt: {'base': 'int64'}[v], 'bit', None, False, into="group_indices"),
+                   lambda v, dt: 'int64', 'bit', None, False, into="group_indices"),
     ),
     dims=(
         ("T", True, 0, None),

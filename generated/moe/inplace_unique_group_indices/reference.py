@@ -31,5 +31,5 @@ def reference_base(group_indices, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

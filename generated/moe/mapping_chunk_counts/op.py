@@ -23,7 +23,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("counts", {'base': lambda d: ((-(-d["N"] // d["chunk"])), d["num_experts"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False),
+                   lambda v, dt: 'int32', 'bit', None, False),
     ),
     dims=(
         ("N", True, 0, None),

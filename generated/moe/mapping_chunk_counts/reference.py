@@ -30,5 +30,5 @@ def reference_base(topk_idx, num_experts, chunk, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

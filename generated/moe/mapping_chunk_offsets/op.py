@@ -15,12 +15,10 @@ OP = OpInfo(name="mapping_chunk_offsets", package=__package__, params=
             "smaller tile of 1 or 3 experts", 256, 'int'),), inputs=
     (InputInfo("counts", ('int32',), ('NB', 'E'), lambda d: (d["NB"], d["E"],), False, (('NB', 1), ('E', 1)), None),),
     outputs=
-    (
-        OutputInfo("offsets", {'base': lambda d: (d["NB"], d["E"],)}, lambda v, dt: {'base': 'int32'}[v], 'bit', None,
-            False),
-        OutputInfo("totals", {'base': lambda d: ((-(-d["NB"] // d["group"])), d["E"],)}, lambda v, dt:
-            {'base': 'int32'}[v], 'bit', None, False),), dims=(("NB", True, 0, None), ("E", False, 1, 1024),), requires=
-    (), factory_args=('E', 'group'),)
+    (OutputInfo("offsets", {'base': lambda d: (d["NB"], d["E"],)}, lambda v, dt: 'int32', 'bit', None, False),
+        OutputInfo("totals", {'base': lambda d: ((-(-d["NB"] // d["group"])), d["E"],)}, lambda v, dt: 'int32', 'bit',
+            None, False),), dims=(("NB", True, 0, None), ("E", False, 1, 1024),), requires=(), factory_args=
+    ('E', 'group'),)
 
 
 @torch.library.custom_op("tkgen::mapping_chunk_offsets", mutates_args=())

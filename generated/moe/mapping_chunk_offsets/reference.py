@@ -43,5 +43,5 @@ def reference_base(counts, group, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

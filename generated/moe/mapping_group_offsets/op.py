@@ -14,10 +14,8 @@ OP = OpInfo(name="mapping_group_offsets", package=__package__, params=
     (InputInfo("offsets", ('int32',), ('NB', 'E'), lambda d: (d["NB"], d["E"],), False, (('NB', 1), ('E', 1)), None),
         InputInfo("group_offsets", ('int32',), ('ceildiv(NB, group)', 'E'), lambda d:
             ((-(-d["NB"] // d["group"])), d["E"],), False, (None, ('E', 1)), None),), outputs=
-    (
-        OutputInfo("chunk_offsets", {'base': lambda d: (d["NB"], d["E"],)}, lambda v, dt: {'base': 'int32'}[v], 'bit',
-            None, False),), dims=(("NB", True, 0, None), ("E", False, 1, 1024),), requires=(), factory_args=
-    ('E', 'group'),)
+    (OutputInfo("chunk_offsets", {'base': lambda d: (d["NB"], d["E"],)}, lambda v, dt: 'int32', 'bit', None, False),),
+    dims=(("NB", True, 0, None), ("E", False, 1, 1024),), requires=(), factory_args=('E', 'group'),)
 
 
 @torch.library.custom_op("tkgen::mapping_group_offsets", mutates_args=())

@@ -27,5 +27,5 @@ def reference_base(offsets, group_offsets, group, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -15,9 +15,8 @@ OP = OpInfo(name="mapping_positions", package=__package__, params=
         InputInfo("offsets", ('int32',), ('ceildiv(N, chunk)', 'E'), lambda d: ((-(-d["N"] // d["chunk"])), d["E"],),
             False, (None, ('E', 1)), None),
         InputInfo("expert_start", ('int32',), ('E',), lambda d: (d["E"],), False, (('E', 1),), None),), outputs=
-    (
-        OutputInfo("token_topk_to_pos", {'base': lambda d: (d["N"],)}, lambda v, dt: {'base': 'int32'}[v], 'bit', None,
-            False),), dims=(("N", True, 0, None), ("E", False, 1, 1024),), requires=(), factory_args=('E', 'chunk'),)
+    (OutputInfo("token_topk_to_pos", {'base': lambda d: (d["N"],)}, lambda v, dt: 'int32', 'bit', None, False),), dims=
+    (("N", True, 0, None), ("E", False, 1, 1024),), requires=(), factory_args=('E', 'chunk'),)
 
 
 @torch.library.custom_op("tkgen::mapping_positions", mutates_args=())

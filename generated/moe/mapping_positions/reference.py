@@ -44,5 +44,5 @@ def reference_base(topk_idx, offsets, expert_start, chunk, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

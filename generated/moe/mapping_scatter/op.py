@@ -20,9 +20,9 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("pos_to_token", {'base': lambda d: (d["T_exp"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False, at="token_topk_to_pos", fill=-1),
+                   lambda v, dt: 'int32', 'bit', None, False, at="token_topk_to_pos", fill=-1),
         OutputInfo("pos_to_token_topk", {'base': lambda d: (d["T_exp"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False, at="token_topk_to_pos", fill=-1),
+                   lambda v, dt: 'int32', 'bit', None, False, at="token_topk_to_pos", fill=-1),
     ),
     dims=(
         ("T", True, 0, None),

@@ -20,13 +20,13 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("num_tokens_per_expert", {'base': lambda d: (d["U"], d["E"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False),
+                   lambda v, dt: 'int32', 'bit', None, False),
         OutputInfo("expert_start", {'base': lambda d: (d["U"], d["E"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False),
+                   lambda v, dt: 'int32', 'bit', None, False),
         OutputInfo("expert_end", {'base': lambda d: (d["U"], d["E"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False),
+                   lambda v, dt: 'int32', 'bit', None, False),
         OutputInfo("psum", {'base': lambda d: (d["U"], d["E"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False),
+                   lambda v, dt: 'int32', 'bit', None, False),
     ),
     dims=(
         ("U", True, 0, None),

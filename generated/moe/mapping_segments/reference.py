@@ -44,5 +44,5 @@ def reference_base(totals, alignment, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -26,7 +26,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("masked", {'base': lambda d: (d["T"], d["K"],)},
-                   lambda v, dt: {'base': 'int64'}[v], 'bit', None, False),
+                   lambda v, dt: 'int64', 'bit', None, False),
     ),
     dims=(
         ("T", True, 0, None),

@@ -41,5 +41,5 @@ def reference_base(indices, n, num_ep_ranks, tp_rank, num_tp_ranks, _given=None)
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

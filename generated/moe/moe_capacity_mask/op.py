@@ -22,11 +22,11 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("mask", {'base': lambda d: (d["T"], d["K"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False),
+                   lambda v, dt: 'int32', 'bit', None, False),
         OutputInfo("slot", {'base': lambda d: (d["T"], d["K"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False),
+                   lambda v, dt: 'int32', 'bit', None, False),
         OutputInfo("kept", {'base': lambda d: (d["num_experts"],)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, True),
+                   lambda v, dt: 'int32', 'bit', None, True),
     ),
     dims=(
         ("T", True, 0, None),

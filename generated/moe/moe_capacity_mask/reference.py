@@ -69,5 +69,5 @@ def reference_base(topk_idx, num_experts, capacity, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

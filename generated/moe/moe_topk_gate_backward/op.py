@@ -9,6 +9,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('', 'with_grad_scores_sum'))
 
 OP = OpInfo(name="moe_topk_gate_backward", package=__package__, params=
     (ParamInfo("routed_scaling_factor", None, None, False, "the forward\u0027s routed scaling factor", 1.0, 'float'),
@@ -26,10 +29,9 @@ OP = OpInfo(name="moe_topk_gate_backward", package=__package__, params=
         InputInfo("mask", ('int32',), ('T',), lambda d: (d["T"],), True, (('T', 1),), None, together=
             "grad_scores_sum"),), outputs=
     (
-        OutputInfo("grad_logits", by_variant({('base', 'with_grad_scores_sum'): lambda d: (d["T"], d["E"],)}), lambda v,
-            dt: by_variant({('base', 'with_grad_scores_sum'): 'float32'})[v], 'bit', None, False),), dims=
-    (("T", True, 0, None), ("E", False, 1, 512), ("K", False, 1, 32),), requires=(), factory_args=
-    ('E', 'K', 'routed_scaling_factor', 'num_seqs', 'seq_len'),)
+        OutputInfo("grad_logits", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["E"],)), lambda v, dt: 'float32', 'bit',
+            None, False),), dims=(("T", True, 0, None), ("E", False, 1, 512), ("K", False, 1, 32),), requires=(),
+    factory_args=('E', 'K', 'routed_scaling_factor', 'num_seqs', 'seq_len'),)
 
 
 @torch.library.custom_op("tkgen::moe_topk_gate_backward", mutates_args=())

@@ -18,9 +18,9 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("denominator", {'base': lambda d: (d["T"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False),
+                   lambda v, dt: 'float32', 'bit', None, False),
         OutputInfo("normalized", {'base': lambda d: (d["T"], d["K"],)},
-                   lambda v, dt: {'base': 'float32'}[v], 'bit', None, False),
+                   lambda v, dt: 'float32', 'bit', None, False),
     ),
     dims=(
         ("T", True, 0, None),

@@ -26,5 +26,5 @@ def reference_base(topk_weights, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 
 
 def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dtype, *, threads, block_t, tile_elems):
@@ -175,28 +175,7 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
     return kernel
 
 
-# the variants of the shared factories
-build_bf16 = specialize(make_variants, 'bf16', False, False, False)
-build_bf16_with_sf = specialize(make_variants, 'bf16', False, False, True)
-build_bf16_with_x_sf = specialize(make_variants, 'bf16', False, True, False)
-build_bf16_with_x_sf_with_sf = specialize(make_variants, 'bf16', False, True, True)
-build_bf16_with_topk_weights = specialize(make_variants, 'bf16', True, False, False)
-build_bf16_with_topk_weights_with_sf = specialize(make_variants, 'bf16', True, False, True)
-build_bf16_with_topk_weights_with_x_sf = specialize(make_variants, 'bf16', True, True, False)
-build_bf16_with_topk_weights_with_x_sf_with_sf = specialize(make_variants, 'bf16', True, True, True)
-build_fp32 = specialize(make_variants, 'fp32', False, False, False)
-build_fp32_with_sf = specialize(make_variants, 'fp32', False, False, True)
-build_fp32_with_x_sf = specialize(make_variants, 'fp32', False, True, False)
-build_fp32_with_x_sf_with_sf = specialize(make_variants, 'fp32', False, True, True)
-build_fp32_with_topk_weights = specialize(make_variants, 'fp32', True, False, False)
-build_fp32_with_topk_weights_with_sf = specialize(make_variants, 'fp32', True, False, True)
-build_fp32_with_topk_weights_with_x_sf = specialize(make_variants, 'fp32', True, True, False)
-build_fp32_with_topk_weights_with_x_sf_with_sf = specialize(make_variants, 'fp32', True, True, True)
-build_e4m3 = specialize(make_variants, 'e4m3', False, False, False)
-build_e4m3_with_sf = specialize(make_variants, 'e4m3', False, False, True)
-build_e4m3_with_x_sf = specialize(make_variants, 'e4m3', False, True, False)
-build_e4m3_with_x_sf_with_sf = specialize(make_variants, 'e4m3', False, True, True)
-build_e4m3_with_topk_weights = specialize(make_variants, 'e4m3', True, False, False)
-build_e4m3_with_topk_weights_with_sf = specialize(make_variants, 'e4m3', True, False, True)
-build_e4m3_with_topk_weights_with_x_sf = specialize(make_variants, 'e4m3', True, True, False)
-build_e4m3_with_topk_weights_with_x_sf_with_sf = specialize(make_variants, 'e4m3', True, True, True)
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, ('bf16', 'fp32', 'e4m3'), {'': False, 'with_topk_weights': True},
+        {'': False, 'with_x_sf': True}, {'': False, 'with_sf': True}),}

@@ -8,6 +8,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('bf16', 'fp32', 'e4m3'), ('', 'with_topk_weights'), ('', 'with_x_sf'), ('', 'with_sf'))
 
 OP = OpInfo(name="reduce_fused", package=__package__, params=
     (ParamInfo("out_format", ('bf16', 'fp32', 'e4m3'), None, True, "element format of out", 'bf16', 'int'),), inputs=
@@ -20,24 +23,10 @@ OP = OpInfo(name="reduce_fused", package=__package__, params=
         InputInfo("token_topk_to_pos", ('int32',), ('T', 'K'), lambda d: (d["T"], d["K"],), False, (('T', 1), ('K', 1)),
             None),), outputs=
     (
-        OutputInfo("out",
-            by_variant({('bf16', 'bf16_with_sf', 'bf16_with_x_sf', 'bf16_with_x_sf_with_sf', 'bf16_with_topk_weights',
-                        'bf16_with_topk_weights_with_sf', 'bf16_with_topk_weights_with_x_sf',
-                        'bf16_with_topk_weights_with_x_sf_with_sf', 'fp32', 'fp32_with_sf', 'fp32_with_x_sf',
-                        'fp32_with_x_sf_with_sf', 'fp32_with_topk_weights', 'fp32_with_topk_weights_with_sf',
-                        'fp32_with_topk_weights_with_x_sf', 'fp32_with_topk_weights_with_x_sf_with_sf', 'e4m3',
-                        'e4m3_with_sf', 'e4m3_with_x_sf', 'e4m3_with_x_sf_with_sf', 'e4m3_with_topk_weights',
-                        'e4m3_with_topk_weights_with_sf', 'e4m3_with_topk_weights_with_x_sf',
-                        'e4m3_with_topk_weights_with_x_sf_with_sf'): lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('bf16', 'bf16_with_sf', 'bf16_with_x_sf', 'bf16_with_x_sf_with_sf', 'bf16_with_topk_weights',
-                        'bf16_with_topk_weights_with_sf', 'bf16_with_topk_weights_with_x_sf',
-                        'bf16_with_topk_weights_with_x_sf_with_sf'): 'bfloat16',
-                    ('fp32', 'fp32_with_sf', 'fp32_with_x_sf', 'fp32_with_x_sf_with_sf', 'fp32_with_topk_weights',
-                        'fp32_with_topk_weights_with_sf', 'fp32_with_topk_weights_with_x_sf',
-                        'fp32_with_topk_weights_with_x_sf_with_sf'): 'float32',
-                    ('e4m3', 'e4m3_with_sf', 'e4m3_with_x_sf', 'e4m3_with_x_sf_with_sf', 'e4m3_with_topk_weights',
-                        'e4m3_with_topk_weights_with_sf', 'e4m3_with_topk_weights_with_x_sf',
-                        'e4m3_with_topk_weights_with_x_sf_with_sf'): 'float8_e4m3fn'})[v], 'bit', None, False),), dims=
+        OutputInfo("out", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt:
+            by_variant({variant_names(('fp32',), ('', 'with_topk_weights'), ('', 'with_x_sf'), ('', 'with_sf')):
+                    'float32', variant_names(('e4m3',), ('', 'with_topk_weights'), ('', 'with_x_sf'), ('', 'with_sf')):
+                    'float8_e4m3fn'}, VARIANTS, 'bfloat16')[v], 'bit', None, False),), dims=
     (("T", True, 0, None), ("T_exp", False, 0, None), ("K", False, 1, 64), ("H", False, 1, 65536),), requires=(),
     factory_args=('K', 'H'),)
 

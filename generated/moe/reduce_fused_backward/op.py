@@ -9,6 +9,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('', 'with_topk_weights'))
 
 OP = OpInfo(name="reduce_fused_backward", package=__package__, params=(), inputs=
     (
@@ -22,10 +25,9 @@ OP = OpInfo(name="reduce_fused_backward", package=__package__, params=(), inputs
         InputInfo("pos_to_expert", ('int32',), ('T_exp',), lambda d: (d["T_exp"],), False, (('T_exp', 1),), None, at=
             "token_topk_to_pos"),), outputs=
     (
-        OutputInfo("x_grad", by_variant({('base', 'with_topk_weights'): lambda d: (d["T_exp"], d["H"],)}), lambda v, dt:
-            dt['grad_out'], 'bit', None, True, at="token_topk_to_pos", rows=True, padding="pos_to_expert"),
-        OutputInfo("topk_weights_grad", by_variant({('base', 'with_topk_weights'): lambda d: (d["T"], d["K"],)}),
-            lambda v, dt: by_variant({('base', 'with_topk_weights'): 'float32'})[v],
+        OutputInfo("x_grad", dict.fromkeys(VARIANTS, lambda d: (d["T_exp"], d["H"],)), lambda v, dt: dt['grad_out'],
+            'bit', None, True, at="token_topk_to_pos", rows=True, padding="pos_to_expert"),
+        OutputInfo("topk_weights_grad", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["K"],)), lambda v, dt: 'float32',
             {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),), dims=
     (("T", True, 0, None), ("T_exp", False, 0, None), ("K", False, 1, 64), ("H", False, 1, 65536),), requires=(),
     factory_args=('K', 'H'),)

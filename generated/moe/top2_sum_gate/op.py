@@ -8,6 +8,10 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('sigmoid', 'sqrtsoftplus', 'softmax'), ('', 'with_mask'), ('', 'with_fix_routing_mask'),
+    ('', 'with_to_physical_map'))
 
 OP = OpInfo(name="top2_sum_gate", package=__package__, params=
     (ParamInfo("scoring", ('sigmoid', 'sqrtsoftplus', 'softmax'), None, True, "scoring function", 'sigmoid', 'int'),
@@ -37,87 +41,12 @@ OP = OpInfo(name="top2_sum_gate", package=__package__, params=
         InputInfo("logical_count", ('int32',), ('E + num_shared',), lambda d: ((d["E"] + d["num_shared"]),), True,
             (None,), None, together="to_physical_map"),), outputs=
     (
-        OutputInfo("topk_idx",
-            by_variant({('sigmoid', 'sigmoid_with_to_physical_map', 'sigmoid_with_fix_routing_mask',
-                        'sigmoid_with_fix_routing_mask_with_to_physical_map', 'sigmoid_with_mask',
-                        'sigmoid_with_mask_with_to_physical_map', 'sigmoid_with_mask_with_fix_routing_mask',
-                        'sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus',
-                        'sqrtsoftplus_with_to_physical_map', 'sqrtsoftplus_with_fix_routing_mask',
-                        'sqrtsoftplus_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus_with_mask',
-                        'sqrtsoftplus_with_mask_with_to_physical_map', 'sqrtsoftplus_with_mask_with_fix_routing_mask',
-                        'sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map', 'softmax',
-                        'softmax_with_to_physical_map', 'softmax_with_fix_routing_mask',
-                        'softmax_with_fix_routing_mask_with_to_physical_map', 'softmax_with_mask',
-                        'softmax_with_mask_with_to_physical_map', 'softmax_with_mask_with_fix_routing_mask',
-                        'softmax_with_mask_with_fix_routing_mask_with_to_physical_map'): lambda d:
-                    (d["T"], (d["num_topk"] + d["num_shared"]),)}), lambda v, dt:
-            by_variant({('sigmoid', 'sigmoid_with_to_physical_map', 'sigmoid_with_fix_routing_mask',
-                        'sigmoid_with_fix_routing_mask_with_to_physical_map', 'sigmoid_with_mask',
-                        'sigmoid_with_mask_with_to_physical_map', 'sigmoid_with_mask_with_fix_routing_mask',
-                        'sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus',
-                        'sqrtsoftplus_with_to_physical_map', 'sqrtsoftplus_with_fix_routing_mask',
-                        'sqrtsoftplus_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus_with_mask',
-                        'sqrtsoftplus_with_mask_with_to_physical_map', 'sqrtsoftplus_with_mask_with_fix_routing_mask',
-                        'sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map', 'softmax',
-                        'softmax_with_to_physical_map', 'softmax_with_fix_routing_mask',
-                        'softmax_with_fix_routing_mask_with_to_physical_map', 'softmax_with_mask',
-                        'softmax_with_mask_with_to_physical_map', 'softmax_with_mask_with_fix_routing_mask',
-                        'softmax_with_mask_with_fix_routing_mask_with_to_physical_map'): 'int64'})[v], 'bit', None,
-            False),
-        OutputInfo("topk_weights",
-            by_variant({('sigmoid', 'sigmoid_with_to_physical_map', 'sigmoid_with_fix_routing_mask',
-                        'sigmoid_with_fix_routing_mask_with_to_physical_map', 'sigmoid_with_mask',
-                        'sigmoid_with_mask_with_to_physical_map', 'sigmoid_with_mask_with_fix_routing_mask',
-                        'sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus',
-                        'sqrtsoftplus_with_to_physical_map', 'sqrtsoftplus_with_fix_routing_mask',
-                        'sqrtsoftplus_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus_with_mask',
-                        'sqrtsoftplus_with_mask_with_to_physical_map', 'sqrtsoftplus_with_mask_with_fix_routing_mask',
-                        'sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map', 'softmax',
-                        'softmax_with_to_physical_map', 'softmax_with_fix_routing_mask',
-                        'softmax_with_fix_routing_mask_with_to_physical_map', 'softmax_with_mask',
-                        'softmax_with_mask_with_to_physical_map', 'softmax_with_mask_with_fix_routing_mask',
-                        'softmax_with_mask_with_fix_routing_mask_with_to_physical_map'): lambda d:
-                    (d["T"], (d["num_topk"] + d["num_shared"]),)}), lambda v, dt:
-            by_variant({('sigmoid', 'sigmoid_with_to_physical_map', 'sigmoid_with_fix_routing_mask',
-                        'sigmoid_with_fix_routing_mask_with_to_physical_map', 'sigmoid_with_mask',
-                        'sigmoid_with_mask_with_to_physical_map', 'sigmoid_with_mask_with_fix_routing_mask',
-                        'sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus',
-                        'sqrtsoftplus_with_to_physical_map', 'sqrtsoftplus_with_fix_routing_mask',
-                        'sqrtsoftplus_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus_with_mask',
-                        'sqrtsoftplus_with_mask_with_to_physical_map', 'sqrtsoftplus_with_mask_with_fix_routing_mask',
-                        'sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map', 'softmax',
-                        'softmax_with_to_physical_map', 'softmax_with_fix_routing_mask',
-                        'softmax_with_fix_routing_mask_with_to_physical_map', 'softmax_with_mask',
-                        'softmax_with_mask_with_to_physical_map', 'softmax_with_mask_with_fix_routing_mask',
-                        'softmax_with_mask_with_fix_routing_mask_with_to_physical_map'): 'float32'})[v], 'bit', None,
-            False),
-        OutputInfo("unmapped",
-            by_variant({('sigmoid', 'sigmoid_with_to_physical_map', 'sigmoid_with_fix_routing_mask',
-                        'sigmoid_with_fix_routing_mask_with_to_physical_map', 'sigmoid_with_mask',
-                        'sigmoid_with_mask_with_to_physical_map', 'sigmoid_with_mask_with_fix_routing_mask',
-                        'sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus',
-                        'sqrtsoftplus_with_to_physical_map', 'sqrtsoftplus_with_fix_routing_mask',
-                        'sqrtsoftplus_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus_with_mask',
-                        'sqrtsoftplus_with_mask_with_to_physical_map', 'sqrtsoftplus_with_mask_with_fix_routing_mask',
-                        'sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map', 'softmax',
-                        'softmax_with_to_physical_map', 'softmax_with_fix_routing_mask',
-                        'softmax_with_fix_routing_mask_with_to_physical_map', 'softmax_with_mask',
-                        'softmax_with_mask_with_to_physical_map', 'softmax_with_mask_with_fix_routing_mask',
-                        'softmax_with_mask_with_fix_routing_mask_with_to_physical_map'): lambda d:
-                    (d["T"], d["num_topk"],)}), lambda v, dt:
-            by_variant({('sigmoid', 'sigmoid_with_to_physical_map', 'sigmoid_with_fix_routing_mask',
-                        'sigmoid_with_fix_routing_mask_with_to_physical_map', 'sigmoid_with_mask',
-                        'sigmoid_with_mask_with_to_physical_map', 'sigmoid_with_mask_with_fix_routing_mask',
-                        'sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus',
-                        'sqrtsoftplus_with_to_physical_map', 'sqrtsoftplus_with_fix_routing_mask',
-                        'sqrtsoftplus_with_fix_routing_mask_with_to_physical_map', 'sqrtsoftplus_with_mask',
-                        'sqrtsoftplus_with_mask_with_to_physical_map', 'sqrtsoftplus_with_mask_with_fix_routing_mask',
-                        'sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map', 'softmax',
-                        'softmax_with_to_physical_map', 'softmax_with_fix_routing_mask',
-                        'softmax_with_fix_routing_mask_with_to_physical_map', 'softmax_with_mask',
-                        'softmax_with_mask_with_to_physical_map', 'softmax_with_mask_with_fix_routing_mask',
-                        'softmax_with_mask_with_fix_routing_mask_with_to_physical_map'): 'int64'})[v], 'bit', None,
-            False),), dims=(("T", True, 0, None), ("E", False, 2, 512),), requires=
+        OutputInfo("topk_idx", dict.fromkeys(VARIANTS, lambda d: (d["T"], (d["num_topk"] + d["num_shared"]),)),
+            lambda v, dt: 'int64', 'bit', None, False),
+        OutputInfo("topk_weights", dict.fromkeys(VARIANTS, lambda d: (d["T"], (d["num_topk"] + d["num_shared"]),)),
+            lambda v, dt: 'float32', 'bit', None, False),
+        OutputInfo("unmapped", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["num_topk"],)), lambda v, dt: 'int64',
+            'bit', None, False),), dims=(("T", True, 0, None), ("E", False, 2, 512),), requires=
     (("E % num_groups == 0", lambda d: ((d["E"] % d["num_groups"]) == 0)),
         ("E / num_groups \u003e= 2", lambda d: ((d["E"] // d["num_groups"]) >= 2)),
         ("num_topk \u003c= num_topk_groups * (E / num_groups)", lambda d:

@@ -20,7 +20,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("idx", {'base': lambda d: (d["T"], d["k"],)},
-                   lambda v, dt: {'base': 'int64'}[v], 'bit', None, False),
+                   lambda v, dt: 'int64', 'bit', None, False),
     ),
     dims=(
         ("T", True, 0, None),

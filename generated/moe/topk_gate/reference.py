@@ -29,5 +29,5 @@ def reference_base(scores, k, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

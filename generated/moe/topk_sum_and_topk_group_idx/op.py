@@ -23,7 +23,7 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("group_idx", {'base': lambda d: (d["T"], d["num_topk_groups"],)},
-                   lambda v, dt: {'base': 'int64'}[v], 'bit', None, False),
+                   lambda v, dt: 'int64', 'bit', None, False),
     ),
     dims=(
         ("T", True, 0, None),

@@ -58,5 +58,5 @@ def reference_base(scores, num_topk_sum, num_topk_groups, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

@@ -8,32 +8,45 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 
-OP = OpInfo(name="rmsnorm_backward", package=__package__, params=
-    (ParamInfo("out_scale", None, None, False, "the forward\u0027s out_scale", 1.0, 'float'),), inputs=
-    (
-        InputInfo("grad_out", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)),
-            None),
-        InputInfo("x", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)),
-            'grad_out'), InputInfo("rstd", ('fp32',), ('T',), lambda d: (d["T"],), False, (('T', 1),), None),
-        InputInfo("weight", ('bf16', 'fp32'), ('H',), lambda d: (d["H"],), True, (('H', 1),), 'grad_out'),
+VARIANTS = variant_names(('', 'with_weight'), ('', 'with_grad_residual'))
+
+OP = OpInfo(
+    name="rmsnorm_backward",
+    package=__package__,
+    params=(
+        ParamInfo("out_scale", None, None, False, "the forward\u0027s out_scale",
+                  1.0, 'float'),
+    ),
+    inputs=(
+        InputInfo("grad_out", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False,
+                  (('T', 1), ('H', 1)), None),
+        InputInfo("x", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False,
+                  (('T', 1), ('H', 1)), 'grad_out'),
+        InputInfo("rstd", ('fp32',), ('T',), lambda d: (d["T"],), False,
+                  (('T', 1),), None),
+        InputInfo("weight", ('bf16', 'fp32'), ('H',), lambda d: (d["H"],), True,
+                  (('H', 1),), 'grad_out'),
         InputInfo("grad_residual", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), True,
-            (('T', 1), ('H', 1)), 'grad_out'),), outputs=
-    (
-        OutputInfo("x_grad",
-            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d:
-                    (d["T"], d["H"],)}), lambda v, dt: dt['grad_out'], {'given': ['dot']}, None, False),
-        OutputInfo("dot",
-            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d:
-                    (d["T"],)}), lambda v, dt:
-            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): 'float32'})[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
-        OutputInfo("weight_grad",
-            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): lambda d:
-                    (d["H"],)}), lambda v, dt:
-            by_variant({('base', 'with_grad_residual', 'with_weight', 'with_weight_with_grad_residual'): 'float32'})[v],
-            {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),), dims=
-    (("T", True, 0, None), ("H", False, 1, 16384),), requires=(), factory_args=('H', 'out_scale'),)
+                  (('T', 1), ('H', 1)), 'grad_out'),
+    ),
+    outputs=(
+        OutputInfo("x_grad", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)),
+                   lambda v, dt: dt['grad_out'], {'given': ['dot']}, None, False),
+        OutputInfo("dot", dict.fromkeys(VARIANTS, lambda d: (d["T"],)),
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, False),
+        OutputInfo("weight_grad", dict.fromkeys(VARIANTS, lambda d: (d["H"],)),
+                   lambda v, dt: 'float32', {'tol': {'rtol': 0.0001, 'atol': 1e-05, 'atol_of': 'max'}}, None, True),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("H", False, 1, 16384),
+    ),
+    requires=(
+    ),
+    factory_args=('H', 'out_scale'),
+)
 
 
 @torch.library.custom_op("tkgen::rmsnorm_backward", mutates_args=())

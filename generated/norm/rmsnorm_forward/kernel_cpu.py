@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
@@ -82,8 +82,7 @@ def make_variants(with_weight, with_residual, H, eps, out_scale, x_dtype, *, thr
     return kernel
 
 
-# the variants of the shared factories
-build_base = specialize(make_variants, False, False)
-build_with_residual = specialize(make_variants, False, True)
-build_with_weight = specialize(make_variants, True, False)
-build_with_weight_with_residual = specialize(make_variants, True, True)
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, {'': False, 'with_weight': True}, {'': False, 'with_residual': True}),
+}

@@ -9,6 +9,9 @@ from tkgen.runtime.autograd import _contiguous, _dtype, _grad_like, _like, _pres
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('', 'with_weight'), ('', 'with_residual'))
 
 OP = OpInfo(name="rmsnorm_forward", package=__package__, params=
     (ParamInfo("eps", None, None, False, "added to the mean square", 1e-06, 'float'),
@@ -18,17 +21,13 @@ OP = OpInfo(name="rmsnorm_forward", package=__package__, params=
         InputInfo("residual", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), True, (('T', 1), ('H', 1)),
             'x'),), outputs=
     (
-        OutputInfo("out",
-            by_variant({('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): lambda d:
-                    (d["T"], d["H"],)}), lambda v, dt: dt['x'], {'given': ['rstd']}, None, False),
-        OutputInfo("rstd",
-            by_variant({('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): lambda d: (d["T"],)}),
-            lambda v, dt:
-            by_variant({('base', 'with_residual', 'with_weight', 'with_weight_with_residual'): 'float32'})[v],
+        OutputInfo("out", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt: dt['x'],
+            {'given': ['rstd']}, None, False),
+        OutputInfo("rstd", dict.fromkeys(VARIANTS, lambda d: (d["T"],)), lambda v, dt: 'float32',
             {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
         OutputInfo("residual_out",
-            by_variant({('base', 'with_weight'): lambda d: (0,), ('with_residual', 'with_weight_with_residual'):
-                    lambda d: (d["T"], d["H"],)}), lambda v, dt: dt['x'], 'bit', 'residual', False),), dims=
+            by_variant({('with_residual', 'with_weight_with_residual'): lambda d: (d["T"], d["H"],)}, VARIANTS,
+                lambda d: (0,)), lambda v, dt: dt['x'], 'bit', 'residual', False),), dims=
     (("T", True, 0, None), ("H", False, 1, 16384),), requires=(), factory_args=('H', 'eps', 'out_scale'),)
 
 

@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from tkgen.runtime.schedule import f32_bits
 from ...common.tilelang_helpers import decode_bf16, encode_bf16, encode_e4m3
 
@@ -160,16 +160,7 @@ def make_e4m3(scale, with_weight, with_residual, H, eps, out_scale, group, x_dty
     return kernel
 
 
-# the variants of the shared factories
-build_e4m3_fp32 = specialize(make_e4m3, 'fp32', False, False)
-build_e4m3_fp32_with_residual = specialize(make_e4m3, 'fp32', False, True)
-build_e4m3_fp32_with_weight = specialize(make_e4m3, 'fp32', True, False)
-build_e4m3_fp32_with_weight_with_residual = specialize(make_e4m3, 'fp32', True, True)
-build_e4m3_pow2 = specialize(make_e4m3, 'pow2', False, False)
-build_e4m3_pow2_with_residual = specialize(make_e4m3, 'pow2', False, True)
-build_e4m3_pow2_with_weight = specialize(make_e4m3, 'pow2', True, False)
-build_e4m3_pow2_with_weight_with_residual = specialize(make_e4m3, 'pow2', True, True)
-build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0', False, False)
-build_e4m3_ue8m0_with_residual = specialize(make_e4m3, 'ue8m0', False, True)
-build_e4m3_ue8m0_with_weight = specialize(make_e4m3, 'ue8m0', True, False)
-build_e4m3_ue8m0_with_weight_with_residual = specialize(make_e4m3, 'ue8m0', True, True)
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_e4m3, 'e4m3', ('fp32', 'pow2', 'ue8m0'), {'': False, 'with_weight': True},
+        {'': False, 'with_residual': True}),}

@@ -9,6 +9,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3',), ('fp32', 'pow2', 'ue8m0'), ('', 'with_weight'), ('', 'with_residual'))
 
 OP = OpInfo(name="rmsnorm_forward_and_per_token_cast", package=__package__, params=
     (ParamInfo("eps", None, None, False, "added to the mean square", 1e-06, 'float'),
@@ -22,48 +25,20 @@ OP = OpInfo(name="rmsnorm_forward_and_per_token_cast", package=__package__, para
         InputInfo("residual", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), True, (('T', 1), ('H', 1)),
             'x'),), outputs=
     (
-        OutputInfo("q",
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
-                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
-                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
-                        'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
-                    lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
-                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
-                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
-                        'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
-                    'float8_e4m3fn'})[v], {'given': ['rstd']}, None, False),
+        OutputInfo("q", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt: 'float8_e4m3fn',
+            {'given': ['rstd']}, None, False),
         OutputInfo("sf",
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
-                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
-                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual'): lambda d:
-                    (d["T"], (d["H"] // d["group"]),),
-                    ('e4m3_ue8m0', 'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight',
-                        'e4m3_ue8m0_with_weight_with_residual'): lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}),
+            by_variant({variant_names(('e4m3',), ('ue8m0',), ('', 'with_weight'), ('', 'with_residual')): lambda d:
+                    (d["T"], -(-(d["H"] // d["group"]) // 4),)}, VARIANTS, lambda d: (d["T"], (d["H"] // d["group"]),)),
             lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
-                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
-                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual'): 'float32',
-                    ('e4m3_ue8m0', 'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight',
-                        'e4m3_ue8m0_with_weight_with_residual'): 'int32'})[v], {'given': ['rstd']}, None, False),
-        OutputInfo("rstd",
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
-                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
-                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
-                        'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
-                    lambda d: (d["T"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_residual', 'e4m3_fp32_with_weight',
-                        'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2', 'e4m3_pow2_with_residual',
-                        'e4m3_pow2_with_weight', 'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0',
-                        'e4m3_ue8m0_with_residual', 'e4m3_ue8m0_with_weight', 'e4m3_ue8m0_with_weight_with_residual'):
-                    'float32'})[v], {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
+            by_variant({variant_names(('e4m3',), ('ue8m0',), ('', 'with_weight'), ('', 'with_residual')): 'int32'},
+                VARIANTS, 'float32')[v], {'given': ['rstd']}, None, False),
+        OutputInfo("rstd", dict.fromkeys(VARIANTS, lambda d: (d["T"],)), lambda v, dt: 'float32',
+            {'tol': {'rtol': 2e-06, 'atol': 0.0}}, None, False),
         OutputInfo("residual_out",
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_weight', 'e4m3_pow2', 'e4m3_pow2_with_weight', 'e4m3_ue8m0',
-                        'e4m3_ue8m0_with_weight'): lambda d: (0,),
-                    ('e4m3_fp32_with_residual', 'e4m3_fp32_with_weight_with_residual', 'e4m3_pow2_with_residual',
-                        'e4m3_pow2_with_weight_with_residual', 'e4m3_ue8m0_with_residual',
-                        'e4m3_ue8m0_with_weight_with_residual'): lambda d: (d["T"], d["H"],)}), lambda v, dt: dt['x'],
-            'bit', 'residual', False),), dims=(("T", True, 0, None), ("H", False, 1, 16384),), requires=
+            by_variant({variant_names(('e4m3',), ('fp32', 'pow2', 'ue8m0'), ('', 'with_weight'), ('with_residual',)):
+                    lambda d: (d["T"], d["H"],)}, VARIANTS, lambda d: (0,)), lambda v, dt: dt['x'], 'bit', 'residual',
+            False),), dims=(("T", True, 0, None), ("H", False, 1, 16384),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'eps', 'out_scale', 'group'),)
 
 

@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from ...common.tilelang_helpers import decode_e2m1, decode_e5m6
 
 
@@ -225,36 +225,8 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads, block_b, tile_elems)
     return kernel
 
 
-# the variants of the shared factories
-build_e4m3_fp32_bf16 = specialize(make_variants, 'e4m3', 'fp32', 'bf16')
-build_e4m3_fp32_fp32 = specialize(make_variants, 'e4m3', 'fp32', 'fp32')
-build_e4m3_ue8m0_bf16 = specialize(make_variants, 'e4m3', 'ue8m0', 'bf16')
-build_e4m3_ue8m0_fp32 = specialize(make_variants, 'e4m3', 'ue8m0', 'fp32')
-build_e4m3_ue8m0_byte_bf16 = specialize(make_variants, 'e4m3', 'ue8m0_byte', 'bf16')
-build_e4m3_ue8m0_byte_fp32 = specialize(make_variants, 'e4m3', 'ue8m0_byte', 'fp32')
-build_e4m3_e4m3_bf16 = specialize(make_variants, 'e4m3', 'e4m3', 'bf16')
-build_e4m3_e4m3_fp32 = specialize(make_variants, 'e4m3', 'e4m3', 'fp32')
-build_e5m2_fp32_bf16 = specialize(make_variants, 'e5m2', 'fp32', 'bf16')
-build_e5m2_fp32_fp32 = specialize(make_variants, 'e5m2', 'fp32', 'fp32')
-build_e5m2_ue8m0_bf16 = specialize(make_variants, 'e5m2', 'ue8m0', 'bf16')
-build_e5m2_ue8m0_fp32 = specialize(make_variants, 'e5m2', 'ue8m0', 'fp32')
-build_e5m2_ue8m0_byte_bf16 = specialize(make_variants, 'e5m2', 'ue8m0_byte', 'bf16')
-build_e5m2_ue8m0_byte_fp32 = specialize(make_variants, 'e5m2', 'ue8m0_byte', 'fp32')
-build_e5m2_e4m3_bf16 = specialize(make_variants, 'e5m2', 'e4m3', 'bf16')
-build_e5m2_e4m3_fp32 = specialize(make_variants, 'e5m2', 'e4m3', 'fp32')
-build_e2m1_fp32_bf16 = specialize(make_variants, 'e2m1', 'fp32', 'bf16')
-build_e2m1_fp32_fp32 = specialize(make_variants, 'e2m1', 'fp32', 'fp32')
-build_e2m1_ue8m0_bf16 = specialize(make_variants, 'e2m1', 'ue8m0', 'bf16')
-build_e2m1_ue8m0_fp32 = specialize(make_variants, 'e2m1', 'ue8m0', 'fp32')
-build_e2m1_ue8m0_byte_bf16 = specialize(make_variants, 'e2m1', 'ue8m0_byte', 'bf16')
-build_e2m1_ue8m0_byte_fp32 = specialize(make_variants, 'e2m1', 'ue8m0_byte', 'fp32')
-build_e2m1_e4m3_bf16 = specialize(make_variants, 'e2m1', 'e4m3', 'bf16')
-build_e2m1_e4m3_fp32 = specialize(make_variants, 'e2m1', 'e4m3', 'fp32')
-build_e5m6_fp32_bf16 = specialize(make_e5m6, 'fp32', 'bf16')
-build_e5m6_fp32_fp32 = specialize(make_e5m6, 'fp32', 'fp32')
-build_e5m6_ue8m0_bf16 = specialize(make_e5m6, 'ue8m0', 'bf16')
-build_e5m6_ue8m0_fp32 = specialize(make_e5m6, 'ue8m0', 'fp32')
-build_e5m6_ue8m0_byte_bf16 = specialize(make_e5m6, 'ue8m0_byte', 'bf16')
-build_e5m6_ue8m0_byte_fp32 = specialize(make_e5m6, 'ue8m0_byte', 'fp32')
-build_e5m6_e4m3_bf16 = specialize(make_e5m6, 'e4m3', 'bf16')
-build_e5m6_e4m3_fp32 = specialize(make_e5m6, 'e4m3', 'fp32')
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, ('e4m3', 'e5m2', 'e2m1'), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'),
+        ('bf16', 'fp32')),
+    **specialized('build_', make_e5m6, 'e5m6', ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32')),}

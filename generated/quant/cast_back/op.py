@@ -6,6 +6,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32'))
 
 OP = OpInfo(name="cast_back", package=__package__, params=
     (
@@ -19,60 +22,36 @@ OP = OpInfo(name="cast_back", package=__package__, params=
         ParamInfo("block_rows", (1, 32, 128), None, False, "rows per scale", 1, 'int'),), inputs=
     (
         InputInfo("q", (), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None, codec=lambda v:
-            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32',
-                        'e4m3_ue8m0_byte_bf16', 'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32'):
-                    {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'},
-                    ('e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32', 'e5m2_ue8m0_byte_bf16',
-                        'e5m2_ue8m0_byte_fp32', 'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32'):
+            by_variant({variant_names(('e5m2',), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32')):
                     {'kind': 'element', 'name': 'e5m2', 'container': 'float8_e5m2', 'packet': (1, 1), 'pack': None,
                         'store': 'codes'},
-                    ('e2m1_fp32_bf16', 'e2m1_fp32_fp32', 'e2m1_ue8m0_bf16', 'e2m1_ue8m0_fp32', 'e2m1_ue8m0_byte_bf16',
-                        'e2m1_ue8m0_byte_fp32', 'e2m1_e4m3_bf16', 'e2m1_e4m3_fp32'):
+                    variant_names(('e2m1',), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32')):
                     {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
                         (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'},
-                    ('e5m6_fp32_bf16', 'e5m6_fp32_fp32', 'e5m6_ue8m0_bf16', 'e5m6_ue8m0_fp32', 'e5m6_ue8m0_byte_bf16',
-                        'e5m6_ue8m0_byte_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'):
+                    variant_names(('e5m6',), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32')):
                     {'kind': 'element', 'name': 'e5m6', 'container': 'uint8', 'packet': (8, 12), 'pack':
-                        (8, 12, 3, 'int32', 'msb_first'), 'store': 'codes'}})[v]),
+                        (8, 12, 3, 'int32', 'msb_first'), 'store': 'codes'}}, VARIANTS,
+                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
+                    'store': 'codes'})[v]),
         InputInfo("sf", (), ('ceildiv(T, block_rows)', 'H / block'), lambda d:
             ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block"]),), False, (None, None), None, codec=lambda v:
-            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e2m1_fp32_bf16',
-                        'e2m1_fp32_fp32', 'e5m6_fp32_bf16', 'e5m6_fp32_fp32'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'},
-                    ('e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32', 'e2m1_ue8m0_bf16',
-                        'e2m1_ue8m0_fp32', 'e5m6_ue8m0_bf16', 'e5m6_ue8m0_fp32'):
+            by_variant({variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0',), ('bf16', 'fp32')):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
                         (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
-                    ('e4m3_ue8m0_byte_bf16', 'e4m3_ue8m0_byte_fp32', 'e5m2_ue8m0_byte_bf16', 'e5m2_ue8m0_byte_fp32',
-                        'e2m1_ue8m0_byte_bf16', 'e2m1_ue8m0_byte_fp32', 'e5m6_ue8m0_byte_bf16', 'e5m6_ue8m0_byte_fp32'):
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0_byte',), ('bf16', 'fp32')):
                     {'kind': 'scale', 'name': 'ue8m0_byte', 'container': 'uint8', 'packet': (1, 1), 'pack': None,
                         'store': 'exponent_byte'},
-                    ('e4m3_e4m3_bf16', 'e4m3_e4m3_fp32', 'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32', 'e2m1_e4m3_bf16',
-                        'e2m1_e4m3_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'):
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('e4m3',), ('bf16', 'fp32')):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'}})[v]),), outputs=
+                        'store': 'codes'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v]),), outputs=
     (
-        OutputInfo("y",
-            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32',
-                        'e4m3_ue8m0_byte_bf16', 'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32',
-                        'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32',
-                        'e5m2_ue8m0_byte_bf16', 'e5m2_ue8m0_byte_fp32', 'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32',
-                        'e2m1_fp32_bf16', 'e2m1_fp32_fp32', 'e2m1_ue8m0_bf16', 'e2m1_ue8m0_fp32',
-                        'e2m1_ue8m0_byte_bf16', 'e2m1_ue8m0_byte_fp32', 'e2m1_e4m3_bf16', 'e2m1_e4m3_fp32',
-                        'e5m6_fp32_bf16', 'e5m6_fp32_fp32', 'e5m6_ue8m0_bf16', 'e5m6_ue8m0_fp32',
-                        'e5m6_ue8m0_byte_bf16', 'e5m6_ue8m0_byte_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'): lambda d:
-                    (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32_bf16', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_byte_bf16', 'e4m3_e4m3_bf16',
-                        'e5m2_fp32_bf16', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_byte_bf16', 'e5m2_e4m3_bf16', 'e2m1_fp32_bf16',
-                        'e2m1_ue8m0_bf16', 'e2m1_ue8m0_byte_bf16', 'e2m1_e4m3_bf16', 'e5m6_fp32_bf16',
-                        'e5m6_ue8m0_bf16', 'e5m6_ue8m0_byte_bf16', 'e5m6_e4m3_bf16'): 'bfloat16',
-                    ('e4m3_fp32_fp32', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_fp32', 'e5m2_fp32_fp32',
-                        'e5m2_ue8m0_fp32', 'e5m2_ue8m0_byte_fp32', 'e5m2_e4m3_fp32', 'e2m1_fp32_fp32',
-                        'e2m1_ue8m0_fp32', 'e2m1_ue8m0_byte_fp32', 'e2m1_e4m3_fp32', 'e5m6_fp32_fp32',
-                        'e5m6_ue8m0_fp32', 'e5m6_ue8m0_byte_fp32', 'e5m6_e4m3_fp32'): 'float32'})[v], 'bit', None,
-            False),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+        OutputInfo("y", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt:
+            by_variant({
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('fp32',)):
+                    'float32'}, VARIANTS, 'bfloat16')[v], 'bit', None, False),), dims=
+    (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % block == 0", lambda d: ((d["H"] % d["block"]) == 0)),), factory_args=('H', 'block', 'block_rows'),)
 
 

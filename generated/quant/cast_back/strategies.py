@@ -4,8 +4,10 @@
 from hypothesis import strategies as st
 
 from tkgen.runtime.ops import by_variant  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
+VARIANTS = variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32'))
 EXAMPLES = 8   # the spec's `tests: examples`: property tests draw at most this many cases
 
 REQUIRES = (
@@ -28,42 +30,32 @@ def cases(draw, max_rows=20):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'tiny', 'huge', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32',
-                        'e4m3_ue8m0_byte_bf16', 'e4m3_ue8m0_byte_fp32', 'e4m3_e4m3_bf16', 'e4m3_e4m3_fp32'):
-                    {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'},
-                    ('e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32', 'e5m2_ue8m0_byte_bf16',
-                        'e5m2_ue8m0_byte_fp32', 'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32'):
+            by_variant({variant_names(('e5m2',), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32')):
                     {'kind': 'element', 'name': 'e5m2', 'container': 'float8_e5m2', 'packet': (1, 1), 'pack': None,
                         'store': 'codes'},
-                    ('e2m1_fp32_bf16', 'e2m1_fp32_fp32', 'e2m1_ue8m0_bf16', 'e2m1_ue8m0_fp32', 'e2m1_ue8m0_byte_bf16',
-                        'e2m1_ue8m0_byte_fp32', 'e2m1_e4m3_bf16', 'e2m1_e4m3_fp32'):
+                    variant_names(('e2m1',), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32')):
                     {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
                         (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'},
-                    ('e5m6_fp32_bf16', 'e5m6_fp32_fp32', 'e5m6_ue8m0_bf16', 'e5m6_ue8m0_fp32', 'e5m6_ue8m0_byte_bf16',
-                        'e5m6_ue8m0_byte_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'):
+                    variant_names(('e5m6',), ('fp32', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('bf16', 'fp32')):
                     {'kind': 'element', 'name': 'e5m6', 'container': 'uint8', 'packet': (8, 12), 'pack':
-                        (8, 12, 3, 'int32', 'msb_first'), 'store': 'codes'}})[v])(variant), (d["T"], d["H"],))
+                        (8, 12, 3, 'int32', 'msb_first'), 'store': 'codes'}}, VARIANTS,
+                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
+                    'store': 'codes'})[v])(variant), (d["T"], d["H"],))
     recipe = draw(tensor_recipe(('fp32',), ('tiny', 'huge', 'ties'), True))
     inputs["sf"], shapes["sf"] = (None,
         ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e2m1_fp32_bf16',
-                        'e2m1_fp32_fp32', 'e5m6_fp32_bf16', 'e5m6_fp32_fp32'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'},
-                    ('e4m3_ue8m0_bf16', 'e4m3_ue8m0_fp32', 'e5m2_ue8m0_bf16', 'e5m2_ue8m0_fp32', 'e2m1_ue8m0_bf16',
-                        'e2m1_ue8m0_fp32', 'e5m6_ue8m0_bf16', 'e5m6_ue8m0_fp32'):
+            by_variant({variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0',), ('bf16', 'fp32')):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
                         (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
-                    ('e4m3_ue8m0_byte_bf16', 'e4m3_ue8m0_byte_fp32', 'e5m2_ue8m0_byte_bf16', 'e5m2_ue8m0_byte_fp32',
-                        'e2m1_ue8m0_byte_bf16', 'e2m1_ue8m0_byte_fp32', 'e5m6_ue8m0_byte_bf16', 'e5m6_ue8m0_byte_fp32'):
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0_byte',), ('bf16', 'fp32')):
                     {'kind': 'scale', 'name': 'ue8m0_byte', 'container': 'uint8', 'packet': (1, 1), 'pack': None,
                         'store': 'exponent_byte'},
-                    ('e4m3_e4m3_bf16', 'e4m3_e4m3_fp32', 'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32', 'e2m1_e4m3_bf16',
-                        'e2m1_e4m3_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'):
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('e4m3',), ('bf16', 'fp32')):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'}})[v])(variant), ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block"]),))
+                        'store': 'codes'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v])(variant), ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block"]),))
     return {"dims": { "T": d["T"], "H": d["H"], }, "params":
         { "fmt": d["fmt"], "block": d["block"], "scale": d["scale"], "out": d["out"], "block_rows": d["block_rows"], },
         "shapes": shapes, "inputs": inputs,}

@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 
 
 def make_variants(dtype, x_dtype, *, threads, block_b):
@@ -45,7 +45,7 @@ def make_variants(dtype, x_dtype, *, threads, block_b):
     return kernel
 
 
-# the variants of the shared factories
-build_fp32 = specialize(make_variants, 'fp32')
-build_bf16 = specialize(make_variants, 'bf16')
-build_e4m3 = specialize(make_variants, 'e4m3')
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, ('fp32', 'bf16', 'e4m3')),
+}

@@ -6,6 +6,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('fp32', 'bf16', 'e4m3'))
 
 OP = OpInfo(name="elementwise_cast", package=__package__, params=
     (
@@ -13,7 +16,7 @@ OP = OpInfo(name="elementwise_cast", package=__package__, params=
             'int'),), inputs=
     (InputInfo("x", ('fp32', 'bf16', 'e4m3'), ('N',), lambda d: (d["N"],), False, (('N', 1),), None),), outputs=
     (
-        OutputInfo("y", by_variant({('fp32', 'bf16', 'e4m3'): lambda d: (d["N"],)}), lambda v, dt:
+        OutputInfo("y", dict.fromkeys(VARIANTS, lambda d: (d["N"],)), lambda v, dt:
             {'fp32': 'float32', 'bf16': 'bfloat16', 'e4m3': 'float8_e4m3fn'}[v], 'bit', None, False),), dims=
     (("N", True, 0, 2147418112),), requires=(), factory_args=(),)
 

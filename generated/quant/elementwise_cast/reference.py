@@ -56,7 +56,7 @@ def reference_e4m3(x, _given=None):
 
 
 VARIANTS = {
-    "fp32": reference_fp32,
-    "bf16": reference_bf16,
-    "e4m3": reference_e4m3,
+"fp32": reference_fp32,
+"bf16": reference_bf16,
+"e4m3": reference_e4m3,
 }

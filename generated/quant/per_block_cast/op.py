@@ -6,6 +6,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3',), ('fp32', 'pow2', 'ue8m0'))
 
 OP = OpInfo(name="per_block_cast", package=__package__, params=
     (ParamInfo("fmt", ('e4m3',), None, True, "element format of q", 'e4m3', 'int'),
@@ -16,14 +19,14 @@ OP = OpInfo(name="per_block_cast", package=__package__, params=
     (InputInfo("x", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None),),
     outputs=
     (
-        OutputInfo("q", by_variant({('e4m3_fp32', 'e4m3_pow2', 'e4m3_ue8m0'): lambda d: (d["T"], d["H"],)}), lambda v,
-            dt: by_variant({('e4m3_fp32', 'e4m3_pow2', 'e4m3_ue8m0'): 'float8_e4m3fn'})[v], 'bit', None, False),
+        OutputInfo("q", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt: 'float8_e4m3fn', 'bit',
+            None, False),
         OutputInfo("sf",
-            by_variant({('e4m3_fp32', 'e4m3_pow2'): lambda d:
-                    ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), ('e4m3_ue8m0',): lambda d:
-                    ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}), lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_pow2'): 'float32', ('e4m3_ue8m0',): 'int32'})[v], 'bit', None, False),),
-    dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+            by_variant({('e4m3_ue8m0',): lambda d:
+                    ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}, VARIANTS, lambda d:
+                ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),)), lambda v, dt:
+            by_variant({('e4m3_ue8m0',): 'int32'}, VARIANTS, 'float32')[v], 'bit', None, False),), dims=
+    (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % block_cols == 0", lambda d: ((d["H"] % d["block_cols"]) == 0)),), factory_args=
     ('H', 'block_rows', 'block_cols'),)
 

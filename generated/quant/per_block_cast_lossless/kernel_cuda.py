@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from ...common.tilelang_helpers import decode_e2m1
 
 
@@ -244,22 +244,7 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
     return kernel
 
 
-# the variants of the shared factories
-build_fp32_fp32_row = specialize(make_variants, 'fp32', 'fp32', 'row')
-build_fp32_fp32_col = specialize(make_variants, 'fp32', 'fp32', 'col')
-build_fp32_ue8m0_row = specialize(make_variants, 'fp32', 'ue8m0', 'row')
-build_fp32_ue8m0_col = specialize(make_variants, 'fp32', 'ue8m0', 'col')
-build_fp32_ue8m0_byte_row = specialize(make_variants, 'fp32', 'ue8m0_byte', 'row')
-build_fp32_ue8m0_byte_col = specialize(make_variants, 'fp32', 'ue8m0_byte', 'col')
-build_ue8m0_fp32_row = specialize(make_variants, 'ue8m0', 'fp32', 'row')
-build_ue8m0_fp32_col = specialize(make_variants, 'ue8m0', 'fp32', 'col')
-build_ue8m0_ue8m0_row = specialize(make_variants, 'ue8m0', 'ue8m0', 'row')
-build_ue8m0_ue8m0_col = specialize(make_variants, 'ue8m0', 'ue8m0', 'col')
-build_ue8m0_ue8m0_byte_row = specialize(make_variants, 'ue8m0', 'ue8m0_byte', 'row')
-build_ue8m0_ue8m0_byte_col = specialize(make_variants, 'ue8m0', 'ue8m0_byte', 'col')
-build_ue8m0_byte_fp32_row = specialize(make_variants, 'ue8m0_byte', 'fp32', 'row')
-build_ue8m0_byte_fp32_col = specialize(make_variants, 'ue8m0_byte', 'fp32', 'col')
-build_ue8m0_byte_ue8m0_row = specialize(make_variants, 'ue8m0_byte', 'ue8m0', 'row')
-build_ue8m0_byte_ue8m0_col = specialize(make_variants, 'ue8m0_byte', 'ue8m0', 'col')
-build_ue8m0_byte_ue8m0_byte_row = specialize(make_variants, 'ue8m0_byte', 'ue8m0_byte', 'row')
-build_ue8m0_byte_ue8m0_byte_col = specialize(make_variants, 'ue8m0_byte', 'ue8m0_byte', 'col')
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, ('fp32', 'ue8m0', 'ue8m0_byte'), ('fp32', 'ue8m0', 'ue8m0_byte'),
+        ('row', 'col')),}

@@ -7,6 +7,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('fp32', 'ue8m0', 'ue8m0_byte'), ('fp32', 'ue8m0', 'ue8m0_byte'), ('row', 'col'))
 
 OP = OpInfo(name="per_block_cast_lossless", package=__package__, params=
     (ParamInfo("block_rows", (1, 32, 128), None, False, "rows per output block", 128, 'int'),
@@ -23,62 +26,31 @@ OP = OpInfo(name="per_block_cast_lossless", package=__package__, params=
             'int'),), inputs=
     (
         InputInfo("q", (), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None, codec=lambda v:
-            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
-                        'fp32_ue8m0_byte_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col',
-                        'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col',
-                        'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col', 'ue8m0_byte_ue8m0_byte_row',
-                        'ue8m0_byte_ue8m0_byte_col'):
-                    {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
-                        (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}})[v]),
+            {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
+                (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}),
         InputInfo("sf", (), ('T', 'H / in_cols'), lambda d: (d["T"], (d["H"] // d["in_cols"]),), False,
             (('T', 1), None), None, codec=lambda v:
-            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
-                        'fp32_ue8m0_byte_col'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'},
-                    ('ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col', 'ue8m0_ue8m0_byte_row',
-                        'ue8m0_ue8m0_byte_col'):
+            by_variant({variant_names(('ue8m0',), ('fp32', 'ue8m0', 'ue8m0_byte'), ('row', 'col')):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
                         (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
-                    ('ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col', 'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col',
-                        'ue8m0_byte_ue8m0_byte_row', 'ue8m0_byte_ue8m0_byte_col'):
+                    variant_names(('ue8m0_byte',), ('fp32', 'ue8m0', 'ue8m0_byte'), ('row', 'col')):
                     {'kind': 'scale', 'name': 'ue8m0_byte', 'container': 'uint8', 'packet': (1, 1), 'pack': None,
-                        'store': 'exponent_byte'}})[v]),), outputs=
+                        'store': 'exponent_byte'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v]),), outputs=
     (
-        OutputInfo("out",
-            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
-                        'fp32_ue8m0_byte_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col',
-                        'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col',
-                        'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col', 'ue8m0_byte_ue8m0_byte_row',
-                        'ue8m0_byte_ue8m0_byte_col'): lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
-                        'fp32_ue8m0_byte_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col',
-                        'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col',
-                        'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col', 'ue8m0_byte_ue8m0_byte_row',
-                        'ue8m0_byte_ue8m0_byte_col'): 'float8_e4m3fn'})[v], 'bit', None, False),
+        OutputInfo("out", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt: 'float8_e4m3fn', 'bit',
+            None, False),
         OutputInfo("out_sf",
-            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_byte_row', 'fp32_ue8m0_byte_col',
-                        'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col',
-                        'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col', 'ue8m0_byte_ue8m0_byte_row',
-                        'ue8m0_byte_ue8m0_byte_col'): lambda d:
-                    ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),),
-                    ('fp32_ue8m0_row', 'fp32_ue8m0_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col', 'ue8m0_byte_ue8m0_row',
-                        'ue8m0_byte_ue8m0_col'): lambda d:
-                    ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}), lambda v, dt:
-            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_byte_fp32_row',
-                        'ue8m0_byte_fp32_col'): 'float32',
-                    ('fp32_ue8m0_row', 'fp32_ue8m0_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col', 'ue8m0_byte_ue8m0_row',
-                        'ue8m0_byte_ue8m0_col'): 'int32',
-                    ('fp32_ue8m0_byte_row', 'fp32_ue8m0_byte_col', 'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col',
-                        'ue8m0_byte_ue8m0_byte_row', 'ue8m0_byte_ue8m0_byte_col'): 'uint8'})[v], 'bit', None, False,
-            col_pad=lambda v:
-            by_variant({('fp32_fp32_row', 'fp32_ue8m0_row', 'fp32_ue8m0_byte_row', 'ue8m0_fp32_row', 'ue8m0_ue8m0_row',
-                        'ue8m0_ue8m0_byte_row', 'ue8m0_byte_fp32_row', 'ue8m0_byte_ue8m0_row',
-                        'ue8m0_byte_ue8m0_byte_row'): None,
-                    ('fp32_fp32_col', 'fp32_ue8m0_col', 'ue8m0_fp32_col', 'ue8m0_ue8m0_col', 'ue8m0_byte_fp32_col',
-                        'ue8m0_byte_ue8m0_col'): 4,
-                    ('fp32_ue8m0_byte_col', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_ue8m0_byte_col'): 16})[v]),), dims=
-    (("T", True, 0, None), ("H", False, 1, 65536),), requires=
+            by_variant({variant_names(('fp32', 'ue8m0', 'ue8m0_byte'), ('ue8m0',), ('row', 'col')): lambda d:
+                    ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}, VARIANTS, lambda d:
+                ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),)), lambda v, dt:
+            by_variant({variant_names(('fp32', 'ue8m0', 'ue8m0_byte'), ('ue8m0',), ('row', 'col')): 'int32',
+                    variant_names(('fp32', 'ue8m0', 'ue8m0_byte'), ('ue8m0_byte',), ('row', 'col')): 'uint8'}, VARIANTS,
+                'float32')[v], 'bit', None, False, col_pad=lambda v:
+            by_variant({variant_names(('fp32', 'ue8m0', 'ue8m0_byte'), ('fp32', 'ue8m0'), ('col',)): 4,
+                    variant_names(('fp32', 'ue8m0', 'ue8m0_byte'), ('ue8m0_byte',), ('col',)): 16}, VARIANTS, None)[
+                v]),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % block_cols == 0", lambda d: ((d["H"] % d["block_cols"]) == 0)),
         ("block_cols % in_cols == 0", lambda d: ((d["block_cols"] % d["in_cols"]) == 0)),), factory_args=
     ('H', 'block_rows', 'block_cols', 'in_cols'),)

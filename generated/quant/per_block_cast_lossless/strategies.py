@@ -4,8 +4,10 @@
 from hypothesis import strategies as st
 
 from tkgen.runtime.ops import by_variant  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
+VARIANTS = variant_names(('fp32', 'ue8m0', 'ue8m0_byte'), ('fp32', 'ue8m0', 'ue8m0_byte'), ('row', 'col'))
 EXAMPLES = 4   # the spec's `tests: examples`: property tests draw at most this many cases
 
 REQUIRES = (
@@ -30,28 +32,19 @@ def cases(draw, max_rows=300):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
-                        'fp32_ue8m0_byte_col', 'ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col',
-                        'ue8m0_ue8m0_byte_row', 'ue8m0_ue8m0_byte_col', 'ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col',
-                        'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col', 'ue8m0_byte_ue8m0_byte_row',
-                        'ue8m0_byte_ue8m0_byte_col'):
-                    {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
-                        (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}})[v])(variant), (d["T"], d["H"],))
+            {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
+                (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'})(variant), (d["T"], d["H"],))
     recipe = draw(tensor_recipe(('fp32',), ('tiny', 'huge', 'ties'), True))
     inputs["sf"], shapes["sf"] = (None, (d["T"], (d["H"] // d["in_cols"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant({('fp32_fp32_row', 'fp32_fp32_col', 'fp32_ue8m0_row', 'fp32_ue8m0_col', 'fp32_ue8m0_byte_row',
-                        'fp32_ue8m0_byte_col'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'},
-                    ('ue8m0_fp32_row', 'ue8m0_fp32_col', 'ue8m0_ue8m0_row', 'ue8m0_ue8m0_col', 'ue8m0_ue8m0_byte_row',
-                        'ue8m0_ue8m0_byte_col'):
+            by_variant({variant_names(('ue8m0',), ('fp32', 'ue8m0', 'ue8m0_byte'), ('row', 'col')):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
                         (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
-                    ('ue8m0_byte_fp32_row', 'ue8m0_byte_fp32_col', 'ue8m0_byte_ue8m0_row', 'ue8m0_byte_ue8m0_col',
-                        'ue8m0_byte_ue8m0_byte_row', 'ue8m0_byte_ue8m0_byte_col'):
+                    variant_names(('ue8m0_byte',), ('fp32', 'ue8m0', 'ue8m0_byte'), ('row', 'col')):
                     {'kind': 'scale', 'name': 'ue8m0_byte', 'container': 'uint8', 'packet': (1, 1), 'pack': None,
-                        'store': 'exponent_byte'}})[v])(variant), (d["T"], (d["H"] // d["in_cols"]),))
+                        'store': 'exponent_byte'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v])(variant), (d["T"], (d["H"] // d["in_cols"]),))
     return {"dims": { "T": d["T"], "H": d["H"], }, "params":
         { "block_rows": d["block_rows"], "block_cols": d["block_cols"], "in_cols": d["in_cols"], "in_scale":
             d["in_scale"], "scale": d["scale"], "sf_layout": d["sf_layout"], }, "shapes": shapes, "inputs": inputs,}

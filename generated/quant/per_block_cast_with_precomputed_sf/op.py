@@ -15,9 +15,8 @@ OP = OpInfo(name="per_block_cast_with_precomputed_sf", package=__package__, para
     (InputInfo("x", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None),
         InputInfo("sf", ('fp32',), ('ceildiv(T, block_rows)', 'H / block_cols'), lambda d:
             ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), False, (None, None), None),), outputs=
-    (
-        OutputInfo("q", {'e4m3': lambda d: (d["T"], d["H"],)}, lambda v, dt: {'e4m3': 'float8_e4m3fn'}[v], 'bit', None,
-            False),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+    (OutputInfo("q", {'e4m3': lambda d: (d["T"], d["H"],)}, lambda v, dt: 'float8_e4m3fn', 'bit', None, False),), dims=
+    (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % block_cols == 0", lambda d: ((d["H"] % d["block_cols"]) == 0)),), factory_args=
     ('H', 'block_rows', 'block_cols'),)
 

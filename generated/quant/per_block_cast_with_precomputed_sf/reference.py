@@ -30,5 +30,5 @@ def reference_e4m3(x, sf, block_rows, block_cols, _given=None):
 
 
 VARIANTS = {
-    "e4m3": reference_e4m3,
+"e4m3": reference_e4m3,
 }

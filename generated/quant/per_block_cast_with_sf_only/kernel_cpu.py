@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from ...common.tilelang_helpers import decode_bf16
 
 
@@ -104,7 +104,7 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b):
     return kernel
 
 
-# the variants of the shared factories
-build_e4m3_fp32 = specialize(make_e4m3, 'fp32')
-build_e4m3_pow2 = specialize(make_e4m3, 'pow2')
-build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0')
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_e4m3, 'e4m3', ('fp32', 'pow2', 'ue8m0')),
+}

@@ -7,6 +7,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3',), ('fp32', 'pow2', 'ue8m0'))
 
 OP = OpInfo(name="per_block_cast_with_sf_only", package=__package__, params=
     (ParamInfo("fmt", ('e4m3',), None, True, "element format the scales are for", 'e4m3', 'int'),
@@ -18,11 +21,11 @@ OP = OpInfo(name="per_block_cast_with_sf_only", package=__package__, params=
     outputs=
     (
         OutputInfo("sf",
-            by_variant({('e4m3_fp32', 'e4m3_pow2'): lambda d:
-                    ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),), ('e4m3_ue8m0',): lambda d:
-                    ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}), lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_pow2'): 'float32', ('e4m3_ue8m0',): 'int32'})[v], 'bit', None, False),),
-    dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+            by_variant({('e4m3_ue8m0',): lambda d:
+                    ((-(-d["T"] // d["block_rows"])), -(-(d["H"] // d["block_cols"]) // 4),)}, VARIANTS, lambda d:
+                ((-(-d["T"] // d["block_rows"])), (d["H"] // d["block_cols"]),)), lambda v, dt:
+            by_variant({('e4m3_ue8m0',): 'int32'}, VARIANTS, 'float32')[v], 'bit', None, False),), dims=
+    (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % block_cols == 0", lambda d: ((d["H"] % d["block_cols"]) == 0)),), factory_args=
     ('H', 'block_rows', 'block_cols'),)
 

@@ -6,6 +6,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3',), ('fp32', 'pow2', 'ue8m0'), ('false', 'true'))
 
 OP = OpInfo(name="per_channel_cast", package=__package__, params=
     (ParamInfo("fmt", ('e4m3',), None, True, "element format of q", 'e4m3', 'int'),
@@ -17,18 +20,15 @@ OP = OpInfo(name="per_channel_cast", package=__package__, params=
     outputs=
     (
         OutputInfo("q",
-            by_variant({('e4m3_fp32_false', 'e4m3_pow2_false', 'e4m3_ue8m0_false'): lambda d: (d["T"], d["H"],),
-                    ('e4m3_fp32_true', 'e4m3_pow2_true', 'e4m3_ue8m0_true'): lambda d: (d["H"], d["T"],)}), lambda v,
-            dt:
-            by_variant({('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true', 'e4m3_ue8m0_false',
-                        'e4m3_ue8m0_true'): 'float8_e4m3fn'})[v], 'bit', None, False),
+            by_variant({('e4m3_fp32_true', 'e4m3_pow2_true', 'e4m3_ue8m0_true'): lambda d: (d["H"], d["T"],)}, VARIANTS,
+                lambda d: (d["T"], d["H"],)), lambda v, dt: 'float8_e4m3fn', 'bit', None, False),
         OutputInfo("sf",
-            by_variant({('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true'): lambda d:
-                    ((-(-d["T"] // d["group_tokens"])), d["H"],), ('e4m3_ue8m0_false', 'e4m3_ue8m0_true'): lambda d:
-                    ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),)}), lambda v, dt:
-            by_variant({('e4m3_fp32_false', 'e4m3_fp32_true', 'e4m3_pow2_false', 'e4m3_pow2_true'): 'float32',
-                    ('e4m3_ue8m0_false', 'e4m3_ue8m0_true'): 'int32'})[v], 'bit', None, False),), dims=
-    (("T", True, 0, None), ("H", False, 1, 65536),), requires=(), factory_args=('H', 'group_tokens'),)
+            by_variant({('e4m3_ue8m0_false', 'e4m3_ue8m0_true'): lambda d:
+                    ((-(-d["T"] // d["group_tokens"])), -(-d["H"] // 4),)}, VARIANTS, lambda d:
+                ((-(-d["T"] // d["group_tokens"])), d["H"],)), lambda v, dt:
+            by_variant({('e4m3_ue8m0_false', 'e4m3_ue8m0_true'): 'int32'}, VARIANTS, 'float32')[v], 'bit', None,
+            False),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=(), factory_args=
+    ('H', 'group_tokens'),)
 
 
 @torch.library.custom_op("tkgen::per_channel_cast", mutates_args=())

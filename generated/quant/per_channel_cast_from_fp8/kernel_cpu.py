@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from ...common.tilelang_helpers import decode_bf16, decode_e4m3, encode_e4m3
 
 
@@ -183,22 +183,7 @@ def make_e4m3(in_scale, scale, with_sf, H, group_tokens, in_group, q_dtype, *, t
     return kernel
 
 
-# the variants of the shared factories
-build_e4m3_fp32_fp32 = specialize(make_e4m3, 'fp32', 'fp32', False)
-build_e4m3_fp32_fp32_with_sf = specialize(make_e4m3, 'fp32', 'fp32', True)
-build_e4m3_fp32_pow2 = specialize(make_e4m3, 'fp32', 'pow2', False)
-build_e4m3_fp32_pow2_with_sf = specialize(make_e4m3, 'fp32', 'pow2', True)
-build_e4m3_fp32_ue8m0 = specialize(make_e4m3, 'fp32', 'ue8m0', False)
-build_e4m3_fp32_ue8m0_with_sf = specialize(make_e4m3, 'fp32', 'ue8m0', True)
-build_e4m3_ue8m0_fp32 = specialize(make_e4m3, 'ue8m0', 'fp32', False)
-build_e4m3_ue8m0_fp32_with_sf = specialize(make_e4m3, 'ue8m0', 'fp32', True)
-build_e4m3_ue8m0_pow2 = specialize(make_e4m3, 'ue8m0', 'pow2', False)
-build_e4m3_ue8m0_pow2_with_sf = specialize(make_e4m3, 'ue8m0', 'pow2', True)
-build_e4m3_ue8m0_ue8m0 = specialize(make_e4m3, 'ue8m0', 'ue8m0', False)
-build_e4m3_ue8m0_ue8m0_with_sf = specialize(make_e4m3, 'ue8m0', 'ue8m0', True)
-build_e4m3_e4m3_fp32 = specialize(make_e4m3, 'e4m3', 'fp32', False)
-build_e4m3_e4m3_fp32_with_sf = specialize(make_e4m3, 'e4m3', 'fp32', True)
-build_e4m3_e4m3_pow2 = specialize(make_e4m3, 'e4m3', 'pow2', False)
-build_e4m3_e4m3_pow2_with_sf = specialize(make_e4m3, 'e4m3', 'pow2', True)
-build_e4m3_e4m3_ue8m0 = specialize(make_e4m3, 'e4m3', 'ue8m0', False)
-build_e4m3_e4m3_ue8m0_with_sf = specialize(make_e4m3, 'e4m3', 'ue8m0', True)
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_e4m3, 'e4m3', ('fp32', 'ue8m0', 'e4m3'), ('fp32', 'pow2', 'ue8m0'),
+        {'': False, 'with_sf': True}),}

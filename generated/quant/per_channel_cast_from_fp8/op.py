@@ -9,6 +9,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3',), ('fp32', 'ue8m0', 'e4m3'), ('fp32', 'pow2', 'ue8m0'), ('', 'with_sf'))
 
 OP = OpInfo(name="per_channel_cast_from_fp8", package=__package__, params=
     (ParamInfo("fmt", ('e4m3',), None, True, "element format of out", 'e4m3', 'int'),
@@ -24,50 +27,23 @@ OP = OpInfo(name="per_channel_cast_from_fp8", package=__package__, params=
             None),
         InputInfo("sf", (), ('T', 'H / in_group'), lambda d: (d["T"], (d["H"] // d["in_group"]),), True,
             (('T', 1), None), None, codec=lambda v:
-            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_fp32_with_sf', 'e4m3_fp32_pow2', 'e4m3_fp32_pow2_with_sf',
-                        'e4m3_fp32_ue8m0', 'e4m3_fp32_ue8m0_with_sf'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'},
-                    ('e4m3_ue8m0_fp32', 'e4m3_ue8m0_fp32_with_sf', 'e4m3_ue8m0_pow2', 'e4m3_ue8m0_pow2_with_sf',
-                        'e4m3_ue8m0_ue8m0', 'e4m3_ue8m0_ue8m0_with_sf'):
+            by_variant({variant_names(('e4m3',), ('ue8m0',), ('fp32', 'pow2', 'ue8m0'), ('', 'with_sf')):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
                         (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
-                    ('e4m3_e4m3_fp32', 'e4m3_e4m3_fp32_with_sf', 'e4m3_e4m3_pow2', 'e4m3_e4m3_pow2_with_sf',
-                        'e4m3_e4m3_ue8m0', 'e4m3_e4m3_ue8m0_with_sf'):
+                    variant_names(('e4m3',), ('e4m3',), ('fp32', 'pow2', 'ue8m0'), ('', 'with_sf')):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'}})[v]),), outputs=
+                        'store': 'codes'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v]),), outputs=
     (
-        OutputInfo("out",
-            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_fp32_with_sf', 'e4m3_fp32_pow2', 'e4m3_fp32_pow2_with_sf',
-                        'e4m3_fp32_ue8m0', 'e4m3_fp32_ue8m0_with_sf', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_fp32_with_sf',
-                        'e4m3_ue8m0_pow2', 'e4m3_ue8m0_pow2_with_sf', 'e4m3_ue8m0_ue8m0', 'e4m3_ue8m0_ue8m0_with_sf',
-                        'e4m3_e4m3_fp32', 'e4m3_e4m3_fp32_with_sf', 'e4m3_e4m3_pow2', 'e4m3_e4m3_pow2_with_sf',
-                        'e4m3_e4m3_ue8m0', 'e4m3_e4m3_ue8m0_with_sf'): lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_fp32_with_sf', 'e4m3_fp32_pow2', 'e4m3_fp32_pow2_with_sf',
-                        'e4m3_fp32_ue8m0', 'e4m3_fp32_ue8m0_with_sf', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_fp32_with_sf',
-                        'e4m3_ue8m0_pow2', 'e4m3_ue8m0_pow2_with_sf', 'e4m3_ue8m0_ue8m0', 'e4m3_ue8m0_ue8m0_with_sf',
-                        'e4m3_e4m3_fp32', 'e4m3_e4m3_fp32_with_sf', 'e4m3_e4m3_pow2', 'e4m3_e4m3_pow2_with_sf',
-                        'e4m3_e4m3_ue8m0', 'e4m3_e4m3_ue8m0_with_sf'): 'float8_e4m3fn'})[v], 'bit', None, False),
+        OutputInfo("out", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt: 'float8_e4m3fn', 'bit',
+            None, False),
         OutputInfo("out_sf",
-            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_fp32_with_sf', 'e4m3_fp32_pow2', 'e4m3_fp32_pow2_with_sf',
-                        'e4m3_ue8m0_fp32', 'e4m3_ue8m0_fp32_with_sf', 'e4m3_ue8m0_pow2', 'e4m3_ue8m0_pow2_with_sf',
-                        'e4m3_e4m3_fp32', 'e4m3_e4m3_fp32_with_sf', 'e4m3_e4m3_pow2', 'e4m3_e4m3_pow2_with_sf'):
-                    lambda d: (d["H"], (-(-d["T"] // d["group_tokens"])),),
-                    ('e4m3_fp32_ue8m0', 'e4m3_fp32_ue8m0_with_sf', 'e4m3_ue8m0_ue8m0', 'e4m3_ue8m0_ue8m0_with_sf',
-                        'e4m3_e4m3_ue8m0', 'e4m3_e4m3_ue8m0_with_sf'): lambda d:
-                    (d["H"], -(-(-(-d["T"] // d["group_tokens"])) // 4),)}), lambda v, dt:
-            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_fp32_with_sf', 'e4m3_fp32_pow2', 'e4m3_fp32_pow2_with_sf',
-                        'e4m3_ue8m0_fp32', 'e4m3_ue8m0_fp32_with_sf', 'e4m3_ue8m0_pow2', 'e4m3_ue8m0_pow2_with_sf',
-                        'e4m3_e4m3_fp32', 'e4m3_e4m3_fp32_with_sf', 'e4m3_e4m3_pow2', 'e4m3_e4m3_pow2_with_sf'):
-                    'float32',
-                    ('e4m3_fp32_ue8m0', 'e4m3_fp32_ue8m0_with_sf', 'e4m3_ue8m0_ue8m0', 'e4m3_ue8m0_ue8m0_with_sf',
-                        'e4m3_e4m3_ue8m0', 'e4m3_e4m3_ue8m0_with_sf'): 'int32'})[v], 'bit', None, False, col_pad=
-            lambda v:
-            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_fp32_with_sf', 'e4m3_fp32_pow2', 'e4m3_fp32_pow2_with_sf',
-                        'e4m3_fp32_ue8m0', 'e4m3_fp32_ue8m0_with_sf', 'e4m3_ue8m0_fp32', 'e4m3_ue8m0_fp32_with_sf',
-                        'e4m3_ue8m0_pow2', 'e4m3_ue8m0_pow2_with_sf', 'e4m3_ue8m0_ue8m0', 'e4m3_ue8m0_ue8m0_with_sf',
-                        'e4m3_e4m3_fp32', 'e4m3_e4m3_fp32_with_sf', 'e4m3_e4m3_pow2', 'e4m3_e4m3_pow2_with_sf',
-                        'e4m3_e4m3_ue8m0', 'e4m3_e4m3_ue8m0_with_sf'): 4})[v]),), dims=
+            by_variant({variant_names(('e4m3',), ('fp32', 'ue8m0', 'e4m3'), ('ue8m0',), ('', 'with_sf')): lambda d:
+                    (d["H"], -(-(-(-d["T"] // d["group_tokens"])) // 4),)}, VARIANTS, lambda d:
+                (d["H"], (-(-d["T"] // d["group_tokens"])),)), lambda v, dt:
+            by_variant({variant_names(('e4m3',), ('fp32', 'ue8m0', 'e4m3'), ('ue8m0',), ('', 'with_sf')): 'int32'},
+                VARIANTS, 'float32')[v], 'bit', None, False, col_pad=lambda v: 4),), dims=
     (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % in_group == 0", lambda d: ((d["H"] % d["in_group"]) == 0)),), factory_args=
     ('H', 'group_tokens', 'in_group'),)

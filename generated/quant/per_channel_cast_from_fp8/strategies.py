@@ -4,8 +4,10 @@
 from hypothesis import strategies as st
 
 from tkgen.runtime.ops import by_variant  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
+VARIANTS = variant_names(('e4m3',), ('fp32', 'ue8m0', 'e4m3'), ('fp32', 'pow2', 'ue8m0'), ('', 'with_sf'))
 EXAMPLES = 4   # the spec's `tests: examples`: property tests draw at most this many cases
 
 REQUIRES = (
@@ -31,18 +33,14 @@ def cases(draw, max_rows=300):
     recipe = draw(st.none() | tensor_recipe(('fp32',), ('tiny', 'ties'), True))
     inputs["sf"], shapes["sf"] = (None, (d["T"], (d["H"] // d["in_group"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant({('e4m3_fp32_fp32', 'e4m3_fp32_fp32_with_sf', 'e4m3_fp32_pow2', 'e4m3_fp32_pow2_with_sf',
-                        'e4m3_fp32_ue8m0', 'e4m3_fp32_ue8m0_with_sf'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'},
-                    ('e4m3_ue8m0_fp32', 'e4m3_ue8m0_fp32_with_sf', 'e4m3_ue8m0_pow2', 'e4m3_ue8m0_pow2_with_sf',
-                        'e4m3_ue8m0_ue8m0', 'e4m3_ue8m0_ue8m0_with_sf'):
+            by_variant({variant_names(('e4m3',), ('ue8m0',), ('fp32', 'pow2', 'ue8m0'), ('', 'with_sf')):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
                         (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
-                    ('e4m3_e4m3_fp32', 'e4m3_e4m3_fp32_with_sf', 'e4m3_e4m3_pow2', 'e4m3_e4m3_pow2_with_sf',
-                        'e4m3_e4m3_ue8m0', 'e4m3_e4m3_ue8m0_with_sf'):
+                    variant_names(('e4m3',), ('e4m3',), ('fp32', 'pow2', 'ue8m0'), ('', 'with_sf')):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'}})[v])(variant), (d["T"], (d["H"] // d["in_group"]),))
+                        'store': 'codes'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v])(variant), (d["T"], (d["H"] // d["in_group"]),))
     return {"dims": { "T": d["T"], "H": d["H"], }, "params":
         { "fmt": d["fmt"], "group_tokens": d["group_tokens"], "in_group": d["in_group"], "in_scale": d["in_scale"],
             "scale": d["scale"], }, "shapes": shapes, "inputs": inputs,}

@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 
 
 def make_e4m3(scale, with_x_sf, H, group_tokens, in_group, x_dtype, *, threads, block_b, tile_elems):
@@ -107,8 +107,7 @@ def make_e4m3(scale, with_x_sf, H, group_tokens, in_group, x_dtype, *, threads, 
     return kernel
 
 
-# the variants of the shared factories
-build_e4m3_fp32 = specialize(make_e4m3, 'fp32', False)
-build_e4m3_fp32_with_x_sf = specialize(make_e4m3, 'fp32', True)
-build_e4m3_pow2 = specialize(make_e4m3, 'pow2', False)
-build_e4m3_pow2_with_x_sf = specialize(make_e4m3, 'pow2', True)
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_e4m3, 'e4m3', ('fp32', 'pow2'), {'': False, 'with_x_sf': True}),
+}

@@ -9,33 +9,47 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 
-OP = OpInfo(name="per_channel_cast_gathered", package=__package__, params=
-    (ParamInfo("fmt", ('e4m3',), None, True, "element format of q", 'e4m3', 'int'),
-        ParamInfo("group_tokens", (32, 128), None, False, "rows per scale", 128, 'int'),
+VARIANTS = variant_names(('e4m3',), ('fp32', 'pow2'), ('', 'with_x_sf'))
+
+OP = OpInfo(
+    name="per_channel_cast_gathered",
+    package=__package__,
+    params=(
+        ParamInfo("fmt", ('e4m3',), None, True, "element format of q",
+                  'e4m3', 'int'),
+        ParamInfo("group_tokens", (32, 128), None, False, "rows per scale",
+                  128, 'int'),
         ParamInfo("in_group", (32, 128), None, False, "channels per scale of x_sf (without x_sf: any divisor of H)",
-            128, 'int'),
-        ParamInfo("scale", ('fp32', 'pow2'), None, True, "scale format of sf: fp32 ratio or power of two", 'fp32',
-            'int'),), inputs=
-    (
+                  128, 'int'),
+        ParamInfo("scale", ('fp32', 'pow2'), None, True, "scale format of sf: fp32 ratio or power of two",
+                  'fp32', 'int'),
+    ),
+    inputs=(
         InputInfo("x", ('bf16', 'fp32', 'e4m3'), ('T_in', 'H'), lambda d: (d["T_in"], d["H"],), False,
-            (('T_in', 1), ('H', 1)), None, at="pos_to_token", rows=True),
+                  (('T_in', 1), ('H', 1)), None, at="pos_to_token", rows=True),
         InputInfo("x_sf", ('fp32',), ('T_in', 'H / in_group'), lambda d: (d["T_in"], (d["H"] // d["in_group"]),), True,
-            (('T_in', 1), None), None, at="pos_to_token", rows=True),
-        InputInfo("pos_to_token", ('int32',), ('T',), lambda d: (d["T"],), False, (('T', 1),), None),), outputs=
-    (
-        OutputInfo("q",
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_x_sf', 'e4m3_pow2', 'e4m3_pow2_with_x_sf'): lambda d:
-                    (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_x_sf', 'e4m3_pow2', 'e4m3_pow2_with_x_sf'): 'float8_e4m3fn'})[v],
-            'bit', None, False),
-        OutputInfo("sf",
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_x_sf', 'e4m3_pow2', 'e4m3_pow2_with_x_sf'): lambda d:
-                    ((-(-d["T"] // d["group_tokens"])), d["H"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_fp32_with_x_sf', 'e4m3_pow2', 'e4m3_pow2_with_x_sf'): 'float32'})[v], 'bit',
-            None, False),), dims=(("T", True, 0, None), ("T_in", False, 0, None), ("H", False, 1, 65536),), requires=
-    (("H % in_group == 0", lambda d: ((d["H"] % d["in_group"]) == 0)),), factory_args=
-    ('H', 'group_tokens', 'in_group'),)
+                  (('T_in', 1), None), None, at="pos_to_token", rows=True),
+        InputInfo("pos_to_token", ('int32',), ('T',), lambda d: (d["T"],), False,
+                  (('T', 1),), None),
+    ),
+    outputs=(
+        OutputInfo("q", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)),
+                   lambda v, dt: 'float8_e4m3fn', 'bit', None, False),
+        OutputInfo("sf", dict.fromkeys(VARIANTS, lambda d: ((-(-d["T"] // d["group_tokens"])), d["H"],)),
+                   lambda v, dt: 'float32', 'bit', None, False),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("T_in", False, 0, None),
+        ("H", False, 1, 65536),
+    ),
+    requires=(
+        ("H % in_group == 0", lambda d: ((d["H"] % d["in_group"]) == 0)),
+    ),
+    factory_args=('H', 'group_tokens', 'in_group'),
+)
 
 
 @torch.library.custom_op("tkgen::per_channel_cast_gathered", mutates_args=())

@@ -6,6 +6,10 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'),
+    ('row', 'col'))
 
 OP = OpInfo(name="per_token_cast", package=__package__, params=
     (
@@ -23,63 +27,26 @@ OP = OpInfo(name="per_token_cast", package=__package__, params=
     outputs=
     (
         OutputInfo("q",
-            by_variant({('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_row',
-                        'e4m3_ue8m0_col', 'e4m3_ue8m0_byte_row', 'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row',
-                        'e4m3_e4m3_col', 'e5m2_fp32_row', 'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col',
-                        'e5m2_ue8m0_row', 'e5m2_ue8m0_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col',
-                        'e5m2_e4m3_row', 'e5m2_e4m3_col'): lambda d: (d["T"], d["H"],),
-                    ('e2m1_fp32_row', 'e2m1_fp32_col', 'e2m1_pow2_row', 'e2m1_pow2_col', 'e2m1_ue8m0_row',
-                        'e2m1_ue8m0_col', 'e2m1_ue8m0_byte_row', 'e2m1_ue8m0_byte_col', 'e2m1_e4m3_row',
-                        'e2m1_e4m3_col'): lambda d: (d["T"], -(-d["H"] // 2),),
-                    ('e5m6_fp32_row', 'e5m6_fp32_col', 'e5m6_pow2_row', 'e5m6_pow2_col', 'e5m6_ue8m0_row',
-                        'e5m6_ue8m0_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col', 'e5m6_e4m3_row',
-                        'e5m6_e4m3_col'): lambda d: (d["T"], -(-d["H"] // 8) * 12,)}), lambda v, dt:
-            by_variant({('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_row',
-                        'e4m3_ue8m0_col', 'e4m3_ue8m0_byte_row', 'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row',
-                        'e4m3_e4m3_col'): 'float8_e4m3fn',
-                    ('e5m2_fp32_row', 'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col', 'e5m2_ue8m0_row',
-                        'e5m2_ue8m0_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col', 'e5m2_e4m3_row',
-                        'e5m2_e4m3_col'): 'float8_e5m2',
-                    ('e2m1_fp32_row', 'e2m1_fp32_col', 'e2m1_pow2_row', 'e2m1_pow2_col', 'e2m1_ue8m0_row',
-                        'e2m1_ue8m0_col', 'e2m1_ue8m0_byte_row', 'e2m1_ue8m0_byte_col', 'e2m1_e4m3_row',
-                        'e2m1_e4m3_col'): 'int8',
-                    ('e5m6_fp32_row', 'e5m6_fp32_col', 'e5m6_pow2_row', 'e5m6_pow2_col', 'e5m6_ue8m0_row',
-                        'e5m6_ue8m0_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col', 'e5m6_e4m3_row',
-                        'e5m6_e4m3_col'): 'uint8'})[v], 'bit', None, False),
+            by_variant({variant_names(('e2m1',), ('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('row', 'col')):
+                    lambda d: (d["T"], -(-d["H"] // 2),),
+                    variant_names(('e5m6',), ('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('row', 'col')): lambda d:
+                    (d["T"], -(-d["H"] // 8) * 12,)}, VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt:
+            by_variant({variant_names(('e5m2',), ('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('row', 'col')):
+                    'float8_e5m2',
+                    variant_names(('e2m1',), ('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('row', 'col')): 'int8',
+                    variant_names(('e5m6',), ('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('row', 'col')): 'uint8'},
+                VARIANTS, 'float8_e4m3fn')[v], 'bit', None, False),
         OutputInfo("sf",
-            by_variant({('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e4m3_ue8m0_byte_row',
-                        'e4m3_ue8m0_byte_col', 'e4m3_e4m3_row', 'e4m3_e4m3_col', 'e5m2_fp32_row', 'e5m2_fp32_col',
-                        'e5m2_pow2_row', 'e5m2_pow2_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col', 'e5m2_e4m3_row',
-                        'e5m2_e4m3_col', 'e2m1_fp32_row', 'e2m1_fp32_col', 'e2m1_pow2_row', 'e2m1_pow2_col',
-                        'e2m1_ue8m0_byte_row', 'e2m1_ue8m0_byte_col', 'e2m1_e4m3_row', 'e2m1_e4m3_col', 'e5m6_fp32_row',
-                        'e5m6_fp32_col', 'e5m6_pow2_row', 'e5m6_pow2_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col',
-                        'e5m6_e4m3_row', 'e5m6_e4m3_col'): lambda d: (d["T"], (d["H"] // d["group"]),),
-                    ('e4m3_ue8m0_row', 'e4m3_ue8m0_col', 'e5m2_ue8m0_row', 'e5m2_ue8m0_col', 'e2m1_ue8m0_row',
-                        'e2m1_ue8m0_col', 'e5m6_ue8m0_row', 'e5m6_ue8m0_col'): lambda d:
-                    (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
-            by_variant({('e4m3_fp32_row', 'e4m3_fp32_col', 'e4m3_pow2_row', 'e4m3_pow2_col', 'e5m2_fp32_row',
-                        'e5m2_fp32_col', 'e5m2_pow2_row', 'e5m2_pow2_col', 'e2m1_fp32_row', 'e2m1_fp32_col',
-                        'e2m1_pow2_row', 'e2m1_pow2_col', 'e5m6_fp32_row', 'e5m6_fp32_col', 'e5m6_pow2_row',
-                        'e5m6_pow2_col'): 'float32',
-                    ('e4m3_ue8m0_row', 'e4m3_ue8m0_col', 'e5m2_ue8m0_row', 'e5m2_ue8m0_col', 'e2m1_ue8m0_row',
-                        'e2m1_ue8m0_col', 'e5m6_ue8m0_row', 'e5m6_ue8m0_col'): 'int32',
-                    ('e4m3_ue8m0_byte_row', 'e4m3_ue8m0_byte_col', 'e5m2_ue8m0_byte_row', 'e5m2_ue8m0_byte_col',
-                        'e2m1_ue8m0_byte_row', 'e2m1_ue8m0_byte_col', 'e5m6_ue8m0_byte_row', 'e5m6_ue8m0_byte_col'):
-                    'uint8',
-                    ('e4m3_e4m3_row', 'e4m3_e4m3_col', 'e5m2_e4m3_row', 'e5m2_e4m3_col', 'e2m1_e4m3_row',
-                        'e2m1_e4m3_col', 'e5m6_e4m3_row', 'e5m6_e4m3_col'): 'float8_e4m3fn'})[v], 'bit', None, False,
-            col_pad=lambda v:
-            by_variant({('e4m3_fp32_row', 'e4m3_pow2_row', 'e4m3_ue8m0_row', 'e4m3_ue8m0_byte_row', 'e4m3_e4m3_row',
-                        'e5m2_fp32_row', 'e5m2_pow2_row', 'e5m2_ue8m0_row', 'e5m2_ue8m0_byte_row', 'e5m2_e4m3_row',
-                        'e2m1_fp32_row', 'e2m1_pow2_row', 'e2m1_ue8m0_row', 'e2m1_ue8m0_byte_row', 'e2m1_e4m3_row',
-                        'e5m6_fp32_row', 'e5m6_pow2_row', 'e5m6_ue8m0_row', 'e5m6_ue8m0_byte_row', 'e5m6_e4m3_row'):
-                    None,
-                    ('e4m3_fp32_col', 'e4m3_pow2_col', 'e4m3_ue8m0_col', 'e5m2_fp32_col', 'e5m2_pow2_col',
-                        'e5m2_ue8m0_col', 'e2m1_fp32_col', 'e2m1_pow2_col', 'e2m1_ue8m0_col', 'e5m6_fp32_col',
-                        'e5m6_pow2_col', 'e5m6_ue8m0_col'): 4,
-                    ('e4m3_ue8m0_byte_col', 'e4m3_e4m3_col', 'e5m2_ue8m0_byte_col', 'e5m2_e4m3_col',
-                        'e2m1_ue8m0_byte_col', 'e2m1_e4m3_col', 'e5m6_ue8m0_byte_col', 'e5m6_e4m3_col'): 16})[v]),),
-    dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+            by_variant({variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0',), ('row', 'col')): lambda d:
+                    (d["T"], -(-(d["H"] // d["group"]) // 4),)}, VARIANTS, lambda d: (d["T"], (d["H"] // d["group"]),)),
+            lambda v, dt:
+            by_variant({variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0',), ('row', 'col')): 'int32',
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0_byte',), ('row', 'col')): 'uint8',
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('e4m3',), ('row', 'col')): 'float8_e4m3fn'},
+                VARIANTS, 'float32')[v], 'bit', None, False, col_pad=lambda v:
+            by_variant({variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'pow2', 'ue8m0'), ('col',)): 4,
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0_byte', 'e4m3'), ('col',)): 16}, VARIANTS,
+                None)[v]),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
 
 

@@ -7,6 +7,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'pow2', 'e4m3'), ('bf16', 'fp32'))
 
 OP = OpInfo(name="per_token_cast_and_cast_back", package=__package__, params=
     (
@@ -22,19 +25,9 @@ OP = OpInfo(name="per_token_cast_and_cast_back", package=__package__, params=
     (InputInfo("x", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None),),
     outputs=
     (
-        OutputInfo("y",
-            by_variant({('e4m3_fp32_bf16', 'e4m3_fp32_fp32', 'e4m3_pow2_bf16', 'e4m3_pow2_fp32', 'e4m3_e4m3_bf16',
-                        'e4m3_e4m3_fp32', 'e5m2_fp32_bf16', 'e5m2_fp32_fp32', 'e5m2_pow2_bf16', 'e5m2_pow2_fp32',
-                        'e5m2_e4m3_bf16', 'e5m2_e4m3_fp32', 'e2m1_fp32_bf16', 'e2m1_fp32_fp32', 'e2m1_pow2_bf16',
-                        'e2m1_pow2_fp32', 'e2m1_e4m3_bf16', 'e2m1_e4m3_fp32', 'e5m6_fp32_bf16', 'e5m6_fp32_fp32',
-                        'e5m6_pow2_bf16', 'e5m6_pow2_fp32', 'e5m6_e4m3_bf16', 'e5m6_e4m3_fp32'): lambda d:
-                    (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32_bf16', 'e4m3_pow2_bf16', 'e4m3_e4m3_bf16', 'e5m2_fp32_bf16', 'e5m2_pow2_bf16',
-                        'e5m2_e4m3_bf16', 'e2m1_fp32_bf16', 'e2m1_pow2_bf16', 'e2m1_e4m3_bf16', 'e5m6_fp32_bf16',
-                        'e5m6_pow2_bf16', 'e5m6_e4m3_bf16'): 'bfloat16',
-                    ('e4m3_fp32_fp32', 'e4m3_pow2_fp32', 'e4m3_e4m3_fp32', 'e5m2_fp32_fp32', 'e5m2_pow2_fp32',
-                        'e5m2_e4m3_fp32', 'e2m1_fp32_fp32', 'e2m1_pow2_fp32', 'e2m1_e4m3_fp32', 'e5m6_fp32_fp32',
-                        'e5m6_pow2_fp32', 'e5m6_e4m3_fp32'): 'float32'})[v], 'bit', None, False),), dims=
+        OutputInfo("y", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt:
+            by_variant({variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'pow2', 'e4m3'), ('fp32',)):
+                    'float32'}, VARIANTS, 'bfloat16')[v], 'bit', None, False),), dims=
     (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
 

@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from ...common.tilelang_helpers import decode_e2m1
 
 
@@ -515,52 +515,7 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
     return kernel
 
 
-# the variants of the shared factories
-build_e4m3_fp32_fp32_row = specialize(make_variants, 'e4m3', 'fp32', 'fp32', 'row')
-build_e4m3_fp32_fp32_col = specialize(make_variants, 'e4m3', 'fp32', 'fp32', 'col')
-build_e4m3_fp32_pow2_row = specialize(make_variants, 'e4m3', 'fp32', 'pow2', 'row')
-build_e4m3_fp32_pow2_col = specialize(make_variants, 'e4m3', 'fp32', 'pow2', 'col')
-build_e4m3_fp32_ue8m0_row = specialize(make_variants, 'e4m3', 'fp32', 'ue8m0', 'row')
-build_e4m3_fp32_ue8m0_col = specialize(make_variants, 'e4m3', 'fp32', 'ue8m0', 'col')
-build_e4m3_fp32_e4m3_row = specialize(make_variants, 'e4m3', 'fp32', 'e4m3', 'row')
-build_e4m3_fp32_e4m3_col = specialize(make_variants, 'e4m3', 'fp32', 'e4m3', 'col')
-build_e4m3_ue8m0_fp32_row = specialize(make_variants, 'e4m3', 'ue8m0', 'fp32', 'row')
-build_e4m3_ue8m0_fp32_col = specialize(make_variants, 'e4m3', 'ue8m0', 'fp32', 'col')
-build_e4m3_ue8m0_pow2_row = specialize(make_variants, 'e4m3', 'ue8m0', 'pow2', 'row')
-build_e4m3_ue8m0_pow2_col = specialize(make_variants, 'e4m3', 'ue8m0', 'pow2', 'col')
-build_e4m3_ue8m0_ue8m0_row = specialize(make_variants, 'e4m3', 'ue8m0', 'ue8m0', 'row')
-build_e4m3_ue8m0_ue8m0_col = specialize(make_variants, 'e4m3', 'ue8m0', 'ue8m0', 'col')
-build_e4m3_ue8m0_e4m3_row = specialize(make_variants, 'e4m3', 'ue8m0', 'e4m3', 'row')
-build_e4m3_ue8m0_e4m3_col = specialize(make_variants, 'e4m3', 'ue8m0', 'e4m3', 'col')
-build_e4m3_e4m3_fp32_row = specialize(make_variants, 'e4m3', 'e4m3', 'fp32', 'row')
-build_e4m3_e4m3_fp32_col = specialize(make_variants, 'e4m3', 'e4m3', 'fp32', 'col')
-build_e4m3_e4m3_pow2_row = specialize(make_variants, 'e4m3', 'e4m3', 'pow2', 'row')
-build_e4m3_e4m3_pow2_col = specialize(make_variants, 'e4m3', 'e4m3', 'pow2', 'col')
-build_e4m3_e4m3_ue8m0_row = specialize(make_variants, 'e4m3', 'e4m3', 'ue8m0', 'row')
-build_e4m3_e4m3_ue8m0_col = specialize(make_variants, 'e4m3', 'e4m3', 'ue8m0', 'col')
-build_e4m3_e4m3_e4m3_row = specialize(make_variants, 'e4m3', 'e4m3', 'e4m3', 'row')
-build_e4m3_e4m3_e4m3_col = specialize(make_variants, 'e4m3', 'e4m3', 'e4m3', 'col')
-build_e2m1_fp32_fp32_row = specialize(make_variants, 'e2m1', 'fp32', 'fp32', 'row')
-build_e2m1_fp32_fp32_col = specialize(make_variants, 'e2m1', 'fp32', 'fp32', 'col')
-build_e2m1_fp32_pow2_row = specialize(make_variants, 'e2m1', 'fp32', 'pow2', 'row')
-build_e2m1_fp32_pow2_col = specialize(make_variants, 'e2m1', 'fp32', 'pow2', 'col')
-build_e2m1_fp32_ue8m0_row = specialize(make_variants, 'e2m1', 'fp32', 'ue8m0', 'row')
-build_e2m1_fp32_ue8m0_col = specialize(make_variants, 'e2m1', 'fp32', 'ue8m0', 'col')
-build_e2m1_fp32_e4m3_row = specialize(make_variants, 'e2m1', 'fp32', 'e4m3', 'row')
-build_e2m1_fp32_e4m3_col = specialize(make_variants, 'e2m1', 'fp32', 'e4m3', 'col')
-build_e2m1_ue8m0_fp32_row = specialize(make_variants, 'e2m1', 'ue8m0', 'fp32', 'row')
-build_e2m1_ue8m0_fp32_col = specialize(make_variants, 'e2m1', 'ue8m0', 'fp32', 'col')
-build_e2m1_ue8m0_pow2_row = specialize(make_variants, 'e2m1', 'ue8m0', 'pow2', 'row')
-build_e2m1_ue8m0_pow2_col = specialize(make_variants, 'e2m1', 'ue8m0', 'pow2', 'col')
-build_e2m1_ue8m0_ue8m0_row = specialize(make_variants, 'e2m1', 'ue8m0', 'ue8m0', 'row')
-build_e2m1_ue8m0_ue8m0_col = specialize(make_variants, 'e2m1', 'ue8m0', 'ue8m0', 'col')
-build_e2m1_ue8m0_e4m3_row = specialize(make_variants, 'e2m1', 'ue8m0', 'e4m3', 'row')
-build_e2m1_ue8m0_e4m3_col = specialize(make_variants, 'e2m1', 'ue8m0', 'e4m3', 'col')
-build_e2m1_e4m3_fp32_row = specialize(make_variants, 'e2m1', 'e4m3', 'fp32', 'row')
-build_e2m1_e4m3_fp32_col = specialize(make_variants, 'e2m1', 'e4m3', 'fp32', 'col')
-build_e2m1_e4m3_pow2_row = specialize(make_variants, 'e2m1', 'e4m3', 'pow2', 'row')
-build_e2m1_e4m3_pow2_col = specialize(make_variants, 'e2m1', 'e4m3', 'pow2', 'col')
-build_e2m1_e4m3_ue8m0_row = specialize(make_variants, 'e2m1', 'e4m3', 'ue8m0', 'row')
-build_e2m1_e4m3_ue8m0_col = specialize(make_variants, 'e2m1', 'e4m3', 'ue8m0', 'col')
-build_e2m1_e4m3_e4m3_row = specialize(make_variants, 'e2m1', 'e4m3', 'e4m3', 'row')
-build_e2m1_e4m3_e4m3_col = specialize(make_variants, 'e2m1', 'e4m3', 'e4m3', 'col')
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, ('e4m3', 'e2m1'), ('fp32', 'ue8m0', 'e4m3'),
+        ('fp32', 'pow2', 'ue8m0', 'e4m3'), ('row', 'col')),}

@@ -7,6 +7,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3', 'e2m1'), ('fp32', 'ue8m0', 'e4m3'), ('fp32', 'pow2', 'ue8m0', 'e4m3'), ('row', 'col'))
 
 OP = OpInfo(name="per_token_cast_requant_stochastic", package=__package__, params=
     (ParamInfo("in_fmt", ('e4m3', 'e2m1'), None, True, "element format of q", 'e4m3', 'int'),
@@ -23,114 +26,36 @@ OP = OpInfo(name="per_token_cast_requant_stochastic", package=__package__, param
             'int'),), inputs=
     (
         InputInfo("q", (), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None, codec=lambda v:
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_row', 'e4m3_fp32_pow2_col',
-                        'e4m3_fp32_ue8m0_row', 'e4m3_fp32_ue8m0_col', 'e4m3_fp32_e4m3_row', 'e4m3_fp32_e4m3_col',
-                        'e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_fp32_col', 'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_pow2_col',
-                        'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_ue8m0_col', 'e4m3_ue8m0_e4m3_row', 'e4m3_ue8m0_e4m3_col',
-                        'e4m3_e4m3_fp32_row', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_pow2_col',
-                        'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_ue8m0_col', 'e4m3_e4m3_e4m3_row', 'e4m3_e4m3_e4m3_col'):
-                    {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'},
-                    ('e2m1_fp32_fp32_row', 'e2m1_fp32_fp32_col', 'e2m1_fp32_pow2_row', 'e2m1_fp32_pow2_col',
-                        'e2m1_fp32_ue8m0_row', 'e2m1_fp32_ue8m0_col', 'e2m1_fp32_e4m3_row', 'e2m1_fp32_e4m3_col',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_pow2_col',
-                        'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_ue8m0_col', 'e2m1_ue8m0_e4m3_row', 'e2m1_ue8m0_e4m3_col',
-                        'e2m1_e4m3_fp32_row', 'e2m1_e4m3_fp32_col', 'e2m1_e4m3_pow2_row', 'e2m1_e4m3_pow2_col',
-                        'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_ue8m0_col', 'e2m1_e4m3_e4m3_row', 'e2m1_e4m3_e4m3_col'):
+            by_variant({
+                    variant_names(('e2m1',), ('fp32', 'ue8m0', 'e4m3'), ('fp32', 'pow2', 'ue8m0', 'e4m3'),
+                        ('row', 'col')):
                     {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
-                        (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}})[v]),
+                        (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}}, VARIANTS,
+                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
+                    'store': 'codes'})[v]),
         InputInfo("sf_in", (), ('ceildiv(T, in_rows)', 'H / in_cols'), lambda d:
             ((-(-d["T"] // d["in_rows"])), (d["H"] // d["in_cols"]),), False, (None, None), None, codec=lambda v:
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_row', 'e4m3_fp32_pow2_col',
-                        'e4m3_fp32_ue8m0_row', 'e4m3_fp32_ue8m0_col', 'e4m3_fp32_e4m3_row', 'e4m3_fp32_e4m3_col',
-                        'e2m1_fp32_fp32_row', 'e2m1_fp32_fp32_col', 'e2m1_fp32_pow2_row', 'e2m1_fp32_pow2_col',
-                        'e2m1_fp32_ue8m0_row', 'e2m1_fp32_ue8m0_col', 'e2m1_fp32_e4m3_row', 'e2m1_fp32_e4m3_col'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'},
-                    ('e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_fp32_col', 'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_pow2_col',
-                        'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_ue8m0_col', 'e4m3_ue8m0_e4m3_row', 'e4m3_ue8m0_e4m3_col',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_pow2_col',
-                        'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_ue8m0_col', 'e2m1_ue8m0_e4m3_row', 'e2m1_ue8m0_e4m3_col'):
+            by_variant({variant_names(('e4m3', 'e2m1'), ('ue8m0',), ('fp32', 'pow2', 'ue8m0', 'e4m3'), ('row', 'col')):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
                         (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
-                    ('e4m3_e4m3_fp32_row', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_pow2_col',
-                        'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_ue8m0_col', 'e4m3_e4m3_e4m3_row', 'e4m3_e4m3_e4m3_col',
-                        'e2m1_e4m3_fp32_row', 'e2m1_e4m3_fp32_col', 'e2m1_e4m3_pow2_row', 'e2m1_e4m3_pow2_col',
-                        'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_ue8m0_col', 'e2m1_e4m3_e4m3_row', 'e2m1_e4m3_e4m3_col'):
+                    variant_names(('e4m3', 'e2m1'), ('e4m3',), ('fp32', 'pow2', 'ue8m0', 'e4m3'), ('row', 'col')):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'}})[v]),), outputs=
+                        'store': 'codes'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v]),), outputs=
     (
-        OutputInfo("out",
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_row', 'e4m3_fp32_pow2_col',
-                        'e4m3_fp32_ue8m0_row', 'e4m3_fp32_ue8m0_col', 'e4m3_fp32_e4m3_row', 'e4m3_fp32_e4m3_col',
-                        'e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_fp32_col', 'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_pow2_col',
-                        'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_ue8m0_col', 'e4m3_ue8m0_e4m3_row', 'e4m3_ue8m0_e4m3_col',
-                        'e4m3_e4m3_fp32_row', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_pow2_col',
-                        'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_ue8m0_col', 'e4m3_e4m3_e4m3_row', 'e4m3_e4m3_e4m3_col',
-                        'e2m1_fp32_fp32_row', 'e2m1_fp32_fp32_col', 'e2m1_fp32_pow2_row', 'e2m1_fp32_pow2_col',
-                        'e2m1_fp32_ue8m0_row', 'e2m1_fp32_ue8m0_col', 'e2m1_fp32_e4m3_row', 'e2m1_fp32_e4m3_col',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_pow2_col',
-                        'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_ue8m0_col', 'e2m1_ue8m0_e4m3_row', 'e2m1_ue8m0_e4m3_col',
-                        'e2m1_e4m3_fp32_row', 'e2m1_e4m3_fp32_col', 'e2m1_e4m3_pow2_row', 'e2m1_e4m3_pow2_col',
-                        'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_ue8m0_col', 'e2m1_e4m3_e4m3_row', 'e2m1_e4m3_e4m3_col'):
-                    lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_row', 'e4m3_fp32_pow2_col',
-                        'e4m3_fp32_ue8m0_row', 'e4m3_fp32_ue8m0_col', 'e4m3_fp32_e4m3_row', 'e4m3_fp32_e4m3_col',
-                        'e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_fp32_col', 'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_pow2_col',
-                        'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_ue8m0_col', 'e4m3_ue8m0_e4m3_row', 'e4m3_ue8m0_e4m3_col',
-                        'e4m3_e4m3_fp32_row', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_pow2_col',
-                        'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_ue8m0_col', 'e4m3_e4m3_e4m3_row', 'e4m3_e4m3_e4m3_col',
-                        'e2m1_fp32_fp32_row', 'e2m1_fp32_fp32_col', 'e2m1_fp32_pow2_row', 'e2m1_fp32_pow2_col',
-                        'e2m1_fp32_ue8m0_row', 'e2m1_fp32_ue8m0_col', 'e2m1_fp32_e4m3_row', 'e2m1_fp32_e4m3_col',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_pow2_col',
-                        'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_ue8m0_col', 'e2m1_ue8m0_e4m3_row', 'e2m1_ue8m0_e4m3_col',
-                        'e2m1_e4m3_fp32_row', 'e2m1_e4m3_fp32_col', 'e2m1_e4m3_pow2_row', 'e2m1_e4m3_pow2_col',
-                        'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_ue8m0_col', 'e2m1_e4m3_e4m3_row', 'e2m1_e4m3_e4m3_col'):
-                    'float8_e4m3fn'})[v], 'bit', None, False),
+        OutputInfo("out", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt: 'float8_e4m3fn', 'bit',
+            None, False),
         OutputInfo("sf",
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_row', 'e4m3_fp32_pow2_col',
-                        'e4m3_fp32_e4m3_row', 'e4m3_fp32_e4m3_col', 'e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_fp32_col',
-                        'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_pow2_col', 'e4m3_ue8m0_e4m3_row', 'e4m3_ue8m0_e4m3_col',
-                        'e4m3_e4m3_fp32_row', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_pow2_col',
-                        'e4m3_e4m3_e4m3_row', 'e4m3_e4m3_e4m3_col', 'e2m1_fp32_fp32_row', 'e2m1_fp32_fp32_col',
-                        'e2m1_fp32_pow2_row', 'e2m1_fp32_pow2_col', 'e2m1_fp32_e4m3_row', 'e2m1_fp32_e4m3_col',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_pow2_col',
-                        'e2m1_ue8m0_e4m3_row', 'e2m1_ue8m0_e4m3_col', 'e2m1_e4m3_fp32_row', 'e2m1_e4m3_fp32_col',
-                        'e2m1_e4m3_pow2_row', 'e2m1_e4m3_pow2_col', 'e2m1_e4m3_e4m3_row', 'e2m1_e4m3_e4m3_col'):
-                    lambda d: (d["T"], (d["H"] // d["group"]),),
-                    ('e4m3_fp32_ue8m0_row', 'e4m3_fp32_ue8m0_col', 'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_ue8m0_col',
-                        'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_ue8m0_col', 'e2m1_fp32_ue8m0_row', 'e2m1_fp32_ue8m0_col',
-                        'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_ue8m0_col', 'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_ue8m0_col'):
-                    lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_row', 'e4m3_fp32_pow2_col',
-                        'e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_fp32_col', 'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_pow2_col',
-                        'e4m3_e4m3_fp32_row', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_pow2_col',
-                        'e2m1_fp32_fp32_row', 'e2m1_fp32_fp32_col', 'e2m1_fp32_pow2_row', 'e2m1_fp32_pow2_col',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_pow2_col',
-                        'e2m1_e4m3_fp32_row', 'e2m1_e4m3_fp32_col', 'e2m1_e4m3_pow2_row', 'e2m1_e4m3_pow2_col'):
-                    'float32',
-                    ('e4m3_fp32_ue8m0_row', 'e4m3_fp32_ue8m0_col', 'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_ue8m0_col',
-                        'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_ue8m0_col', 'e2m1_fp32_ue8m0_row', 'e2m1_fp32_ue8m0_col',
-                        'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_ue8m0_col', 'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_ue8m0_col'):
-                    'int32',
-                    ('e4m3_fp32_e4m3_row', 'e4m3_fp32_e4m3_col', 'e4m3_ue8m0_e4m3_row', 'e4m3_ue8m0_e4m3_col',
-                        'e4m3_e4m3_e4m3_row', 'e4m3_e4m3_e4m3_col', 'e2m1_fp32_e4m3_row', 'e2m1_fp32_e4m3_col',
-                        'e2m1_ue8m0_e4m3_row', 'e2m1_ue8m0_e4m3_col', 'e2m1_e4m3_e4m3_row', 'e2m1_e4m3_e4m3_col'):
-                    'float8_e4m3fn'})[v], 'bit', None, False, col_pad=lambda v:
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_pow2_row', 'e4m3_fp32_ue8m0_row', 'e4m3_fp32_e4m3_row',
-                        'e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_e4m3_row',
-                        'e4m3_e4m3_fp32_row', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_e4m3_row',
-                        'e2m1_fp32_fp32_row', 'e2m1_fp32_pow2_row', 'e2m1_fp32_ue8m0_row', 'e2m1_fp32_e4m3_row',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_e4m3_row',
-                        'e2m1_e4m3_fp32_row', 'e2m1_e4m3_pow2_row', 'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_e4m3_row'): None,
-                    ('e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_col', 'e4m3_fp32_ue8m0_col', 'e4m3_ue8m0_fp32_col',
-                        'e4m3_ue8m0_pow2_col', 'e4m3_ue8m0_ue8m0_col', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_col',
-                        'e4m3_e4m3_ue8m0_col', 'e2m1_fp32_fp32_col', 'e2m1_fp32_pow2_col', 'e2m1_fp32_ue8m0_col',
-                        'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_col', 'e2m1_ue8m0_ue8m0_col', 'e2m1_e4m3_fp32_col',
-                        'e2m1_e4m3_pow2_col', 'e2m1_e4m3_ue8m0_col'): 4,
-                    ('e4m3_fp32_e4m3_col', 'e4m3_ue8m0_e4m3_col', 'e4m3_e4m3_e4m3_col', 'e2m1_fp32_e4m3_col',
-                        'e2m1_ue8m0_e4m3_col', 'e2m1_e4m3_e4m3_col'): 16})[v]),), dims=
-    (("T", True, 0, None), ("H", False, 1, 65536),), requires=
+            by_variant({variant_names(('e4m3', 'e2m1'), ('fp32', 'ue8m0', 'e4m3'), ('ue8m0',), ('row', 'col')):
+                    lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}, VARIANTS, lambda d:
+                (d["T"], (d["H"] // d["group"]),)), lambda v, dt:
+            by_variant({variant_names(('e4m3', 'e2m1'), ('fp32', 'ue8m0', 'e4m3'), ('ue8m0',), ('row', 'col')): 'int32',
+                    variant_names(('e4m3', 'e2m1'), ('fp32', 'ue8m0', 'e4m3'), ('e4m3',), ('row', 'col')):
+                    'float8_e4m3fn'}, VARIANTS, 'float32')[v], 'bit', None, False, col_pad=lambda v:
+            by_variant({variant_names(('e4m3', 'e2m1'), ('fp32', 'ue8m0', 'e4m3'), ('fp32', 'pow2', 'ue8m0'), ('col',)):
+                    4, variant_names(('e4m3', 'e2m1'), ('fp32', 'ue8m0', 'e4m3'), ('e4m3',), ('col',)): 16}, VARIANTS,
+                None)[v]),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),
         ("group % in_cols == 0", lambda d: ((d["group"] % d["in_cols"]) == 0)),), factory_args=
     ('H', 'group', 'in_rows', 'in_cols'),)

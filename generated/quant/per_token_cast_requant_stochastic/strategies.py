@@ -4,8 +4,10 @@
 from hypothesis import strategies as st
 
 from tkgen.runtime.ops import by_variant  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
+VARIANTS = variant_names(('e4m3', 'e2m1'), ('fp32', 'ue8m0', 'e4m3'), ('fp32', 'pow2', 'ue8m0', 'e4m3'), ('row', 'col'))
 EXAMPLES = 4   # the spec's `tests: examples`: property tests draw at most this many cases
 
 REQUIRES = (
@@ -31,44 +33,25 @@ def cases(draw, max_rows=20):
     recipe = draw(tensor_recipe(('fp32',), ('zero_rows', 'max', 'subnormal', 'neg_zero', 'ties'), True))
     inputs["q"], shapes["q"] = (None, (d["T"], d["H"],)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_row', 'e4m3_fp32_pow2_col',
-                        'e4m3_fp32_ue8m0_row', 'e4m3_fp32_ue8m0_col', 'e4m3_fp32_e4m3_row', 'e4m3_fp32_e4m3_col',
-                        'e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_fp32_col', 'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_pow2_col',
-                        'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_ue8m0_col', 'e4m3_ue8m0_e4m3_row', 'e4m3_ue8m0_e4m3_col',
-                        'e4m3_e4m3_fp32_row', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_pow2_col',
-                        'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_ue8m0_col', 'e4m3_e4m3_e4m3_row', 'e4m3_e4m3_e4m3_col'):
-                    {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'},
-                    ('e2m1_fp32_fp32_row', 'e2m1_fp32_fp32_col', 'e2m1_fp32_pow2_row', 'e2m1_fp32_pow2_col',
-                        'e2m1_fp32_ue8m0_row', 'e2m1_fp32_ue8m0_col', 'e2m1_fp32_e4m3_row', 'e2m1_fp32_e4m3_col',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_pow2_col',
-                        'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_ue8m0_col', 'e2m1_ue8m0_e4m3_row', 'e2m1_ue8m0_e4m3_col',
-                        'e2m1_e4m3_fp32_row', 'e2m1_e4m3_fp32_col', 'e2m1_e4m3_pow2_row', 'e2m1_e4m3_pow2_col',
-                        'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_ue8m0_col', 'e2m1_e4m3_e4m3_row', 'e2m1_e4m3_e4m3_col'):
+            by_variant({
+                    variant_names(('e2m1',), ('fp32', 'ue8m0', 'e4m3'), ('fp32', 'pow2', 'ue8m0', 'e4m3'),
+                        ('row', 'col')):
                     {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
-                        (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}})[v])(variant), (d["T"], d["H"],))
+                        (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}}, VARIANTS,
+                {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
+                    'store': 'codes'})[v])(variant), (d["T"], d["H"],))
     recipe = draw(tensor_recipe(('fp32',), ('tiny', 'ties'), True))
     inputs["sf_in"], shapes["sf_in"] = (None,
         ((-(-d["T"] // d["in_rows"])), (d["H"] // d["in_cols"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant({('e4m3_fp32_fp32_row', 'e4m3_fp32_fp32_col', 'e4m3_fp32_pow2_row', 'e4m3_fp32_pow2_col',
-                        'e4m3_fp32_ue8m0_row', 'e4m3_fp32_ue8m0_col', 'e4m3_fp32_e4m3_row', 'e4m3_fp32_e4m3_col',
-                        'e2m1_fp32_fp32_row', 'e2m1_fp32_fp32_col', 'e2m1_fp32_pow2_row', 'e2m1_fp32_pow2_col',
-                        'e2m1_fp32_ue8m0_row', 'e2m1_fp32_ue8m0_col', 'e2m1_fp32_e4m3_row', 'e2m1_fp32_e4m3_col'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'},
-                    ('e4m3_ue8m0_fp32_row', 'e4m3_ue8m0_fp32_col', 'e4m3_ue8m0_pow2_row', 'e4m3_ue8m0_pow2_col',
-                        'e4m3_ue8m0_ue8m0_row', 'e4m3_ue8m0_ue8m0_col', 'e4m3_ue8m0_e4m3_row', 'e4m3_ue8m0_e4m3_col',
-                        'e2m1_ue8m0_fp32_row', 'e2m1_ue8m0_fp32_col', 'e2m1_ue8m0_pow2_row', 'e2m1_ue8m0_pow2_col',
-                        'e2m1_ue8m0_ue8m0_row', 'e2m1_ue8m0_ue8m0_col', 'e2m1_ue8m0_e4m3_row', 'e2m1_ue8m0_e4m3_col'):
+            by_variant({variant_names(('e4m3', 'e2m1'), ('ue8m0',), ('fp32', 'pow2', 'ue8m0', 'e4m3'), ('row', 'col')):
                     {'kind': 'scale', 'name': 'ue8m0', 'container': 'int32', 'packet': (4, 1), 'pack':
                         (4, 8, 1, 'int32', 'lsb_first'), 'store': 'exponent_byte'},
-                    ('e4m3_e4m3_fp32_row', 'e4m3_e4m3_fp32_col', 'e4m3_e4m3_pow2_row', 'e4m3_e4m3_pow2_col',
-                        'e4m3_e4m3_ue8m0_row', 'e4m3_e4m3_ue8m0_col', 'e4m3_e4m3_e4m3_row', 'e4m3_e4m3_e4m3_col',
-                        'e2m1_e4m3_fp32_row', 'e2m1_e4m3_fp32_col', 'e2m1_e4m3_pow2_row', 'e2m1_e4m3_pow2_col',
-                        'e2m1_e4m3_ue8m0_row', 'e2m1_e4m3_ue8m0_col', 'e2m1_e4m3_e4m3_row', 'e2m1_e4m3_e4m3_col'):
+                    variant_names(('e4m3', 'e2m1'), ('e4m3',), ('fp32', 'pow2', 'ue8m0', 'e4m3'), ('row', 'col')):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'}})[v])(variant), ((-(-d["T"] // d["in_rows"])), (d["H"] // d["in_cols"]),))
+                        'store': 'codes'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v])(variant), ((-(-d["T"] // d["in_rows"])), (d["H"] // d["in_cols"]),))
     return {"dims": { "T": d["T"], "H": d["H"], }, "params":
         { "in_fmt": d["in_fmt"], "group": d["group"], "in_rows": d["in_rows"], "in_cols": d["in_cols"], "in_scale":
             d["in_scale"], "scale": d["scale"], "sf_layout": d["sf_layout"], }, "shapes": shapes, "inputs": inputs,}

@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from ...common.tilelang_helpers import decode_bf16, encode_e4m3
 
 
@@ -357,14 +357,7 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
     return kernel
 
 
-# the variants of the shared factories
-build_fp32_row = specialize(make_variants, 'fp32', 'row')
-build_fp32_col = specialize(make_variants, 'fp32', 'col')
-build_pow2_row = specialize(make_variants, 'pow2', 'row')
-build_pow2_col = specialize(make_variants, 'pow2', 'col')
-build_ue8m0_row = specialize(make_variants, 'ue8m0', 'row')
-build_ue8m0_col = specialize(make_variants, 'ue8m0', 'col')
-build_ue8m0_byte_row = specialize(make_variants, 'ue8m0_byte', 'row')
-build_ue8m0_byte_col = specialize(make_variants, 'ue8m0_byte', 'col')
-build_e4m3_row = specialize(make_variants, 'e4m3', 'row')
-build_e4m3_col = specialize(make_variants, 'e4m3', 'col')
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, ('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('row', 'col')),
+}

@@ -7,6 +7,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'), ('row', 'col'))
 
 OP = OpInfo(name="per_token_cast_stochastic", package=__package__, params=
     (ParamInfo("group", (16, 32, 64, 128), None, False, "channels per scale", 128, 'int'),
@@ -19,21 +22,16 @@ OP = OpInfo(name="per_token_cast_stochastic", package=__package__, params=
     (InputInfo("x", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None),),
     outputs=
     (
-        OutputInfo("q",
-            by_variant({('fp32_row', 'fp32_col', 'pow2_row', 'pow2_col', 'ue8m0_row', 'ue8m0_col', 'ue8m0_byte_row',
-                        'ue8m0_byte_col', 'e4m3_row', 'e4m3_col'): lambda d: (d["T"], d["H"],)}), lambda v, dt:
-            by_variant({('fp32_row', 'fp32_col', 'pow2_row', 'pow2_col', 'ue8m0_row', 'ue8m0_col', 'ue8m0_byte_row',
-                        'ue8m0_byte_col', 'e4m3_row', 'e4m3_col'): 'float8_e4m3fn'})[v], 'bit', None, False),
+        OutputInfo("q", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt: 'float8_e4m3fn', 'bit',
+            None, False),
         OutputInfo("sf",
-            by_variant({('fp32_row', 'fp32_col', 'pow2_row', 'pow2_col', 'ue8m0_byte_row', 'ue8m0_byte_col', 'e4m3_row',
-                        'e4m3_col'): lambda d: (d["T"], (d["H"] // d["group"]),), ('ue8m0_row', 'ue8m0_col'): lambda d:
-                    (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
-            by_variant({('fp32_row', 'fp32_col', 'pow2_row', 'pow2_col'): 'float32', ('ue8m0_row', 'ue8m0_col'):
-                    'int32', ('ue8m0_byte_row', 'ue8m0_byte_col'): 'uint8', ('e4m3_row', 'e4m3_col'): 'float8_e4m3fn'})[
-                v], 'bit', None, False, col_pad=lambda v:
-            by_variant({('fp32_row', 'pow2_row', 'ue8m0_row', 'ue8m0_byte_row', 'e4m3_row'): None,
-                    ('fp32_col', 'pow2_col', 'ue8m0_col'): 4, ('ue8m0_byte_col', 'e4m3_col'): 16})[v]),), dims=
-    (("T", True, 0, None), ("H", False, 16, 65536),), requires=
+            by_variant({('ue8m0_row', 'ue8m0_col'): lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}, VARIANTS,
+                lambda d: (d["T"], (d["H"] // d["group"]),)), lambda v, dt:
+            by_variant({('ue8m0_row', 'ue8m0_col'): 'int32', ('ue8m0_byte_row', 'ue8m0_byte_col'): 'uint8',
+                    ('e4m3_row', 'e4m3_col'): 'float8_e4m3fn'}, VARIANTS, 'float32')[v], 'bit', None, False, col_pad=
+            lambda v:
+            by_variant({('fp32_col', 'pow2_col', 'ue8m0_col'): 4, ('ue8m0_byte_col', 'e4m3_col'): 16}, VARIANTS, None)[
+                v]),), dims=(("T", True, 0, None), ("H", False, 16, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
 
 

@@ -7,6 +7,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'e4m3'))
 
 OP = OpInfo(name="per_token_cast_with_precomputed_sf", package=__package__, params=
     (
@@ -19,19 +22,18 @@ OP = OpInfo(name="per_token_cast_with_precomputed_sf", package=__package__, para
     (InputInfo("x", ('bf16', 'fp32'), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None),
         InputInfo("sf", (), ('T', 'H / group'), lambda d: (d["T"], (d["H"] // d["group"]),), False, (('T', 1), None),
             None, codec=lambda v:
-            by_variant({('e4m3_fp32', 'e5m2_fp32', 'e2m1_fp32', 'e5m6_fp32'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'}, ('e4m3_e4m3', 'e5m2_e4m3', 'e2m1_e4m3', 'e5m6_e4m3'):
+            by_variant({('e4m3_e4m3', 'e5m2_e4m3', 'e2m1_e4m3', 'e5m6_e4m3'):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'}})[v]),), outputs=
+                        'store': 'codes'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v]),), outputs=
     (
         OutputInfo("q",
-            by_variant({('e4m3_fp32', 'e4m3_e4m3', 'e5m2_fp32', 'e5m2_e4m3'): lambda d: (d["T"], d["H"],),
-                    ('e2m1_fp32', 'e2m1_e4m3'): lambda d: (d["T"], -(-d["H"] // 2),), ('e5m6_fp32', 'e5m6_e4m3'):
-                    lambda d: (d["T"], -(-d["H"] // 8) * 12,)}), lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_e4m3'): 'float8_e4m3fn', ('e5m2_fp32', 'e5m2_e4m3'): 'float8_e5m2',
-                    ('e2m1_fp32', 'e2m1_e4m3'): 'int8', ('e5m6_fp32', 'e5m6_e4m3'): 'uint8'})[v], 'bit', None, False),),
-    dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+            by_variant({('e2m1_fp32', 'e2m1_e4m3'): lambda d: (d["T"], -(-d["H"] // 2),), ('e5m6_fp32', 'e5m6_e4m3'):
+                    lambda d: (d["T"], -(-d["H"] // 8) * 12,)}, VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt:
+            by_variant({('e5m2_fp32', 'e5m2_e4m3'): 'float8_e5m2', ('e2m1_fp32', 'e2m1_e4m3'): 'int8',
+                    ('e5m6_fp32', 'e5m6_e4m3'): 'uint8'}, VARIANTS, 'float8_e4m3fn')[v], 'bit', None, False),), dims=
+    (("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
 
 

@@ -4,8 +4,10 @@
 from hypothesis import strategies as st
 
 from tkgen.runtime.ops import by_variant  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 from tkgen.testing.strategies import choose, edges, rows, tensor_recipe, with_codec
 
+VARIANTS = variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'e4m3'))
 EXAMPLES = 4   # the spec's `tests: examples`: property tests draw at most this many cases
 
 REQUIRES = (
@@ -30,11 +32,11 @@ def cases(draw, max_rows=20):
     recipe = draw(tensor_recipe(('fp32',), ('tiny', 'huge', 'ties'), True))
     inputs["sf"], shapes["sf"] = (None, (d["T"], (d["H"] // d["group"]),)) if recipe is None else with_codec(recipe,
         (lambda v:
-            by_variant({('e4m3_fp32', 'e5m2_fp32', 'e2m1_fp32', 'e5m6_fp32'):
-                    {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
-                        'float'}, ('e4m3_e4m3', 'e5m2_e4m3', 'e2m1_e4m3', 'e5m6_e4m3'):
+            by_variant({('e4m3_e4m3', 'e5m2_e4m3', 'e2m1_e4m3', 'e5m6_e4m3'):
                     {'kind': 'element', 'name': 'e4m3', 'container': 'float8_e4m3fn', 'packet': (1, 1), 'pack': None,
-                        'store': 'codes'}})[v])(variant), (d["T"], (d["H"] // d["group"]),))
+                        'store': 'codes'}}, VARIANTS,
+                {'kind': 'scale', 'name': 'fp32', 'container': 'float32', 'packet': (1, 1), 'pack': None, 'store':
+                    'float'})[v])(variant), (d["T"], (d["H"] // d["group"]),))
     return {
         "dims": { "T": d["T"], "H": d["H"], },
         "params": { "fmt": d["fmt"], "group": d["group"], "in_scale": d["in_scale"], },

@@ -7,6 +7,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('fp32', 'pow2', 'ue8m0', 'ue8m0_byte', 'e4m3'))
 
 OP = OpInfo(name="per_token_cast_with_sf_only", package=__package__, params=
     (ParamInfo("fmt", ('e4m3', 'e5m2', 'e2m1', 'e5m6'), None, True, "element format the scales are for", 'e4m3', 'int'),
@@ -19,16 +22,13 @@ OP = OpInfo(name="per_token_cast_with_sf_only", package=__package__, params=
     outputs=
     (
         OutputInfo("sf",
-            by_variant({('e4m3_fp32', 'e4m3_pow2', 'e4m3_ue8m0_byte', 'e4m3_e4m3', 'e5m2_fp32', 'e5m2_pow2',
-                        'e5m2_ue8m0_byte', 'e5m2_e4m3', 'e2m1_fp32', 'e2m1_pow2', 'e2m1_ue8m0_byte', 'e2m1_e4m3',
-                        'e5m6_fp32', 'e5m6_pow2', 'e5m6_ue8m0_byte', 'e5m6_e4m3'): lambda d:
-                    (d["T"], (d["H"] // d["group"]),), ('e4m3_ue8m0', 'e5m2_ue8m0', 'e2m1_ue8m0', 'e5m6_ue8m0'):
-                    lambda d: (d["T"], -(-(d["H"] // d["group"]) // 4),)}), lambda v, dt:
-            by_variant({('e4m3_fp32', 'e4m3_pow2', 'e5m2_fp32', 'e5m2_pow2', 'e2m1_fp32', 'e2m1_pow2', 'e5m6_fp32',
-                        'e5m6_pow2'): 'float32', ('e4m3_ue8m0', 'e5m2_ue8m0', 'e2m1_ue8m0', 'e5m6_ue8m0'): 'int32',
-                    ('e4m3_ue8m0_byte', 'e5m2_ue8m0_byte', 'e2m1_ue8m0_byte', 'e5m6_ue8m0_byte'): 'uint8',
-                    ('e4m3_e4m3', 'e5m2_e4m3', 'e2m1_e4m3', 'e5m6_e4m3'): 'float8_e4m3fn'})[v], 'bit', None, False),),
-    dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
+            by_variant({('e4m3_ue8m0', 'e5m2_ue8m0', 'e2m1_ue8m0', 'e5m6_ue8m0'): lambda d:
+                    (d["T"], -(-(d["H"] // d["group"]) // 4),)}, VARIANTS, lambda d: (d["T"], (d["H"] // d["group"]),)),
+            lambda v, dt:
+            by_variant({('e4m3_ue8m0', 'e5m2_ue8m0', 'e2m1_ue8m0', 'e5m6_ue8m0'): 'int32',
+                    variant_names(('e4m3', 'e5m2', 'e2m1', 'e5m6'), ('ue8m0_byte',)): 'uint8',
+                    ('e4m3_e4m3', 'e5m2_e4m3', 'e2m1_e4m3', 'e5m6_e4m3'): 'float8_e4m3fn'}, VARIANTS, 'float32')[v],
+            'bit', None, False),), dims=(("T", True, 0, None), ("H", False, 1, 65536),), requires=
     (("H % group == 0", lambda d: ((d["H"] % d["group"]) == 0)),), factory_args=('H', 'group'),)
 
 

@@ -6,6 +6,9 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('bf16', 'e4m3'))
 
 OP = OpInfo(name="stochastic_cast", package=__package__, params=
     (ParamInfo("dtype", ('bf16', 'e4m3'), None, True, "format of y (a torch dtype or its tkgen name)", None, 'int'),
@@ -14,7 +17,7 @@ OP = OpInfo(name="stochastic_cast", package=__package__, params=
             0, 'int'),), inputs=
     (InputInfo("x", ('fp32', 'bf16'), ('Q', '4'), lambda d: (d["Q"], 4,), False, (('Q', 1), None), None),), outputs=
     (
-        OutputInfo("y", by_variant({('bf16', 'e4m3'): lambda d: (d["Q"], 4,)}), lambda v, dt:
+        OutputInfo("y", dict.fromkeys(VARIANTS, lambda d: (d["Q"], 4,)), lambda v, dt:
             {'bf16': 'bfloat16', 'e4m3': 'float8_e4m3fn'}[v], 'bit', None, False),), dims=(("Q", True, 0, 536854528),),
     requires=(), factory_args=('first_quad',),)
 

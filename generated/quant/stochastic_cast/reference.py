@@ -153,6 +153,6 @@ def reference_e4m3(x, first_quad, _given=None):
 
 
 VARIANTS = {
-    "bf16": reference_bf16,
-    "e4m3": reference_e4m3,
+"bf16": reference_bf16,
+"e4m3": reference_e4m3,
 }

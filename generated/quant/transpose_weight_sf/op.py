@@ -21,9 +21,9 @@ OP = OpInfo(
     ),
     outputs=(
         OutputInfo("sf0", {'base': lambda d: ((d["NB"] * d["block"]), -(-d["KB"] // 4),)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False, col_pad=lambda v: {'base': 4}[v]),
+                   lambda v, dt: 'int32', 'bit', None, False, col_pad=lambda v: 4),
         OutputInfo("sf1", {'base': lambda d: ((d["KB"] * d["block"]), -(-d["NB"] // 4),)},
-                   lambda v, dt: {'base': 'int32'}[v], 'bit', None, False, col_pad=lambda v: {'base': 4}[v]),
+                   lambda v, dt: 'int32', 'bit', None, False, col_pad=lambda v: 4),
     ),
     dims=(
         ("NB", True, 0, None),

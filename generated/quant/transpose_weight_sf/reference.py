@@ -115,5 +115,5 @@ def reference_base(sf, block, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

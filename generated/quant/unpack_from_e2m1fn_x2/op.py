@@ -7,17 +7,19 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
+
+VARIANTS = variant_names(('fp32', 'bf16'))
 
 OP = OpInfo(name="unpack_from_e2m1fn_x2", package=__package__, params=
     (ParamInfo("out", ('fp32', 'bf16'), None, True, "format of y (a torch dtype or its tkgen name)", 'fp32', 'int'),),
     inputs=
     (
         InputInfo("q", (), ('T', 'H'), lambda d: (d["T"], d["H"],), False, (('T', 1), ('H', 1)), None, codec=lambda v:
-            by_variant({('fp32', 'bf16'):
-                    {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
-                        (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}})[v]),), outputs=
+            {'kind': 'element', 'name': 'e2m1', 'container': 'int8', 'packet': (2, 1), 'pack':
+                (2, 4, 1, 'uint8', 'lsb_first'), 'store': 'codes'}),), outputs=
     (
-        OutputInfo("y", by_variant({('fp32', 'bf16'): lambda d: (d["T"], d["H"],)}), lambda v, dt:
+        OutputInfo("y", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"],)), lambda v, dt:
             {'fp32': 'float32', 'bf16': 'bfloat16'}[v], 'bit', None, False),), dims=
     (("T", True, 0, None), ("H", False, 2, 1048576),), requires=(("H % 2 == 0", lambda d: ((d["H"] % 2) == 0)),),
     factory_args=('H',),)

@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 from ...common.tilelang_helpers import decode_bf16, encode_bf16
 
 
@@ -112,8 +112,7 @@ def make_variants(interleaved, conjugate, H, R, query_dtype, positions_dtype, *,
     return kernel
 
 
-# the variants of the shared factories
-build_false_false = specialize(make_variants, False, False)
-build_false_true = specialize(make_variants, False, True)
-build_true_false = specialize(make_variants, True, False)
-build_true_true = specialize(make_variants, True, True)
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, (False, True), (False, True)),
+}

@@ -6,24 +6,42 @@ import torch
 from tkgen.runtime.conventions import as_block, as_format  # noqa: F401
 from tkgen.runtime.fastpath import allocate, call, eager, site_of
 from tkgen.runtime.ops import InputInfo, OpInfo, OutputInfo, ParamInfo, by_variant, check  # noqa: F401
+from tkgen.runtime.schedule import variant_names
 
-OP = OpInfo(name="apply_rotary", package=__package__, params=
-    (
+VARIANTS = variant_names(('false', 'true'), ('false', 'true'))
+
+OP = OpInfo(
+    name="apply_rotary",
+    package=__package__,
+    params=(
         ParamInfo("interleaved", (False, True), None, True, "pairs of neighbours (GPT-J) instead of halves (NeoX)",
-            False, 'int'),
-        ParamInfo("conjugate", (False, True), None, True, "the inverse rotation (sin negated)", False, 'int'),), inputs=
-    (
+                  False, 'int'),
+        ParamInfo("conjugate", (False, True), None, True, "the inverse rotation (sin negated)",
+                  False, 'int'),
+    ),
+    inputs=(
         InputInfo("query", ('bf16', 'fp32'), ('T', 'H', 'R'), lambda d: (d["T"], d["H"], d["R"],), False,
-            (('T', 1), ('H', 1), ('R', 1)), None, strided=True),
-        InputInfo("positions", ('int32', 'int64'), ('T',), lambda d: (d["T"],), False, (('T', 1),), None),
+                  (('T', 1), ('H', 1), ('R', 1)), None, strided=True),
+        InputInfo("positions", ('int32', 'int64'), ('T',), lambda d: (d["T"],), False,
+                  (('T', 1),), None),
         InputInfo("cos_sin_cache", ('fp32',), ('L_ro', 'R'), lambda d: (d["L_ro"], d["R"],), False,
-            (('L_ro', 1), ('R', 1)), None, at="positions", rows=True),), outputs=
-    (
-        OutputInfo("rotated",
-            by_variant({('false_false', 'false_true', 'true_false', 'true_true'): lambda d: (d["T"], d["H"], d["R"],)}),
-            lambda v, dt: dt['query'], 'bit', None, False, into="query"),), dims=
-    (("T", True, 0, None), ("L_ro", False, 0, None), ("H", False, 1, 4096), ("R", False, 0, None),), requires=
-    (("R == 64 or R == 128", lambda d: ((d["R"] == 64) or (d["R"] == 128))),), factory_args=('H', 'R'),)
+                  (('L_ro', 1), ('R', 1)), None, at="positions", rows=True),
+    ),
+    outputs=(
+        OutputInfo("rotated", dict.fromkeys(VARIANTS, lambda d: (d["T"], d["H"], d["R"],)),
+                   lambda v, dt: dt['query'], 'bit', None, False, into="query"),
+    ),
+    dims=(
+        ("T", True, 0, None),
+        ("L_ro", False, 0, None),
+        ("H", False, 1, 4096),
+        ("R", False, 0, None),
+    ),
+    requires=(
+        ("R == 64 or R == 128", lambda d: ((d["R"] == 64) or (d["R"] == 128))),
+    ),
+    factory_args=('H', 'R'),
+)
 
 
 @torch.library.custom_op("tkgen::apply_rotary", mutates_args=('query',))

@@ -22,5 +22,5 @@ def reference_base(x, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }

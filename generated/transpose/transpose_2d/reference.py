@@ -19,5 +19,5 @@ def reference_base(x, _given=None):
 
 
 VARIANTS = {
-    "base": reference_base,
+"base": reference_base,
 }
