@@ -4,7 +4,7 @@
 import tilelang.language as T
 
 from tkgen.runtime.schedule import (bank_pad, fit_rows, fit_threads, pad_pow2, pick_block, specialize,  # noqa: F401
-                                   tree_levels, vector_granule)
+                                   specialized, tree_levels, vector_granule)
 
 
 def make_e4m3(scale, transpose, H, group_tokens, x_dtype, *, threads, block_b, tile_elems):
@@ -119,10 +119,7 @@ def make_e4m3(scale, transpose, H, group_tokens, x_dtype, *, threads, block_b, t
     return kernel
 
 
-# the variants of the shared factories
-build_e4m3_fp32_false = specialize(make_e4m3, 'fp32', False)
-build_e4m3_fp32_true = specialize(make_e4m3, 'fp32', True)
-build_e4m3_pow2_false = specialize(make_e4m3, 'pow2', False)
-build_e4m3_pow2_true = specialize(make_e4m3, 'pow2', True)
-build_e4m3_ue8m0_false = specialize(make_e4m3, 'ue8m0', False)
-build_e4m3_ue8m0_true = specialize(make_e4m3, 'ue8m0', True)
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_e4m3, 'e4m3', ('fp32', 'pow2', 'ue8m0'), (False, True)),
+}
