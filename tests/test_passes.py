@@ -298,3 +298,33 @@ def test_the_gates_row_flag_is_shared_on_cuda_and_a_tile_on_the_cpu():
         flags = {kir.buffers(k.body)["routed"].scope for m in _schedule("moe_topk_gate_forward", catalog.archs[arch])
                  for k in m.kernels if "routed" in kir.buffers(k.body)}
         assert flags == {scope}, (arch, flags)
+
+
+def test_a_tile_of_index_arithmetic_is_recomputed_where_it_is_read_on_fragment_profiles():
+    """recompute_index_values: a tile whose value is a few operations on axis indices and params (a gather's
+    index) is computed in the loops that read it, so that TileLang's vectorizer sees an affine index and not a
+    fragment load (lowering top2_sum_gate spent seconds proving things about such loads); a tile that reads a
+    buffer, one read at explicit indices, one over `max_ops` operations, `max_ops: 0` and a profile without
+    fragments keep it."""
+    catalog = shipped_catalog()
+    sm90, cpu = catalog.archs["sm90"], catalog.archs["cpu"]
+    run = PS.registry()["recompute_index_values"].fn
+    member = ir.op("add", ir.op("mul", ir.Index("t"), ir.Scalar("per", ir.I32)), ir.Index("h"))
+    index = kir.Buffer("member", ("t", "h"), ir.I32)
+
+    def module(value, read=ir.Read("member", ir.I32)):
+        use = kir.Compute(kir.Buffer("w", ("t", "h", "g"), ir.I32), ir.op("add", read, ir.Index("g")))
+        return _module([kir.Compute(index, value), use], axes=("t", "h", "g", "k"))
+
+    def body(m):
+        return m.kernels[0].body
+    done = body(run(module(member), PS.Context(catalog, sm90, {})))
+    assert "member" not in kir.buffers(done) and len(done) == 1
+    assert done[0].value == ir.op("add", member, ir.Index("g"))
+    for kept in (run(module(member), PS.Context(catalog, cpu, {})),
+                 run(module(member), PS.Context(catalog, sm90, {}), max_ops=0),
+                 run(module(member), PS.Context(catalog, sm90, {}), max_ops=1),
+                 run(module(ir.op("add", ir.Read("xv", ir.I32), ir.Index("h"))), PS.Context(catalog, sm90, {})),
+                 run(module(member, ir.Read("member", ir.I32, (ir.i32(0), ir.Index("h")))),
+                     PS.Context(catalog, sm90, {}))):
+        assert "member" in kir.buffers(body(kept))

@@ -61,7 +61,8 @@ _FRONT = ["plan_tiles", "guard_out_of_range", "mask_nan_reductions", "stage_tran
           "read_fold_sources", "replan_tiles"]
 PIPELINES: Dict[str, List[object]] = {
     "cuda": _FRONT + [{"stream": {"kind": "pipelined", "stages": 2}}, "place_gemm", "go_persistent", "scan_rows",
-                      "zero_padding_rows", "fuse", "share_broadcasts", "coalesce_widening_loads", "unroll_fetching_loops",
+                      "zero_padding_rows", "fuse", "recompute_index_values", "share_broadcasts",
+                      "coalesce_widening_loads", "unroll_fetching_loops",
                       "vector_knobs", "index_tiles", "bulk_copies", "pipeline_copies", "check_tile_bytes"],
     "cpu": _FRONT + [{"stream": {"kind": "serial"}}, "expand_gemm", "go_persistent", "scan_rows", "zero_padding_rows", "fuse",
                      "vector_knobs", "index_tiles", "bulk_copies", "pipeline_copies", "check_tile_bytes"],

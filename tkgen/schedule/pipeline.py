@@ -22,7 +22,8 @@ each backend, or the profile's `passes:`), each a named rewrite registered in it
 6. `go_persistent` (persistent.py), where the schedule says `persistent: true`; `scan_rows`
    (row_scans.py): prefixes along the rows in two launches; `zero_padding_rows` (padding_rows.py);
 7. `fuse` (loops.py): consecutive elementwise statements over the same axes share one loop;
-   on CUDA `share_broadcasts` (broadcasts.py: a tile that loops of several wider shapes read is shared),
+   on CUDA `recompute_index_values` (index_values.py: a tile of index arithmetic computed in its readers),
+   `share_broadcasts` (broadcasts.py: a tile that loops of several wider shapes read is shared),
    `coalesce_widening_loads` and `unroll_fetching_loops`; `vector_knobs`;
 8. `index_tiles` (tile_indices.py): the global index of a tiled axis written out, the grid declared;
 9. `check_tile_bytes` (tile_bytes.py): the profile's bound on a block's tile bytes.

@@ -40,7 +40,6 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
         scratch_mhc_scale_grad: T.Tensor((blocks, 3), 'float32'),
     ):
         with T.Kernel(blocks, threads=threads) as (bid,):
-            row = T.alloc_fragment((B_q,), 'int32')
             grp = T.alloc_fragment((B_q,), 'int32')
             scales = T.alloc_fragment((B_g,), 'float32')
             scales_by_g = T.alloc_shared((B_g,), 'float32')
@@ -65,8 +64,7 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
             vg = T.alloc_fragment((B_t, B_g), 'float32')
             mhc_scale_grad_tile = T.alloc_fragment((B_g,), 'float32')
             for i_q in T.Parallel(B_q):
-                row[i_q] = i_q
-                grp[i_q] = T.min(row[i_q], T.int32(2))
+                grp[i_q] = T.min(i_q, T.int32(2))
             for i_g in T.Parallel(B_g):
                 scales[i_g] = T.if_then_else((i_g < N_g), mhc_scale[i_g], T.float32(0.0))
             for i_g in T.Parallel(B_g):
@@ -78,7 +76,7 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
                 _t0[i_q, i_j] = T.if_then_else(((i_q < N_q) & (i_j < N_j)), mhc_base[((i_q * N_j) + i_j)],
                     T.float32(0.0))
             for i_q in T.Parallel(B_q):
-                crow[i_q] = (row[i_q] - T.int32(2))
+                crow[i_q] = (i_q - T.int32(2))
             T.fill(carry_mhc_base_grad, T.float32(0.0))
             T.fill(carry_mhc_scale_grad, T.float32(0.0))
             for tile in T.serial(
@@ -109,9 +107,9 @@ def build_base(mhc_mult, mhc_post_mult_value, *, threads, block_t, blocks):
                         grad_post[((b_t * B_t) + i_t), i_j], T.float32(0.0))
                 for i_t, i_q, i_j in T.Parallel(B_t, B_q, B_j):
                     v[i_t, i_q, i_j] = T.Select((((b_t * B_t) + i_t) < N_t),
-                        T.Select((row[i_q] == T.int32(0)),
+                        T.Select((i_q == T.int32(0)),
                             (_t1[i_t, i_j] * (s[i_t, i_q, i_j] * (T.float32(1.0) - s[i_t, i_q, i_j]))),
-                            T.Select((row[i_q] == T.int32(1)),
+                            T.Select((i_q == T.int32(1)),
                                 (_t2[i_t, i_j]
                                     * (p[i_t, i_j]
                                         * (T.float32(1.0) - (p[i_t, i_j] / T.float32(mhc_post_mult_value))))),

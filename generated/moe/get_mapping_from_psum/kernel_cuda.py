@@ -24,21 +24,18 @@ def build_base(E, alignment, *, threads, block_p):
     ):
         with T.Kernel(T.ceildiv(N_p, B_p), threads=threads) as (b_p,):
             hi = T.alloc_fragment((B_e,), 'int32')
-            ff = T.alloc_fragment((B_f,), 'int32')
             prev = T.alloc_fragment((B_f,), 'int32')
             hi_by_e = T.alloc_shared((B_e,), 'int32')
             before = T.alloc_fragment((B_f,), 'int32')
             lo = T.alloc_fragment((B_f,), 'int32')
             end = T.alloc_fragment((B_f,), 'int32')
-            row = T.alloc_fragment((B_p,), 'int32')
             inside = T.alloc_fragment((B_p, B_f), 'bool')
             mark = T.alloc_fragment((B_p, B_f), 'int32')
             pos_to_expert_tile = T.alloc_fragment((B_p,), 'int32')
             for i_e in T.Parallel(B_e):
                 hi[i_e] = T.if_then_else((i_e < N_e), T.cast(psum[i_e], "int32"), T.int32(0))
             for i_f in T.Parallel(B_f):
-                ff[i_f] = i_f
-                prev[i_f] = (ff[i_f] - T.int32(1))
+                prev[i_f] = (i_f - T.int32(1))
             for i_e in T.Parallel(B_e):
                 hi_by_e[i_e] = hi[i_e]
             for i_f in T.Parallel(B_f):
@@ -51,12 +48,10 @@ def build_base(E, alignment, *, threads, block_p):
                             T.floordiv(((before[i_f] + T.int32(alignment)) - T.int32(1)),
                                 T.Select(((T.int32(alignment) == T.int32(0)) | (T.int32(alignment) == T.int32(-1))),
                                     T.int32(1), T.int32(alignment))))) * T.int32(alignment))
-                end[i_f] = T.if_then_else(((ff[i_f] >= T.int32(0)) & (ff[i_f] < N_e)), hi_by_e[ff[i_f]], T.int32(0))
-            for i_p in T.Parallel(B_p):
-                row[i_p] = ((b_p * B_p) + i_p)
+                end[i_f] = T.if_then_else(((i_f >= T.int32(0)) & (i_f < N_e)), hi_by_e[i_f], T.int32(0))
             for i_p, i_f in T.Parallel(B_p, B_f):
-                inside[i_p, i_f] = ((row[i_p] >= lo[i_f]) & (row[i_p] < end[i_f]))
-                mark[i_p, i_f] = T.Select((i_f < N_f), T.Select(inside[i_p, i_f], ff[i_f], T.int32(-1)),
+                inside[i_p, i_f] = ((((b_p * B_p) + i_p) >= lo[i_f]) & (((b_p * B_p) + i_p) < end[i_f]))
+                mark[i_p, i_f] = T.Select((i_f < N_f), T.Select(inside[i_p, i_f], i_f, T.int32(-1)),
                     T.int32(-2147483648))
             T.reduce_max(mark, pos_to_expert_tile, dim=1)
             for i_p in T.Parallel(B_p):

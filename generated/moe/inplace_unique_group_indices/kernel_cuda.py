@@ -23,7 +23,6 @@ def build_base(K, *, threads, block_t):
     ):
         with T.Kernel(T.ceildiv(N_t, B_t), threads=threads) as (b_t,):
             g = T.alloc_fragment((B_t, B_k), 'int64')
-            at = T.alloc_fragment((B_j,), 'int32')
             g_by_k = T.alloc_shared((B_t, B_k), 'int64')
             earlier = T.alloc_fragment((B_t, B_j), 'int64')
             repeat = T.alloc_fragment((B_t, B_k, B_j), 'float32')
@@ -31,18 +30,14 @@ def build_base(K, *, threads, block_t):
             for i_t, i_k in T.Parallel(B_t, B_k):
                 g[i_t, i_k] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_k < N_k)),
                     T.cast(group_indices[((b_t * B_t) + i_t), i_k], "int64"), T.int64(0))
-            for i_j in T.Parallel(B_j):
-                at[i_j] = i_j
             for i_t, i_k in T.Parallel(B_t, B_k):
                 g_by_k[i_t, i_k] = g[i_t, i_k]
             for i_t, i_j in T.Parallel(B_t, B_j):
-                earlier[i_t, i_j] = T.if_then_else(((at[i_j] >= T.int32(0)) & (at[i_j] < N_k)), g_by_k[i_t, at[i_j]],
-                    T.int64(0))
+                earlier[i_t, i_j] = T.if_then_else(((i_j >= T.int32(0)) & (i_j < N_k)), g_by_k[i_t, i_j], T.int64(0))
             for i_t, i_k, i_j in T.Parallel(B_t, B_k, B_j):
                 repeat[i_t, i_k, i_j] = T.Select((i_j < N_j),
-                    T.Select((((earlier[i_t, i_j] == g[i_t, i_k]) & (at[i_j] < i_k))
-                            & (earlier[i_t, i_j] >= T.int64(0))), T.float32(1.0), T.float32(0.0)),
-                    T.float32(-float('inf')))
+                    T.Select((((earlier[i_t, i_j] == g[i_t, i_k]) & (i_j < i_k)) & (earlier[i_t, i_j] >= T.int64(0))),
+                        T.float32(1.0), T.float32(0.0)), T.float32(-float('inf')))
             T.reduce_max(repeat, seen, dim=2)
             for i_t, i_k in T.Parallel(B_t, B_k):
                 seen[i_t, i_k] = (seen[i_t, i_k] + T.reinterpret(T.uint32(0x0), "float32"))

@@ -16,7 +16,7 @@ def build_base(K, *, threads, block_t, tile_elems):
     N_k = K
     B_t = block_t
     B_k = pick_block(N_k, max(1, (tile_elems // B_t)), 1)
-    threads = fit_threads(threads, max(B_t, B_t * B_k), tile_elems)
+    threads = fit_threads(threads, B_t * B_k, tile_elems)
 
     @T.prim_func
     def kernel(
@@ -29,19 +29,16 @@ def build_base(K, *, threads, block_t, tile_elems):
             b_t = pid // (T.ceildiv(N_k, B_k))
             b_k = pid % T.ceildiv(N_k, B_k)
             _at_token_topk_to_pos = T.alloc_fragment((B_t, B_k), 'int32')
-            tok = T.alloc_fragment((B_t,), 'int32')
             for i_t, i_k in T.Parallel(B_t, B_k):
                 _at_token_topk_to_pos[i_t, i_k] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                     T.cast(token_topk_to_pos[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)], "int32"), T.int32(0))
-            for i_t in T.Parallel(B_t):
-                tok[i_t] = ((b_t * B_t) + i_t)
             for i_t, i_k in T.Parallel(B_t, B_k):
                 if (((_at_token_topk_to_pos[i_t, i_k] >= T.int32(0))
                             & (_at_token_topk_to_pos[i_t, i_k] < n_pos_to_token)) & (((b_t * B_t) + i_t) < N_t)):
-                    pos_to_token[_at_token_topk_to_pos[i_t, i_k]] = T.cast(tok[i_t], "int32")
+                    pos_to_token[_at_token_topk_to_pos[i_t, i_k]] = T.cast(((b_t * B_t) + i_t), "int32")
                 if (((_at_token_topk_to_pos[i_t, i_k] >= T.int32(0))
                             & (_at_token_topk_to_pos[i_t, i_k] < n_pos_to_token_topk)) & (((b_t * B_t) + i_t) < N_t)):
-                    pos_to_token_topk[_at_token_topk_to_pos[i_t, i_k]] = T.cast(((tok[i_t] * T.int32(K))
+                    pos_to_token_topk[_at_token_topk_to_pos[i_t, i_k]] = T.cast(((((b_t * B_t) + i_t) * T.int32(K))
                             + ((b_k * B_k) + i_k)), "int32")
 
     return kernel

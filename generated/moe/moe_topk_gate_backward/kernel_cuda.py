@@ -52,7 +52,6 @@ def make_variants(with_grad_scores_sum, with_mask, E, K, routed_scaling_factor, 
                 _t2 = T.alloc_fragment((B_t,), 'int32')
                 aux_on = T.alloc_fragment((B_t,), 'bool')
                 hs = T.alloc_fragment((B_e, B_n), 'float32')
-                seq = T.alloc_fragment((B_t,), 'int32')
                 hs_by_n = T.alloc_shared((B_e, B_n), 'float32')
                 h = T.alloc_fragment((B_t, B_e), 'float32')
                 total = T.alloc_fragment((B_t,), 'float32')
@@ -137,17 +136,29 @@ def make_variants(with_grad_scores_sum, with_mask, E, K, routed_scaling_factor, 
                 for i_e, i_n in T.Parallel(B_e, B_n):
                     hs[i_e, i_n] = T.if_then_else(((i_e < N_e) & (i_n < N_n)), grad_scores_sum[i_n, i_e],
                         T.float32(0.0))
-                for i_t in T.Parallel(B_t):
-                    seq[i_t] = T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
-                        T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
-                            T.floordiv(((b_t * B_t) + i_t),
-                                T.Select(((T.int32(seq_len) == T.int32(0)) | (T.int32(seq_len) == T.int32(-1))),
-                                    T.int32(1), T.int32(seq_len)))))
                 for i_e, i_n in T.Parallel(B_e, B_n):
                     hs_by_n[i_e, i_n] = hs[i_e, i_n]
                 for i_t, i_e in T.Parallel(B_t, B_e):
-                    h[i_t, i_e] = T.if_then_else(((seq[i_t] >= T.int32(0)) & (seq[i_t] < N_n)), hs_by_n[i_e, seq[i_t]],
-                        T.float32(0.0))
+                    h[i_t, i_e] = T.if_then_else(((
+                                T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
+                                    T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
+                                        T.floordiv(((b_t * B_t) + i_t),
+                                            T.Select(((T.int32(seq_len) == T.int32(0))
+                                            | (T.int32(seq_len) == T.int32(-1))), T.int32(1), T.int32(seq_len)))))
+                                >= T.int32(0))
+                            & (
+                                T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
+                                    T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
+                                        T.floordiv(((b_t * B_t) + i_t),
+                                            T.Select(((T.int32(seq_len) == T.int32(0))
+                                            | (T.int32(seq_len) == T.int32(-1))), T.int32(1), T.int32(seq_len)))))
+                                < N_n)),
+                        hs_by_n[i_e,
+                            T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
+                                T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
+                                    T.floordiv(((b_t * B_t) + i_t),
+                                        T.Select(((T.int32(seq_len) == T.int32(0)) | (T.int32(seq_len) == T.int32(-1))),
+                                            T.int32(1), T.int32(seq_len)))))], T.float32(0.0))
                 for i_t in T.Parallel(B_t):
                     total[i_t] = T.float32(0.0)
                 for r_e in (T.unroll if N_e <= 256 else T.serial)(N_e):
@@ -162,7 +173,26 @@ def make_variants(with_grad_scores_sum, with_mask, E, K, routed_scaling_factor, 
                     for i_t in T.Parallel(B_t):
                         hu[i_t] = (hu[i_t]
                             + (
-                                T.if_then_else(((seq[i_t] >= T.int32(0)) & (seq[i_t] < N_n)), hs_by_n[r_e, seq[i_t]],
+                                T.if_then_else(((
+                                            T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
+                                                T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
+                                                T.floordiv(((b_t * B_t) + i_t),
+                                                T.Select(((T.int32(seq_len) == T.int32(0))
+                                                | (T.int32(seq_len) == T.int32(-1))), T.int32(1), T.int32(seq_len)))))
+                                            >= T.int32(0))
+                                        & (
+                                            T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
+                                                T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
+                                                T.floordiv(((b_t * B_t) + i_t),
+                                                T.Select(((T.int32(seq_len) == T.int32(0))
+                                                | (T.int32(seq_len) == T.int32(-1))), T.int32(1), T.int32(seq_len)))))
+                                            < N_n)),
+                                    hs_by_n[r_e,
+                                        T.Select((T.int32(seq_len) == T.int32(0)), T.int32(0),
+                                            T.Select((T.int32(seq_len) == T.int32(-1)), (-((b_t * B_t) + i_t)),
+                                                T.floordiv(((b_t * B_t) + i_t),
+                                                T.Select(((T.int32(seq_len) == T.int32(0))
+                                                | (T.int32(seq_len) == T.int32(-1))), T.int32(1), T.int32(seq_len)))))],
                                     T.float32(0.0))
                                 * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_e < N_e)),
                                     scores[((b_t * B_t) + i_t), r_e], T.float32(0.0))))

@@ -24,20 +24,20 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
         B_t = fit_rows(block_t, tile_elems, max(B_e, B_j))
         B_s = pick_block(N_s, max(1, (tile_elems // B_t)), 1, 1)
     if not with_bias and not with_image_bias and not with_to_physical_map:
-        threads = fit_threads(threads, max(B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
+        threads = fit_threads(threads, max(B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
     if with_to_physical_map:
         B_x = pad_pow2(N_x)
         B_d = pad_pow2(N_d)
         B_t = fit_rows(block_t, tile_elems, max(B_e, B_j, B_d))
         B_s = pick_block(N_s, max(1, (tile_elems // (B_t * B_d))), 1, 1)
     if not with_bias and not with_image_bias and with_to_physical_map:
-        threads = fit_threads(threads, max(B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s, B_t * B_s * B_d, B_x, B_x * B_d),
+        threads = fit_threads(threads, max(B_t, B_t * B_e, B_t * B_j, B_t * B_s, B_t * B_s * B_d, B_x, B_x * B_d),
             tile_elems)
     if (with_image_bias and not with_to_physical_map) or (with_bias and not with_to_physical_map):
-        threads = fit_threads(threads, max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
+        threads = fit_threads(threads, max(B_e, B_t, B_t * B_e, B_t * B_j, B_t * B_s), tile_elems)
     if (with_image_bias and with_to_physical_map) or (with_bias and with_to_physical_map):
-        threads = fit_threads(threads,
-            max(B_e, B_s, B_t, B_t * B_e, B_t * B_j, B_t * B_s, B_t * B_s * B_d, B_x, B_x * B_d), tile_elems)
+        threads = fit_threads(threads, max(B_e, B_t, B_t * B_e, B_t * B_j, B_t * B_s, B_t * B_s * B_d, B_x, B_x * B_d),
+            tile_elems)
 
     @T.prim_func
     def kernel(
@@ -90,7 +90,6 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
             _t7 = T.alloc_fragment((B_t,), 'float32')
             den = T.alloc_fragment((B_t,), 'float32')
             w = T.alloc_fragment((B_t, B_j), 'float32')
-            slot = T.alloc_fragment((B_s,), 'int32')
             if not with_fix_routing_mask:
                 chosen_by_j = T.alloc_shared((B_t, B_j), 'int64')
             if with_fix_routing_mask:
@@ -101,7 +100,6 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
                 lc = T.alloc_fragment((B_x,), 'int32')
                 lc_by_x = T.alloc_shared((B_x,), 'int32')
                 count = T.alloc_fragment((B_t, B_s), 'int32')
-                tok = T.alloc_fragment((B_t,), 'int32')
                 cnt = T.alloc_fragment((B_t, B_s), 'int32')
                 rem = T.alloc_fragment((B_t, B_s), 'int32')
                 crem = T.alloc_fragment((B_t, B_s), 'int32')
@@ -169,7 +167,7 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
                         fixed[i_t] = (_t2[i_t] != T.int32(0))
                     if not with_fix_routing_mask:
                         image[i_t] = (_t1[i_t] != T.int32(0))
-            if with_image_bias or with_bias or not with_mask:
+            if with_image_bias or with_bias or not with_mask or (with_fix_routing_mask and with_to_physical_map):
                 for i_t, i_e in T.Parallel(B_t, B_e):
                     u[i_t, i_e] = T.sqrt(
                         T.Select((l[i_t, i_e] > T.float32(20.0)), l[i_t, i_e], T.log1p(T.exp(l[i_t, i_e]))))
@@ -186,7 +184,8 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
                         _t3[i_e] = T.if_then_else((i_e < N_e), image_bias[i_e], T.float32(0.0))
                     if with_bias:
                         _t4[i_e] = T.if_then_else((i_e < N_e), bias[i_e], T.float32(0.0))
-            if with_image_bias or with_bias or with_mask:
+            if with_image_bias or with_bias or (with_mask and not with_to_physical_map) or (with_mask
+                    and not with_fix_routing_mask):
                 for i_t, i_e in T.Parallel(B_t, B_e):
                     if not with_bias and with_image_bias:
                         r[i_t, i_e] = (u[i_t, i_e] + T.Select(image[i_t], _t3[i_e], T.float32(-0.0)))
@@ -250,8 +249,6 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
                 den[i_t] = (_t7[i_t] + T.float32(1e-20))
             for i_t, i_j in T.Parallel(B_t, B_j):
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-            for i_s in T.Parallel(B_s):
-                slot[i_s] = ((b_s * B_s) + i_s)
             for i_t, i_j in T.Parallel(B_t, B_j):
                 if not with_fix_routing_mask:
                     chosen_by_j[i_t, i_j] = chosen[i_t, i_j]
@@ -259,13 +256,13 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
                     sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_s in T.Parallel(B_t, B_s):
                 if not with_fix_routing_mask:
-                    _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                        chosen_by_j[i_t, slot[i_s]], T.int64(0))
+                    _t8[i_t, i_s] = T.if_then_else(((((b_s * B_s) + i_s) >= T.int32(0)) & (((b_s * B_s) + i_s) < N_j)),
+                        chosen_by_j[i_t, ((b_s * B_s) + i_s)], T.int64(0))
                 if with_fix_routing_mask:
-                    _t8[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)),
-                        sel_by_j[i_t, slot[i_s]], T.int64(0))
-                logical[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t8[i_t, i_s],
-                    T.cast(((T.int32(E) + slot[i_s]) - T.int32(num_topk)), "int64"))
+                    _t8[i_t, i_s] = T.if_then_else(((((b_s * B_s) + i_s) >= T.int32(0)) & (((b_s * B_s) + i_s) < N_j)),
+                        sel_by_j[i_t, ((b_s * B_s) + i_s)], T.int64(0))
+                logical[i_t, i_s] = T.Select((((b_s * B_s) + i_s) < T.int32(num_topk)), _t8[i_t, i_s],
+                    T.cast(((T.int32(E) + ((b_s * B_s) + i_s)) - T.int32(num_topk)), "int64"))
             if with_to_physical_map:
                 for i_x in T.Parallel(B_x):
                     lc[i_x] = T.if_then_else((i_x < N_x), T.cast(logical_count[i_x], "int32"), T.int32(0))
@@ -275,18 +272,19 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
                     count[i_t, i_s] = T.if_then_else(((logical[i_t, i_s] >= T.int64(0))
                             & (logical[i_t, i_s] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_s], "int32")],
                         T.int32(0))
-                for i_t in T.Parallel(B_t):
-                    tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
-                        "int32")
                 for i_t, i_s in T.Parallel(B_t, B_s):
                     cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
                     rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))),
                         T.int32(0),
-                        T.floormod(tok[i_t],
+                        T.floormod(
+                            T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
+                                "int32"),
                             T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
                                 cnt[i_t, i_s])))
-                    crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                        (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
+                    crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0))
+                            & (
+                                T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
+                                    "int32") < T.int32(0))), (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
                     back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))
                 for i_x, i_d in T.Parallel(B_x, B_d):
                     pmap[i_x, i_d] = T.if_then_else(((i_x < N_x) & (i_d < N_d)),
@@ -311,9 +309,9 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
             for i_t, i_j in T.Parallel(B_t, B_j):
                 w_by_j[i_t, i_j] = w[i_t, i_j]
             for i_t, i_s in T.Parallel(B_t, B_s):
-                _t10[i_t, i_s] = T.if_then_else(((slot[i_s] >= T.int32(0)) & (slot[i_s] < N_j)), w_by_j[i_t, slot[i_s]],
-                    T.float32(0.0))
-                weight[i_t, i_s] = T.Select((slot[i_s] < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
+                _t10[i_t, i_s] = T.if_then_else(((((b_s * B_s) + i_s) >= T.int32(0)) & (((b_s * B_s) + i_s) < N_j)),
+                    w_by_j[i_t, ((b_s * B_s) + i_s)], T.float32(0.0))
+                weight[i_t, i_s] = T.Select((((b_s * B_s) + i_s) < T.int32(num_topk)), _t10[i_t, i_s], T.float32(1.0))
                 if ((((b_t * B_t) + i_t) < N_t) & (((b_s * B_s) + i_s) < N_s)):
                     if not with_mask and not with_to_physical_map:
                         topk_idx[((b_t * B_t) + i_t), ((b_s * B_s) + i_s)] = T.cast(logical[i_t, i_s], "int64")

@@ -32,16 +32,16 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
         B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j))
         B_p = pick_block(N_p, max(1, (tile_elems // B_t)), 1, 1)
         threads = fit_threads(threads,
-            max(B_e, B_g * B_c, B_p, B_t, B_t * B_e, B_t * B_g, B_t * B_g * B_c, B_t * B_g * B_h, B_t * B_g * B_i, B_t
-                * B_j, B_t * B_p), tile_elems)
+            max(B_e, B_t, B_t * B_e, B_t * B_g, B_t * B_g * B_c, B_t * B_g * B_h, B_t * B_g * B_i, B_t * B_j, B_t
+                * B_p), tile_elems)
     if with_to_physical_map:
         B_x = pad_pow2(N_x)
         B_d = pad_pow2(N_d)
         B_t = fit_rows(block_t, tile_elems, max(B_e, (B_g * B_c), (B_g * B_i), (B_g * B_h), B_j, B_d))
         B_p = pick_block(N_p, max(1, (tile_elems // (B_t * B_d))), 1, 1)
         threads = fit_threads(threads,
-            max(B_e, B_g * B_c, B_p, B_t, B_t * B_e, B_t * B_g, B_t * B_g * B_c, B_t * B_g * B_h, B_t * B_g * B_i, B_t
-                * B_j, B_t * B_p, B_t * B_p * B_d, B_x, B_x * B_d), tile_elems)
+            max(B_e, B_t, B_t * B_e, B_t * B_g, B_t * B_g * B_c, B_t * B_g * B_h, B_t * B_g * B_i, B_t * B_j, B_t * B_p,
+                B_t * B_p * B_d, B_x, B_x * B_d), tile_elems)
     if not ((num_groups != 0)):
         raise ValueError('per_group divides by num_groups, which is 0')
     if not ((num_ep_ranks != 0)):
@@ -86,7 +86,6 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                 sqrt_softplus = T.alloc_fragment((B_t, B_e), 'float32')
             _t3 = T.alloc_fragment((B_e,), 'float32')
             r = T.alloc_fragment((B_t, B_e), 'float32')
-            member = T.alloc_fragment((B_g, B_c), 'int32')
             r_by_e = T.alloc_shared((B_t, B_e), 'float32')
             grouped = T.alloc_fragment((B_t, B_g, B_c), 'float32')
             _top2_picks_key = T.alloc_fragment((B_t, B_g, B_c), 'int32')
@@ -106,7 +105,6 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
             hits = T.alloc_fragment((B_t, B_g, B_h), 'float32')
             kept = T.alloc_fragment((B_t, B_g), 'float32')
             hits_by_h = T.alloc_shared((B_t, B_g, B_h), 'float32')
-            group_of = T.alloc_fragment((B_e,), 'int32')
             kept_by_g = T.alloc_shared((B_t, B_g), 'float32')
             expert_kept = T.alloc_fragment((B_t, B_e), 'float32')
             ranked = T.alloc_fragment((B_t, B_e), 'float32')
@@ -126,7 +124,6 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
             den = T.alloc_fragment((B_t,), 'float32')
             picked_by_j = T.alloc_shared((B_t, B_j), 'float32')
             w = T.alloc_fragment((B_t, B_j), 'float32')
-            slot = T.alloc_fragment((B_p,), 'int32')
             sel_by_j = T.alloc_shared((B_t, B_j), 'int64')
             _t6 = T.alloc_fragment((B_t, B_p), 'int64')
             logical = T.alloc_fragment((B_t, B_p), 'int64')
@@ -134,7 +131,6 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                 lc = T.alloc_fragment((B_x,), 'int32')
                 lc_by_x = T.alloc_shared((B_x,), 'int32')
                 count = T.alloc_fragment((B_t, B_p), 'int32')
-                tok = T.alloc_fragment((B_t,), 'int32')
                 cnt = T.alloc_fragment((B_t, B_p), 'int32')
                 rem = T.alloc_fragment((B_t, B_p), 'int32')
                 crem = T.alloc_fragment((B_t, B_p), 'int32')
@@ -256,13 +252,12 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                     r[i_t, i_e] = (sqrt_softplus[i_t, i_e] + _t3[i_e])
                 if scoring == 'softmax':
                     r[i_t, i_e] = (l[i_t, i_e] + _t3[i_e])
-            for i_g, i_c in T.Parallel(B_g, B_c):
-                member[i_g, i_c] = ((i_g * T.int32(per_group)) + i_c)
             for i_t, i_e in T.Parallel(B_t, B_e):
                 r_by_e[i_t, i_e] = r[i_t, i_e]
             for i_t, i_g, i_c in T.Parallel(B_t, B_g, B_c):
-                grouped[i_t, i_g, i_c] = T.if_then_else(((member[i_g, i_c] >= T.int32(0)) & (member[i_g, i_c] < N_e)),
-                    r_by_e[i_t, member[i_g, i_c]], T.float32(0.0))
+                grouped[i_t, i_g, i_c] = T.if_then_else(((((i_g * T.int32(per_group)) + i_c) >= T.int32(0))
+                        & (((i_g * T.int32(per_group)) + i_c) < N_e)), r_by_e[i_t, ((i_g * T.int32(per_group)) + i_c)],
+                    T.float32(0.0))
                 _top2_picks_key[i_t, i_g, i_c] = T.Select((i_c < N_c), order_key(grouped[i_t, i_g, i_c]),
                     T.int32(-2147483648))
             for r_i in (T.unroll if N_i <= 16 else T.serial)(N_i):
@@ -310,12 +305,6 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
             for r_h in T.serial(N_h):
                 for i_t, i_g in T.Parallel(B_t, B_g):
                     kept[i_t, i_g] = (kept[i_t, i_g] + hits_by_h[i_t, i_g, r_h])
-            for i_e in T.Parallel(B_e):
-                group_of[i_e] = T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
-                        T.floordiv(i_e,
-                            T.Select(((T.int32(per_group) == T.int32(0)) | (T.int32(per_group) == T.int32(-1))),
-                                T.int32(1), T.int32(per_group)))))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 kept_by_g[i_t, i_g] = kept[i_t, i_g]
             if (scoring, with_fix_routing_mask, with_to_physical_map) in (('sigmoid', False, False),
@@ -323,8 +312,27 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                     ('sqrtsoftplus', False, False), ('sqrtsoftplus', True, False), ('sqrtsoftplus', True, True),
                     ('softmax', False, False), ('softmax', True, False), ('softmax', True, True)):
                 for i_t, i_e in T.Parallel(B_t, B_e):
-                    expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                        kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
+                    expert_kept[i_t, i_e] = T.if_then_else(((
+                                T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
+                                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
+                                        T.floordiv(i_e,
+                                            T.Select(((T.int32(per_group) == T.int32(0))
+                                            | (T.int32(per_group) == T.int32(-1))), T.int32(1), T.int32(per_group)))))
+                                >= T.int32(0))
+                            & (
+                                T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
+                                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
+                                        T.floordiv(i_e,
+                                            T.Select(((T.int32(per_group) == T.int32(0))
+                                            | (T.int32(per_group) == T.int32(-1))), T.int32(1), T.int32(per_group)))))
+                                < N_g)),
+                        kept_by_g[i_t,
+                            T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
+                                T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
+                                    T.floordiv(i_e,
+                                        T.Select(((T.int32(per_group) == T.int32(0))
+                                            | (T.int32(per_group) == T.int32(-1))), T.int32(1), T.int32(per_group)))))],
+                        T.float32(0.0))
                     ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
                         T.float32(-float('inf')))
                     if not with_fix_routing_mask:
@@ -339,8 +347,27 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                     ('softmax', True, True)):
                 for i_t, i_e in T.Parallel(B_t, B_e):
                     if not with_fix_routing_mask:
-                        expert_kept[i_t, i_e] = T.if_then_else(((group_of[i_e] >= T.int32(0)) & (group_of[i_e] < N_g)),
-                            kept_by_g[i_t, group_of[i_e]], T.float32(0.0))
+                        expert_kept[i_t, i_e] = T.if_then_else(((
+                                    T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
+                                        T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
+                                            T.floordiv(i_e,
+                                                T.Select(((T.int32(per_group) == T.int32(0))
+                                                | (T.int32(per_group) == T.int32(-1))), T.int32(1),
+                                                T.int32(per_group))))) >= T.int32(0))
+                                & (
+                                    T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
+                                        T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
+                                            T.floordiv(i_e,
+                                                T.Select(((T.int32(per_group) == T.int32(0))
+                                                | (T.int32(per_group) == T.int32(-1))), T.int32(1),
+                                                T.int32(per_group))))) < N_g)),
+                            kept_by_g[i_t,
+                                T.Select((T.int32(per_group) == T.int32(0)), T.int32(0),
+                                    T.Select((T.int32(per_group) == T.int32(-1)), (-i_e),
+                                        T.floordiv(i_e,
+                                            T.Select(((T.int32(per_group) == T.int32(0))
+                                                | (T.int32(per_group) == T.int32(-1))), T.int32(1),
+                                                T.int32(per_group)))))], T.float32(0.0))
                         ranked[i_t, i_e] = T.Select((expert_kept[i_t, i_e] > T.float32(0.0)), r[i_t, i_e],
                             T.float32(-float('inf')))
                     _t5_key[i_t, i_e] = T.Select((i_e < N_e), order_key(ranked[i_t, i_e]), T.int32(-2147483648))
@@ -381,15 +408,13 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                     den[i_t] = (den[i_t] + picked_by_j[i_t, r_j])
             for i_t, i_j in T.Parallel(B_t, B_j):
                 w[i_t, i_j] = ((picked[i_t, i_j] / den[i_t]) * T.float32(routed_scaling_factor))
-            for i_p in T.Parallel(B_p):
-                slot[i_p] = ((b_p * B_p) + i_p)
             for i_t, i_j in T.Parallel(B_t, B_j):
                 sel_by_j[i_t, i_j] = sel[i_t, i_j]
             for i_t, i_p in T.Parallel(B_t, B_p):
-                _t6[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)),
-                    sel_by_j[i_t, slot[i_p]], T.int64(0))
-                logical[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t6[i_t, i_p],
-                    T.cast(((T.int32(E) + slot[i_p]) - T.int32(num_topk)), "int64"))
+                _t6[i_t, i_p] = T.if_then_else(((((b_p * B_p) + i_p) >= T.int32(0)) & (((b_p * B_p) + i_p) < N_j)),
+                    sel_by_j[i_t, ((b_p * B_p) + i_p)], T.int64(0))
+                logical[i_t, i_p] = T.Select((((b_p * B_p) + i_p) < T.int32(num_topk)), _t6[i_t, i_p],
+                    T.cast(((T.int32(E) + ((b_p * B_p) + i_p)) - T.int32(num_topk)), "int64"))
                 if not with_to_physical_map:
                     local[i_t, i_p] = (logical[i_t, i_p] - T.cast((T.int32(tp_rank) * T.int32(per_rank)), "int64"))
                     remapped[i_t, i_p] = (local[i_t, i_p]
@@ -432,18 +457,19 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                     count[i_t, i_p] = T.if_then_else(((logical[i_t, i_p] >= T.int64(0))
                             & (logical[i_t, i_p] < T.cast(N_x, "int64"))), lc_by_x[T.cast(logical[i_t, i_p], "int32")],
                         T.int32(0))
-                for i_t in T.Parallel(B_t):
-                    tok[i_t] = T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
-                        "int32")
                 for i_t, i_p in T.Parallel(B_t, B_p):
                     cnt[i_t, i_p] = T.max(count[i_t, i_p], T.int32(1))
                     rem[i_t, i_p] = T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))),
                         T.int32(0),
-                        T.floormod(tok[i_t],
+                        T.floormod(
+                            T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
+                                "int32"),
                             T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(1),
                                 cnt[i_t, i_p])))
-                    crem[i_t, i_p] = T.Select(((rem[i_t, i_p] != T.int32(0)) & (tok[i_t] < T.int32(0))),
-                        (rem[i_t, i_p] - cnt[i_t, i_p]), rem[i_t, i_p])
+                    crem[i_t, i_p] = T.Select(((rem[i_t, i_p] != T.int32(0))
+                            & (
+                                T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
+                                    "int32") < T.int32(0))), (rem[i_t, i_p] - cnt[i_t, i_p]), rem[i_t, i_p])
                     back[i_t, i_p] = (crem[i_t, i_p] < T.int32(0))
                 for i_x, i_d in T.Parallel(B_x, B_d):
                     pmap[i_x, i_d] = T.if_then_else(((i_x < N_x) & (i_d < N_d)),
@@ -500,9 +526,9 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
             for i_t, i_j in T.Parallel(B_t, B_j):
                 w_by_j[i_t, i_j] = w[i_t, i_j]
             for i_t, i_p in T.Parallel(B_t, B_p):
-                _t8[i_t, i_p] = T.if_then_else(((slot[i_p] >= T.int32(0)) & (slot[i_p] < N_j)), w_by_j[i_t, slot[i_p]],
-                    T.float32(0.0))
-                weight[i_t, i_p] = T.Select((slot[i_p] < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
+                _t8[i_t, i_p] = T.if_then_else(((((b_p * B_p) + i_p) >= T.int32(0)) & (((b_p * B_p) + i_p) < N_j)),
+                    w_by_j[i_t, ((b_p * B_p) + i_p)], T.float32(0.0))
+                weight[i_t, i_p] = T.Select((((b_p * B_p) + i_p) < T.int32(num_topk)), _t8[i_t, i_p], T.float32(1.0))
                 if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
                     if not with_mask:
                         topk_weights[((b_t * B_t) + i_t), ((b_p * B_p) + i_p)] = weight[i_t, i_p]

@@ -29,8 +29,8 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
         B_k = pick_block(N_k, max(1, (tile_elems // max((((B_b * B_r) * B_m) * B_l), (B_b * B_w)))), 4)
         B_k_p = T.ceildiv(B_k, 4)
     threads = fit_threads(threads,
-        max(B_b * B_k * B_m, B_b * B_k * B_w, B_b * B_r * B_k, B_b * B_r * B_k * B_m, B_b * B_r * B_k * B_m * B_l, B_k
-            * B_m, B_m), tile_elems)
+        max(B_b * B_k * B_m, B_b * B_k * B_w, B_b * B_r * B_k, B_b * B_r * B_k * B_m, B_b * B_r * B_k * B_m * B_l),
+        tile_elems)
 
     if in_fmt == 'e4m3':
         PARAM_q = T.Tensor((T_, H), 'float8_e4m3fn')
@@ -67,7 +67,6 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
             if in_fmt == 'e2m1':
                 q_code = T.alloc_fragment((B_b, B_r, B_k, B_m, B_l), 'uint32')
             qf = T.alloc_fragment((B_b, B_r, B_k, B_m, B_l), 'float32')
-            blk = T.alloc_fragment((B_m,), 'int32')
             sfs = T.alloc_fragment((B_b, B_k, B_w), 'float32')
             sfs_by_w = T.alloc_shared((B_b, B_k, B_w), 'float32')
             s = T.alloc_fragment((B_b, B_k, B_m), 'float32')
@@ -84,7 +83,6 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                 sf_staged = T.alloc_shared((B_b, B_r, B_k + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             inv = T.alloc_fragment((B_b, B_r, B_k), 'float32')
             v = T.alloc_fragment((B_b, B_r, B_k, B_m, B_l), 'float32')
-            j = T.alloc_fragment((B_k, B_m), 'int32')
             _t2 = T.alloc_fragment((B_b, B_r, B_k, B_m), 'int64')
             h0 = T.alloc_fragment((B_b, B_r, B_k, B_m), 'int64')
             h1 = T.alloc_fragment((B_b, B_r, B_k, B_m), 'int64')
@@ -120,12 +118,6 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
             if in_fmt == 'e2m1':
                 for i_b, i_r, i_k, i_m, i_l in T.Parallel(B_b, B_r, B_k, B_m, B_l):
                     qf[i_b, i_r, i_k, i_m, i_l] = decode_e2m1(q_code[i_b, i_r, i_k, i_m, i_l])
-            for i_m in T.Parallel(B_m):
-                blk[i_m] = T.Select((T.int32(in_cols) == T.int32(0)), T.int32(0),
-                    T.Select((T.int32(in_cols) == T.int32(-1)), (-(i_m * T.int32(4))),
-                        T.floordiv((i_m * T.int32(4)),
-                            T.Select(((T.int32(in_cols) == T.int32(0)) | (T.int32(in_cols) == T.int32(-1))), T.int32(1),
-                                T.int32(in_cols)))))
             for i_b, i_k, i_w in T.Parallel(B_b, B_k, B_w):
                 if in_scale == 'fp32':
                     sfs[i_b, i_k, i_w] = T.if_then_else(((((b_b * B_b) + i_b) < N_b) & (i_w < N_w)),
@@ -147,8 +139,24 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
             for i_b, i_k, i_w in T.Parallel(B_b, B_k, B_w):
                 sfs_by_w[i_b, i_k, i_w] = sfs[i_b, i_k, i_w]
             for i_b, i_k, i_m in T.Parallel(B_b, B_k, B_m):
-                s[i_b, i_k, i_m] = T.if_then_else(((blk[i_m] >= T.int32(0)) & (blk[i_m] < N_w)),
-                    sfs_by_w[i_b, i_k, blk[i_m]], T.float32(0.0))
+                s[i_b, i_k, i_m] = T.if_then_else(((
+                            T.Select((T.int32(in_cols) == T.int32(0)), T.int32(0),
+                                T.Select((T.int32(in_cols) == T.int32(-1)), (-(i_m * T.int32(4))),
+                                    T.floordiv((i_m * T.int32(4)),
+                                        T.Select(((T.int32(in_cols) == T.int32(0)) | (T.int32(in_cols) == T.int32(-1))),
+                                        T.int32(1), T.int32(in_cols))))) >= T.int32(0))
+                        & (
+                            T.Select((T.int32(in_cols) == T.int32(0)), T.int32(0),
+                                T.Select((T.int32(in_cols) == T.int32(-1)), (-(i_m * T.int32(4))),
+                                    T.floordiv((i_m * T.int32(4)),
+                                        T.Select(((T.int32(in_cols) == T.int32(0)) | (T.int32(in_cols) == T.int32(-1))),
+                                        T.int32(1), T.int32(in_cols))))) < N_w)),
+                    sfs_by_w[i_b, i_k,
+                        T.Select((T.int32(in_cols) == T.int32(0)), T.int32(0),
+                            T.Select((T.int32(in_cols) == T.int32(-1)), (-(i_m * T.int32(4))),
+                                T.floordiv((i_m * T.int32(4)),
+                                    T.Select(((T.int32(in_cols) == T.int32(0)) | (T.int32(in_cols) == T.int32(-1))),
+                                        T.int32(1), T.int32(in_cols)))))], T.float32(0.0))
             for i_b, i_r, i_k, i_m, i_l in T.Parallel(B_b, B_r, B_k, B_m, B_l):
                 a0[i_b, i_r, i_k, i_m, i_l] = T.Select((i_l < N_l), (qf[i_b, i_r, i_k, i_m, i_l] * s[i_b, i_k, i_m]),
                     T.float32(0.0))
@@ -296,8 +304,6 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                                         + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_b, i_r, i_k, i_m, i_l in T.Parallel(B_b, B_r, B_k, B_m, B_l):
                 v[i_b, i_r, i_k, i_m, i_l] = (qf[i_b, i_r, i_k, i_m, i_l] * (s[i_b, i_k, i_m] * inv[i_b, i_r, i_k]))
-            for i_k, i_m in T.Parallel(B_k, B_m):
-                j[i_k, i_m] = (T.floordiv((((b_k * B_k) + i_k) * T.int32(group)), T.int32(4)) + i_m)
             for i_b, i_r, i_k, i_m in T.Parallel(B_b, B_r, B_k, B_m):
                 _t2[i_b, i_r, i_k, i_m] = T.int64(0)
             for r_l in (T.unroll if N_l <= 256 else T.serial)(N_l):
@@ -425,7 +431,8 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                                                 * (s[i_b, i_k, i_m] * inv[i_b, i_r, i_k])), "uint32"), "int32"),
                                                 "int64") & T.int64(4294967295)) * T.int64(3780334477))))))
             for i_b, i_r, i_k, i_m in T.Parallel(B_b, B_r, B_k, B_m):
-                h0[i_b, i_r, i_k, i_m] = ((_t2[i_b, i_r, i_k, i_m] + T.cast(j[i_k, i_m], "int64"))
+                h0[i_b, i_r, i_k, i_m] = ((_t2[i_b, i_r, i_k, i_m]
+                        + T.cast((T.floordiv((((b_k * B_k) + i_k) * T.int32(group)), T.int32(4)) + i_m), "int64"))
                     & T.int64(4294967295))
                 h1[i_b, i_r, i_k, i_m] = (h0[i_b, i_r, i_k, i_m] ^ (h0[i_b, i_r, i_k, i_m] >> T.int64(23)))
                 h2[i_b, i_r, i_k, i_m] = ((h1[i_b, i_r, i_k, i_m] * T.int64(2146121005)) & T.int64(4294967295))

@@ -23,7 +23,7 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
     if scale == 'ue8m0':
         B_g = pick_block(N_g, max(1, (tile_elems // ((B_t * B_k) * B_l))), 4)
         B_g_p = T.ceildiv(B_g, 4)
-    threads = fit_threads(threads, max(B_g * B_k, B_t * B_g, B_t * B_g * B_k, B_t * B_g * B_k * B_l), tile_elems)
+    threads = fit_threads(threads, max(B_t * B_g, B_t * B_g * B_k, B_t * B_g * B_k * B_l), tile_elems)
     STORAGE_x = {'bf16': 'bfloat16', 'fp32': 'float32'}[x_dtype]
     LOAD_x = {'bf16': lambda v: T.cast(v, "float32"), 'fp32': lambda v: v}[x_dtype]
 
@@ -64,7 +64,6 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
                 sf_staged = T.alloc_shared((B_t, B_g + bank_pad('float8_e4m3fn')), 'float8_e4m3fn')
             inv = T.alloc_fragment((B_t, B_g), 'float32')
             v = T.alloc_fragment((B_t, B_g, B_k, B_l), 'float32')
-            j = T.alloc_fragment((B_g, B_k), 'int32')
             _t2 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
             h0 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
             h1 = T.alloc_fragment((B_t, B_g, B_k), 'int64')
@@ -231,8 +230,6 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
             for i_t, i_g, i_k, i_l in T.Parallel(B_t, B_g, B_k, B_l):
                 v[i_t, i_g, i_k, i_l] = (xf[i_t, i_g, i_k, i_l] * inv[i_t, i_g])
-            for i_g, i_k in T.Parallel(B_g, B_k):
-                j[i_g, i_k] = (T.floordiv((((b_g * B_g) + i_g) * T.int32(group)), T.int32(4)) + i_k)
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
                 _t2[i_t, i_g, i_k] = T.int64(0)
             for r_l in (T.unroll if N_l <= 256 else T.serial)(N_l):
@@ -282,7 +279,9 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t, tile
                                             * inv[i_t, i_g]), "uint32"), "int32"), "int64") & T.int64(4294967295))
                                         * T.int64(3780334477))))))
             for i_t, i_g, i_k in T.Parallel(B_t, B_g, B_k):
-                h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k] + T.cast(j[i_g, i_k], "int64")) & T.int64(4294967295))
+                h0[i_t, i_g, i_k] = ((_t2[i_t, i_g, i_k]
+                        + T.cast((T.floordiv((((b_g * B_g) + i_g) * T.int32(group)), T.int32(4)) + i_k), "int64"))
+                    & T.int64(4294967295))
                 h1[i_t, i_g, i_k] = (h0[i_t, i_g, i_k] ^ (h0[i_t, i_g, i_k] >> T.int64(23)))
                 h2[i_t, i_g, i_k] = ((h1[i_t, i_g, i_k] * T.int64(2146121005)) & T.int64(4294967295))
                 h3[i_t, i_g, i_k] = (h2[i_t, i_g, i_k] ^ (h2[i_t, i_g, i_k] >> T.int64(16)))

@@ -13,7 +13,7 @@ def make_variants(dtype, first_quad, x_dtype, *, threads, block_q, tile_elems):
     N_l = 4
     B_q = block_q
     B_l = pick_block(N_l, max(1, (tile_elems // B_q)), 1)
-    threads = fit_threads(threads, max(B_l, B_q, B_q * B_l), tile_elems)
+    threads = fit_threads(threads, max(B_q, B_q * B_l), tile_elems)
     STORAGE_x = {'fp32': 'float32', 'bf16': 'bfloat16'}[x_dtype]
     LOAD_x = {'fp32': lambda v: v, 'bf16': lambda v: T.cast(v, "float32")}[x_dtype]
 
@@ -42,13 +42,11 @@ def make_variants(dtype, first_quad, x_dtype, *, threads, block_q, tile_elems):
             h2 = T.alloc_fragment((B_q,), 'int64')
             h3 = T.alloc_fragment((B_q,), 'int64')
             if dtype == 'bf16':
-                second = T.alloc_fragment((B_l,), 'bool')
                 w0 = T.alloc_fragment((B_q, B_l), 'int64')
                 w = T.alloc_fragment((B_q, B_l), 'int64')
             if dtype == 'e4m3':
                 w0 = T.alloc_fragment((B_q,), 'int64')
                 w = T.alloc_fragment((B_q,), 'int64')
-            low = T.alloc_fragment((B_l,), 'bool')
             half = T.alloc_fragment((B_q, B_l), 'int64')
             r = T.alloc_fragment((B_q, B_l), 'int32')
             xf = T.alloc_fragment((B_q, B_l), 'float32')
@@ -91,18 +89,15 @@ def make_variants(dtype, first_quad, x_dtype, *, threads, block_q, tile_elems):
                 if dtype == 'e4m3':
                     w0[i_q] = ((h3[i_q] * T.int64(2221713035)) & T.int64(4294967295))
                     w[i_q] = (w0[i_q] ^ (w0[i_q] >> T.int64(11)))
-            for i_l in T.Parallel(B_l):
-                if dtype == 'bf16':
-                    second[i_l] = (((b_l * B_l) + i_l) >= T.int32(2))
-                if dtype == 'e4m3':
-                    low[i_l] = (((b_l * B_l) + i_l) < T.int32(2))
             for i_q, i_l in T.Parallel(B_q, B_l):
                 if dtype == 'bf16':
-                    w0[i_q, i_l] = T.Select(second[i_l], ((h3[i_q] * T.int64(3545902487)) & T.int64(4294967295)),
+                    w0[i_q, i_l] = T.Select((((b_l * B_l) + i_l) >= T.int32(2)),
+                        ((h3[i_q] * T.int64(3545902487)) & T.int64(4294967295)),
                         ((h3[i_q] * T.int64(2221713035)) & T.int64(4294967295)))
                     w[i_q, i_l] = (w0[i_q, i_l] ^ (w0[i_q, i_l] >> T.int64(11)))
                 if dtype == 'e4m3':
-                    half[i_q, i_l] = T.Select(low[i_l], (w[i_q] & T.int64(65535)), (w[i_q] >> T.int64(16)))
+                    half[i_q, i_l] = T.Select((((b_l * B_l) + i_l) < T.int32(2)), (w[i_q] & T.int64(65535)),
+                        (w[i_q] >> T.int64(16)))
                     r[i_q, i_l] = T.cast(
                         T.Select((T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(1)),
                             (((((((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
@@ -131,12 +126,10 @@ def make_variants(dtype, first_quad, x_dtype, *, threads, block_q, tile_elems):
                                             | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
                                             & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
                                         & T.int64(21845)) << T.int64(1))), half[i_q, i_l]), "int32")
-            if dtype == 'bf16':
-                for i_l in T.Parallel(B_l):
-                    low[i_l] = (T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(0))
             for i_q, i_l in T.Parallel(B_q, B_l):
                 if dtype == 'bf16':
-                    half[i_q, i_l] = T.Select(low[i_l], (w[i_q, i_l] & T.int64(65535)), (w[i_q, i_l] >> T.int64(16)))
+                    half[i_q, i_l] = T.Select((T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(0)),
+                        (w[i_q, i_l] & T.int64(65535)), (w[i_q, i_l] >> T.int64(16)))
                     r[i_q, i_l] = T.cast(half[i_q, i_l], "int32")
                 if dtype == 'e4m3':
                     xf[i_q, i_l] = T.if_then_else((((b_q * B_q) + i_q) < N_q),
