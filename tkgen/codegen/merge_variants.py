@@ -506,12 +506,16 @@ def products(aliases: Sequence[str], functions: Sequence[Printed], variant_name,
     from ..runtime.schedule import specialized
     variant_of = {fn.name: fn.variant for fn in functions}
     by_merged: Dict[str, List[Tuple[str, str, tuple]]] = {}
+    left, calls = [], []
     for line in aliases:
-        node = ast.parse(line).body[0]
+        try:
+            node = ast.parse(line).body[0]
+        except SyntaxError:         # a variant name that is no identifier: kept as written, for the audit to reject
+            left.append(line)
+            continue
         call = node.value
         by_merged.setdefault(call.args[0].id, []).append(
             (line, node.targets[0].id, tuple(ast.literal_eval(a) for a in call.args[1:])))
-    left, calls = [], []
     for merged, binds in by_merged.items():
         found = _product(merged, binds, variant_of, variant_name, bare) if len(binds) > 2 else None
         if found is not None:
