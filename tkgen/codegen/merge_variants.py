@@ -520,7 +520,8 @@ def products(aliases: Sequence[str], functions: Sequence[Printed], variant_name,
         found = _product(merged, binds, variant_of, variant_name, bare) if len(binds) > 2 else None
         if found is not None:
             call, prefix = found
-            table = eval(call, {"specialized": specialized, merged: _factory})      # our own source
+            # our own source, literals and two names only: no builtins reachable from it
+            table = eval(call, {"__builtins__": {}, "specialized": specialized, merged: _factory})
             if {n: p.args for n, p in table.items()} == {n[len(prefix):]: args for _, n, args in binds}:
                 calls.append(call)
                 continue

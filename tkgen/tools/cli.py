@@ -218,13 +218,11 @@ def cmd_fuzz(args):
     if args.resume and not args.summary:
         print("tkgen fuzz: --resume continues the campaign of a --summary file; name one", file=sys.stderr)
         return 2
-    done = resumed(args) if args.resume else {}
-    if done is None:
+    found = resumed(args) if args.resume else (None, {})
+    if found is None:
         return 2
-    seed = args.seed if args.seed is not None else done.pop("__seed__", None)
-    done.pop("__seed__", None)
-    if seed is None:
-        seed = int(time.time() * 1000) % (1 << 32)
+    file_seed, done = found
+    seed = next(s for s in (args.seed, file_seed, int(time.time() * 1000) % (1 << 32)) if s is not None)
     results = {name: r for name, r in done.items() if name in names}
     todo = [name for name in names if name not in results]
     if results:
@@ -275,11 +273,11 @@ def write_summary(args, seed, results):
 
 
 def resumed(args):
-    """The ops a summary file already holds (with its seed under "__seed__"), or {} when there is no file yet;
-    None (after a line on stderr) when the file is another campaign's: another device or number of examples."""
+    """(the summary file's seed, the ops it holds), or (None, {}) when there is no file yet; None (after a
+    line on stderr) when the file is another campaign's: another device, number of examples or seed."""
     path = Path(args.summary)
     if not path.exists():
-        return {}
+        return None, {}
     data = json.loads(path.read_text())
     for key, mine in (("device", args.device), ("examples_per_op", args.examples)):
         if data.get(key) != mine:
@@ -290,7 +288,7 @@ def resumed(args):
         print(f"tkgen fuzz: {args.summary} was drawn with seed {data.get('seed')}, not {args.seed}",
               file=sys.stderr)
         return None
-    return {**data["ops"], "__seed__": data["seed"]}
+    return data["seed"], data["ops"]
 
 
 def fuzz_in_workers(names, args, seed, record):
