@@ -21,6 +21,11 @@ OUT = Path(os.environ.get("OUT", "gpu-out"))
 OUT.mkdir(parents=True, exist_ok=True)
 EXAMPLES = int(os.environ.get("TKGEN_GPU_EXAMPLES", "12"))
 WORKERS = int(os.environ.get("TKGEN_GPU_WORKERS", "14"))
+# props: DRAWS cases drawn per op, those of its first SPECS specializations kept (see `props`), PROCS
+# child processes sharing the GPU
+DRAWS = int(os.environ.get("TKGEN_GPU_DRAWS", "0")) or EXAMPLES
+SPECS = int(os.environ.get("TKGEN_GPU_SPECS", "0")) or EXAMPLES
+PROCS = int(os.environ.get("TKGEN_GPU_PROCS", "1"))
 DEVICE = os.environ.get("TKGEN_GPU_DEVICE", "cuda")       # cpu: a dry run of the script on a CPU machine
 ARCH = "sm90" if DEVICE == "cuda" else "cpu"
 PHASES = os.environ.get("TKGEN_GPU_PHASES", "anchors,saturation,determinism,eager,props,tune,bench").split(",")
@@ -91,24 +96,75 @@ def resilient(name, ops_, command, done, timeout):
 
 
 def props():
-    """EXAMPLES cases per op drawn from its Hypothesis strategy (fresh random shapes, params, dtypes and
-    values), all built at once, then each checked on CUDA against the reference as the spec declares."""
-    import warnings
-    from hypothesis.errors import NonInteractiveExampleWarning
-    warnings.simplefilter("ignore", NonInteractiveExampleWarning)
-    drawn = {}
-    for op in ops():
-        strat = __import__(registry.op_package(op).__name__ + ".strategies", fromlist=["cases"]).cases()
-        drawn[op] = [strat.example() for _ in range(EXAMPLES)]
-    precompile_cases(drawn)
-    CASES.write_text(json.dumps(drawn))
-    RESULTS.write_text("")
-    resilient("props", drawn, lambda left: [sys.executable, __file__, "--props-child", *left],
-              lambda: {json.loads(l)[0] for l in RESULTS.read_text().splitlines()}, timeout=300)
+    """EXAMPLES cases per op, checked on CUDA against the reference as the spec declares. DRAWS cases per op
+    are drawn from its Hypothesis strategy (fresh random shapes, params, dtypes and values); those of its
+    first SPECS specializations are kept, and the rest of the EXAMPLES are those cases again with fresh
+    random values (new seeds) and more rows, so that many cases cost few compiles. Every specialization is
+    built at once, then PROCS child processes share the GPU, each over its part of the ops. With
+    TKGEN_GPU_RESUME=1 a later call on the same machine goes on from the cases and results on disk."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import threading
+    done = lambda: {json.loads(l)[0] for l in RESULTS.read_text().splitlines()} if RESULTS.exists() else set()
+    if os.environ.get("TKGEN_GPU_RESUME") == "1" and CASES.exists():
+        drawn = json.loads(CASES.read_text())
+        log(f"  resumed: {len(done())} of {len(drawn)} ops done")
+    else:
+        t = time.time()
+        with cf.ProcessPoolExecutor(max_workers=WORKERS, mp_context=mp.get_context("spawn")) as pool:
+            drawn = dict(zip(ops(), pool.map(draw_cases, ops())))
+        specs = {op: len({spec_key(op, c) for c in cs}) for op, cs in drawn.items()}
+        log(f"  {sum(map(len, drawn.values()))} cases of {len(drawn)} ops drawn in {time.time() - t:.0f} s, "
+            f"{sum(specs.values())} specializations: " + " ".join(f"{o}={n}" for o, n in specs.items()))
+        CASES.write_text(json.dumps(drawn))
+        (OUT / "props_cases.json").write_text(json.dumps(drawn))
+        RESULTS.write_text("")
+        precompile_cases(drawn)
+    left = [op for op in drawn if op not in done()]
+    shards = [left[i::PROCS] for i in range(PROCS)]
+    threads = [threading.Thread(target=resilient, args=(
+        f"props{i}", shard, lambda rest: [sys.executable, __file__, "--props-child", *rest], done, 300))
+        for i, shard in enumerate(shards) if shard]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
     for line in RESULTS.read_text().splitlines():
         op, res = json.loads(line)
         log(f"props {op}: {res[:2000]}")
         summary.append(("props", op, res[:400]))
+
+
+def spec_key(op, case):
+    variant, statics, dtypes = C.specialization(registry.op_package(op).OP, case)
+    return variant, tuple(map(str, statics)), tuple(map(str, dtypes))
+
+
+def draw_cases(op):
+    """The EXAMPLES cases of `op` (see `props`): the drawn ones of its first SPECS specializations, then
+    those again with fresh seeds and 0 to 40 more rows where the op has a dynamic dim (every row count is
+    valid: it is a runtime size), in turn."""
+    import random
+    import warnings
+    from hypothesis.errors import NonInteractiveExampleWarning
+    warnings.simplefilter("ignore", NonInteractiveExampleWarning)
+    pkg = registry.op_package(op)
+    strat = __import__(pkg.__name__ + ".strategies", fromlist=["cases"]).cases()
+    drawn, keys = [], []
+    for _ in range(DRAWS):
+        case = strat.example()
+        key = spec_key(op, case)
+        if key not in keys and len(keys) < SPECS:
+            keys.append(key)
+        if key in keys:
+            drawn.append(case)
+    cases, rng = drawn[:EXAMPLES], random.Random()
+    for i in range(EXAMPLES - len(cases)):
+        base = drawn[i % len(drawn)]
+        fresh = {n: r and {**r, "seed": rng.randrange(2 ** 31)} for n, r in base["inputs"].items()}
+        case, dyn = {**base, "inputs": fresh}, pkg.OP.dynamic_dim
+        cases.append(case if dyn is None else C.with_rows(pkg.OP, case, case["dims"][dyn] + rng.randrange(41)))
+    return cases
 
 
 def props_child(names):
