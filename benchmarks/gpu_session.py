@@ -26,6 +26,8 @@ WORKERS = int(os.environ.get("TKGEN_GPU_WORKERS", "14"))
 DRAWS = int(os.environ.get("TKGEN_GPU_DRAWS", "0")) or EXAMPLES
 SPECS = int(os.environ.get("TKGEN_GPU_SPECS", "0")) or EXAMPLES
 PROCS = int(os.environ.get("TKGEN_GPU_PROCS", "1"))
+# seconds after which the precompile starts no more builds (the checks then compile what they lack)
+PRECOMPILE_WITHIN = float(os.environ.get("TKGEN_GPU_PRECOMPILE_WITHIN", "0")) or None
 DEVICE = os.environ.get("TKGEN_GPU_DEVICE", "cuda")       # cpu: a dry run of the script on a CPU machine
 ARCH = "sm90" if DEVICE == "cuda" else "cpu"
 PHASES = os.environ.get("TKGEN_GPU_PHASES", "anchors,saturation,determinism,eager,props,tune,bench").split(",")
@@ -61,8 +63,9 @@ def precompile_cases(by_op):
             variant, statics, dtypes = C.specialization(pkg.OP, case)
             jobs.append((pkg.__name__, ARCH, variant, statics + dtypes, None))
     t = time.time()
-    errs = precompile(jobs, workers=WORKERS)
-    log(f"  precompiled {len(set(jobs))} specializations of {len(by_op)} ops in {time.time() - t:.0f} s; errors: {errs[:3]}")
+    errs = precompile(jobs, workers=WORKERS, within=PRECOMPILE_WITHIN)
+    log(f"  precompiled {len(set(jobs))} specializations of {len(by_op)} ops in {time.time() - t:.0f} s; "
+        f"errors: {errs[:3]}")
 
 
 def ops():

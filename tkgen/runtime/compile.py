@@ -221,11 +221,13 @@ def _precompile_one(job):
         return f"{package} ({arch}) {variant}{tuple(args)} {schedule}: {type(e).__name__}: {e}"
 
 
-def precompile(jobs, workers=8):
+def precompile(jobs, workers=8, within=None):
     """Fill TileLang's disk cache for many specializations at once, in worker processes.
 
     jobs: (op package name, arch, variant, factory args, schedule dict). The calling process then compiles
-    the same specializations from the disk cache in milliseconds. Returns the errors, if any.
+    the same specializations from the disk cache in milliseconds. Returns the errors, if any. With `within`
+    (seconds), the jobs not started by then are dropped (a caller then compiles those on first use) and
+    the first error names how many.
     """
     import concurrent.futures as cf
     import multiprocessing as mp
@@ -234,4 +236,8 @@ def precompile(jobs, workers=8):
     if not jobs:
         return []
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        return [e for e in pool.map(_precompile_one, jobs) if e]
+        futures = [pool.submit(_precompile_one, job) for job in jobs]
+        _, late = cf.wait(futures, timeout=within)
+        dropped = sum(f.cancel() for f in late)
+        errors = [f.result() for f in futures if not f.cancelled() and f.result()]
+        return ([f"{dropped} of {len(jobs)} not started within {within} s"] if dropped else []) + errors
