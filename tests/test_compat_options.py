@@ -576,3 +576,41 @@ def test_per_token_cast_of_a_quantized_input_stochastic(in_fmt, npc, block, flag
     if not packed:
         bits_equal(got_sf.contiguous(), want_sf)
     assert not torch.equal(got_q.view(torch.uint8), rne[0].view(torch.uint8))     # it does round otherwise
+
+
+# --- 2.1.0's swiglu_backward(..., do_recompute=True) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, fmt", [(torch.bfloat16, "bf16"), (torch.float32, "fp32")])
+@pytest.mark.parametrize("weighted, clamp", [(False, None), (True, 0.5), (True, None)])
+@pytest.mark.parametrize("layout", [False, True])
+def test_swiglu_backward_do_recompute(dtype, fmt, weighted, clamp, layout):
+    """operators-v2.md 2.8: with do_recompute the result ends with act_out = a / (1 + exp(-a)) * b * w in the x
+    dtype (a, b clamped at c first, w = topk_weights[row] * rsf or 1), zero on the psum layout's padding rows;
+    the fields before it are those of the same call without it."""
+    counts, alignment = [5, 0, 17, 3], 16
+    psum, valid, tail = psum_layout(counts, alignment, extra_rows=2)
+    rows, h, rsf = valid.shape[0], 128, 2.5
+    x, w = swiglu_inputs(rows, h, valid | tail, 7)
+    x = x.to(dtype)
+    grad = torch.randn(rows, h, generator=torch.Generator().manual_seed(3)).to(dtype)
+    weights = w if weighted else None
+    args = (psum if layout else None, weights, rsf if weighted else None, clamp)
+    tk.set_token_alignment(alignment)
+    try:
+        got = tk.quant.swiglu_backward(x, grad, fmt, *args, do_recompute=True)
+        without = tk.quant.swiglu_backward(x, grad, fmt, *args)
+    finally:
+        tk.reset_runtime_config()
+    assert len(got) == len(without) + 1
+    for t, u in zip(got, without):
+        bits_equal(t, u)
+    a, b = x[:, :h].float(), x[:, h:].float()
+    if clamp is not None:
+        a, b = a.clamp(max=clamp), b.clamp(-clamp, clamp)
+    act = a / (1 + expf(-a)) * b
+    if weighted:
+        act = act * (w * rsf)[:, None]
+    want = act.to(dtype)
+    if layout:
+        want[~(valid | tail)] = 0
+    bits_equal(got[-1], want)         # +0.0 on padding rows, bit for bit

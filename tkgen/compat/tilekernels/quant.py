@@ -310,11 +310,10 @@ def swiglu_backward(x, act_x_grad, fmt: str, psum_num_tokens_per_expert=None, to
     tensor_arg(name, "x", x, (torch.float32, torch.bfloat16))
     tensor_arg(name, "act_x_grad", act_x_grad, (x.dtype,))
     need(out_format(x.dtype) == fmt, name, f"with x_grad in {fmt} from {x.dtype} inputs")
-    need(not do_recompute, name, "with do_recompute=True")
     moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
                       backward=True)
-    x_grad, weight_grad, _ = ops().swiglu_backward(x, act_x_grad, **moe)
-    return _backward_result(x_grad, None, weight_grad, None, topk_weights is not None, False)
+    x_grad, weight_grad, _, act_out = ops().swiglu_backward(x, act_x_grad, recompute=bool(do_recompute), **moe)
+    return _backward_result(x_grad, None, weight_grad, act_out, topk_weights is not None, do_recompute)
 
 
 def norm_forward(x, weight, eps: float, residual=None, out_scale: float = 1.0, out=None, residual_out=None,
