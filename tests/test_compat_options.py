@@ -614,3 +614,41 @@ def test_swiglu_backward_do_recompute(dtype, fmt, weighted, clamp, layout):
     if layout:
         want[~(valid | tail)] = 0
     bits_equal(got[-1], want)         # +0.0 on padding rows, bit for bit
+
+
+# --- 2.1.0's norm_forward_and_per_token_cast(..., with_out_bf16=True / out_bf16=...) -------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("residual, weighted, out_scale, round_sf", [(False, True, 1.0, False),
+                                                                    (True, True, 0.3, True), (True, False, 1.0, True)])
+@pytest.mark.parametrize("given", [False, True])
+def test_norm_forward_and_per_token_cast_out_bf16(dtype, residual, weighted, out_scale, round_sf, given):
+    """operators-v2.md 2.5: s = x (+ residual, rounded to x's dtype), rstd = rsqrt(mean(s^2) + eps), y = s * rstd *
+    (w * out_scale) rounded to x's dtype; q, sf = the per-token cast of y in groups of 32; with_out_bf16 also gives
+    bf16(y) (y itself for bf16 x). y is computed here from the kernel's rstd (checked against a float64 one to
+    2e-6), then out_bf16, q and sf bit for bit; out_bf16= given is written and returned."""
+    rows, h, eps = 24, 256, 1e-6
+    x = edgy(rows, h, dtype, seed=11)
+    x[0] = 0.0
+    g = torch.Generator().manual_seed(12)
+    r = torch.randn(rows, h, generator=g).to(dtype) if residual else None
+    w = (torch.randn(h, generator=g) + 1).to(dtype) if weighted else None
+    buf = torch.full((rows, h), 7.0, dtype=torch.bfloat16) if given else None
+    (q, sf), out_bf16, rstd, norm_input = tk.quant.norm_forward_and_per_token_cast(
+        x, w, eps, "e4m3", 32, r, out_scale, round_sf=round_sf, with_out_bf16=not given, out_bf16=buf, with_rstd=True)
+    (q0, sf0), none, _, _ = tk.quant.norm_forward_and_per_token_cast(x, w, eps, "e4m3", 32, r, out_scale,
+                                                                     round_sf=round_sf)
+    assert none is None and (not given or out_bf16 is buf)
+    s = x.float() if r is None else (x.float() + r.float()).to(dtype).float()
+    bits_equal(norm_input, s.to(dtype))
+    want_rstd = torch.rsqrt(s.double().square().sum(1) / h + eps)
+    torch.testing.assert_close(rstd.double(), want_rstd, rtol=2e-6, atol=0.0)
+    wf = torch.ones(h) if w is None else w.float()
+    y = (s * rstd[:, None] * (wf * out_scale)).to(dtype).float()
+    bits_equal(out_bf16, y.bfloat16())
+    groups = y.view(rows, -1, 32)
+    want_sf, inv = sf_and_inv(groups.abs().amax(-1), 1e-4, round_sf)
+    bits_equal(sf, want_sf)
+    bits_equal(q, to_e4m3(groups * inv[..., None]).view(rows, h))
+    bits_equal(q0, q)
+    bits_equal(sf0, sf)

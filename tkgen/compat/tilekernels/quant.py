@@ -328,15 +328,22 @@ def norm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_cha
                                     out_scale: float = 1.0, use_tma_aligned_col_major_sf=False, round_sf=False,
                                     use_packed_ue8m0=False, with_out_bf16=False, out=None, out_bf16=None,
                                     residual_out=None, mega_moe_sf=None, mega_moe_block_m: int = 0, with_rstd=False):
-    """((q, sf), out_bf16 or None, rstd or None, norm_input)."""
+    """((q, sf), out_bf16 or None, rstd or None, norm_input). out_bf16 (with with_out_bf16, or a given
+    out_bf16 tensor, which is written and returned) is the normalized row y rounded to bf16: the values q
+    was cast from, for bf16 x, and bf16(y) of the float32 y for float32 x."""
     name = "quant.norm_forward_and_per_token_cast"
-    need(not with_out_bf16 and out_bf16 is None, name, "with with_out_bf16=True")
     need(mega_moe_sf is None and not mega_moe_block_m, name, "with mega_moe_sf")
     scale = scale_format(name, round_sf, use_packed_ue8m0)
-    q, sf, rstd, res = ops().rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt,
-                                                                num_per_channels, scale)
+    with_bf16 = bool(with_out_bf16) or out_bf16 is not None
+    if out_bf16 is not None:
+        tensor_arg(name, "out_bf16", out_bf16, (torch.bfloat16,))
+        require(tuple(out_bf16.shape) == tuple(x.shape), name, "out_bf16",
+                f"must have x's shape {tuple(x.shape)}, got {tuple(out_bf16.shape)}")
+    q, sf, rstd, res, y = ops().rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt,
+                                                                   num_per_channels, scale, with_bf16)
     norm_input = x if residual is None else into(residual_out, res)
-    return into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf))), None, (rstd if with_rstd else None), norm_input
+    return (into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf))), into(out_bf16, y) if with_bf16 else None,
+            (rstd if with_rstd else None), norm_input)
 
 
 def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: float = 1.0, weight_grad=None):
