@@ -358,12 +358,16 @@ def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: 
 
 
 
+UNPACK_DTYPES = (torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
-    """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype (float32 or bfloat16), the
-    last dim doubled, element 2i from the low nibble."""
+    """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype, the last dim doubled, element 2i
+    from the low nibble: float32, bfloat16, float8_e4m3fn or float8_e5m2 (each holds every e2m1 value
+    exactly), decoded by the kernel into that dtype."""
     name = "quant.unpack_from_e2m1fn_x2"
     tensor_arg(name, "x", x, (torch.int8, torch.uint8))
-    need(out_dtype in (torch.float32, torch.bfloat16), name, f"into {out_dtype}")
+    need(out_dtype in UNPACK_DTYPES, name, f"into {out_dtype}")
     shape = (*x.shape[:-1], 2 * x.shape[-1])
     if x.numel() == 0:
         return torch.empty(shape, dtype=out_dtype, device=x.device)
