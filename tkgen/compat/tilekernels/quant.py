@@ -358,13 +358,13 @@ def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: 
 
 
 
-UNPACK_DTYPES = (torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+UNPACK_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
     """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype, the last dim doubled, element 2i
-    from the low nibble: float32, bfloat16, float8_e4m3fn or float8_e5m2 (each holds every e2m1 value
-    exactly), decoded by the kernel into that dtype."""
+    from the low nibble: float32, bfloat16, float16, float8_e4m3fn or float8_e5m2 (each holds every e2m1
+    value exactly), decoded by the kernel into that dtype (float64, not a tkgen format, is refused)."""
     name = "quant.unpack_from_e2m1fn_x2"
     tensor_arg(name, "x", x, (torch.int8, torch.uint8))
     need(out_dtype in UNPACK_DTYPES, name, f"into {out_dtype}")
