@@ -499,8 +499,6 @@ def test_options_tkgen_lacks_raise_naming_them():
     x = randn(T, H)
     with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True into e2m1"):
         tk.quant.per_token_cast(x, "e2m1", 32, stochastic_cast=True)
-    with pytest.raises(NotImplementedError, match="precomputed_sf with packed UE8M0 scales"):
-        tk.quant.per_token_cast_with_precomputed_sf(x, "e4m3", 128, torch.ones(T, 1, dtype=torch.int32))
 
 
 def test_runtime_knobs():

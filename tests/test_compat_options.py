@@ -309,6 +309,36 @@ def test_per_token_cast_with_precomputed_e4m3_sf(fmt, npc, dtype):
         tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf)
 
 
+# --- 2.1.0's per_token_cast_with_precomputed_sf with packed UE8M0 scales ------------------------------------------
+
+@pytest.mark.parametrize("fmt, npc, dtype, groups", [("e4m3", 128, torch.bfloat16, 2), ("e4m3", 32, torch.float32, 8),
+                                                     ("e2m1", 32, torch.bfloat16, 6), ("e4m3", 64, torch.bfloat16, 5)])
+def test_per_token_cast_with_precomputed_packed_ue8m0_sf(fmt, npc, dtype, groups):
+    """operators-v2.md 1.5 (items 5 and 8) and 2.9: int32 scales are packed UE8M0, four exponent bytes a word (group
+    4w + j in byte j of word w); a byte b is the scale 2^(b - 127), and q = cvt(x * (1 / sf)), a float32 division.
+    The scales: a per_token_cast's own packed ones (row- and column-major), then random bytes (1 and 254 included)."""
+    x = edgy(40, npc * groups, dtype=dtype, seed=npc + groups)
+    _, sf = tk.quant.per_token_cast(x, fmt, npc, round_sf=True, use_packed_ue8m0=True)
+    _, sf_col = tk.quant.per_token_cast(x, fmt, npc, use_tma_aligned_col_major_sf=True, round_sf=True,
+                                        use_packed_ue8m0=True)
+    g = torch.Generator().manual_seed(groups)
+    words = -(-groups // 4)
+    rand_bytes = torch.randint(100, 155, (40, 4 * words), generator=g, dtype=torch.int32).to(torch.uint8)
+    rand_bytes[0, :2] = torch.tensor([1, 254], dtype=torch.uint8)
+    rand_sf = rand_bytes.view(torch.int32)
+    for scales in (sf, sf_col, rand_sf):
+        assert scales.dtype == torch.int32 and scales.shape == (40, words)
+        row_major = torch.empty(scales.shape, dtype=torch.int32).copy_(scales)       # fresh strides, even for one word
+        b = row_major.view(torch.uint8)[:, :groups].to(torch.float64)
+        scale = torch.pow(2.0, b - 127).float()                                  # exact, 2^-126 .. 2^127
+        inv = torch.full(scale.shape, 1.0) / scale
+        y = x.float() * inv.repeat_interleave(npc, 1)
+        want = to_e4m3(y) if fmt == "e4m3" else encode_e2m1(y)
+        bits_equal(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, scales, use_packed_ue8m0=True), want)
+    q, _ = tk.quant.per_token_cast(x, fmt, npc, round_sf=True)
+    bits_equal(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf), q)      # its own scales: the same codes
+
+
 # --- 2.1.0's SwiGLU ops with psum_num_tokens_per_expert (the psum layout) -----------------------------------------
 
 def psum_layout(counts, alignment, extra_rows=0):

@@ -89,10 +89,10 @@ def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_alig
 
 def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, use_tma_aligned_col_major_sf=False,
                                        round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out=None):
-    """q = fmt(x * (1 / sf)); float32 scales, or float8_e4m3fn ones (use_e4m3_sf), decoded first."""
+    """q = fmt(x * (1 / sf)); float32 scales, float8_e4m3fn ones (use_e4m3_sf), or packed UE8M0 ones (int32,
+    four exponent bytes a word, as TileKernels tells them by dtype), decoded first."""
     name = "quant.per_token_cast_with_precomputed_sf"
     in_scale = input_scale(sf)
-    need(in_scale != "ue8m0", name, "with packed UE8M0 scales")
     require((in_scale == "e4m3") == bool(use_e4m3_sf), name, "sf", f"must be float8_e4m3fn exactly when "
             f"use_e4m3_sf=True, got {sf.dtype} with use_e4m3_sf={use_e4m3_sf}", TypeError)
     params = dict(fmt=fmt, group=num_per_channels, in_scale=in_scale)
