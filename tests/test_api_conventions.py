@@ -24,7 +24,10 @@ def test_formats_as_torch_dtypes():
     _equal(ops.per_token_cast(x, torch.float8_e5m2), ops.per_token_cast(x, "e5m2"))
     q, sf = ops.per_token_cast(x)
     _equal(ops.cast_back(q, sf, torch.float8_e4m3fn, out=torch.float32), ops.cast_back(q, sf, "e4m3", out="fp32"))
-    with pytest.raises(ValueError, match=r"`fmt` must be one of 'e4m3', 'e5m2', 'e2m1', 'e5m6'; got torch.float16"):
+    with pytest.raises(ValueError, match=r"`fmt` must be one of 'e4m3', 'e5m2', 'e2m1', 'e5m6'; got torch.float64"):
+        ops.per_token_cast(x, torch.float64)
+    # a dtype that names a format the op does not take: the check names the format
+    with pytest.raises(ValueError, match=r"`fmt` must be one of 'e4m3', 'e5m2', 'e2m1', 'e5m6'; got 'fp16'"):
         ops.per_token_cast(x, torch.float16)
 
 

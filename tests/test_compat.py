@@ -239,7 +239,8 @@ def test_swiglu_backward(weighted):
     x, grad = randn(T, 2 * 256), randn(T, 256)
     w = torch.rand(T, generator=g) if weighted else None
     got = tk.quant.swiglu_backward(x, grad, "bf16", None, w, 2.0 if weighted else None, 10.0)
-    xg, wg, _ = ops.swiglu_backward(x, grad, weights=w, routed_scaling_factor=2.0 if weighted else 1.0, clamp=10.0)
+    xg, wg, _, _ = ops.swiglu_backward(x, grad, weights=w, routed_scaling_factor=2.0 if weighted else 1.0,
+                                       clamp=10.0)
     same(got, (xg, wg) if weighted else (xg,))
     q, sf = ops.per_token_cast(x, "e4m3", 128)
     got = tk.quant.swiglu_backward_and_per_token_cast((q, sf), grad, "e4m3", 128, None, w, None, False, True,
@@ -279,7 +280,7 @@ def test_norm(with_residual):
     assert tk.quant.norm_forward(x, w, 1e-6, residual=r)[1] is None
     (q, sf), bf16, rstd2, _ = tk.quant.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, residual=r,
                                                                        with_rstd=True)
-    wq, wsf, wrstd2, _ = ops.rmsnorm_forward_and_per_token_cast(x, w, r, 1e-6, 1.0, "e4m3", 32, "fp32")
+    wq, wsf, wrstd2, _, _ = ops.rmsnorm_forward_and_per_token_cast(x, w, r, 1e-6, 1.0, "e4m3", 32, "fp32")
     same((q, sf, bf16, rstd2), (wq, wsf, None, wrstd2))
     grad = randn(T, H)
     xg, wg = tk.quant.norm_backward(grad, norm_input, w, rstd)
@@ -498,10 +499,6 @@ def test_options_tkgen_lacks_raise_naming_them():
     x = randn(T, H)
     with pytest.raises(NotImplementedError, match="per_token_cast with stochastic_cast=True into e2m1"):
         tk.quant.per_token_cast(x, "e2m1", 32, stochastic_cast=True)
-    with pytest.raises(NotImplementedError, match="do_recompute"):
-        tk.quant.swiglu_backward(randn(T, 512), randn(T, 256), "bf16", do_recompute=True)
-    with pytest.raises(NotImplementedError, match="precomputed_sf with packed UE8M0 scales"):
-        tk.quant.per_token_cast_with_precomputed_sf(x, "e4m3", 128, torch.ones(T, 1, dtype=torch.int32))
 
 
 def test_runtime_knobs():

@@ -309,6 +309,36 @@ def test_per_token_cast_with_precomputed_e4m3_sf(fmt, npc, dtype):
         tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf)
 
 
+# --- 2.1.0's per_token_cast_with_precomputed_sf with packed UE8M0 scales ------------------------------------------
+
+@pytest.mark.parametrize("fmt, npc, dtype, groups", [("e4m3", 128, torch.bfloat16, 2), ("e4m3", 32, torch.float32, 8),
+                                                     ("e2m1", 32, torch.bfloat16, 6), ("e4m3", 64, torch.bfloat16, 5)])
+def test_per_token_cast_with_precomputed_packed_ue8m0_sf(fmt, npc, dtype, groups):
+    """operators-v2.md 1.5 (items 5 and 8) and 2.9: int32 scales are packed UE8M0, four exponent bytes a word (group
+    4w + j in byte j of word w); a byte b is the scale 2^(b - 127), and q = cvt(x * (1 / sf)), a float32 division.
+    The scales: a per_token_cast's own packed ones (row- and column-major), then random bytes (1 and 254 included)."""
+    x = edgy(40, npc * groups, dtype=dtype, seed=npc + groups)
+    _, sf = tk.quant.per_token_cast(x, fmt, npc, round_sf=True, use_packed_ue8m0=True)
+    _, sf_col = tk.quant.per_token_cast(x, fmt, npc, use_tma_aligned_col_major_sf=True, round_sf=True,
+                                        use_packed_ue8m0=True)
+    g = torch.Generator().manual_seed(groups)
+    words = -(-groups // 4)
+    rand_bytes = torch.randint(100, 155, (40, 4 * words), generator=g, dtype=torch.int32).to(torch.uint8)
+    rand_bytes[0, :2] = torch.tensor([1, 254], dtype=torch.uint8)
+    rand_sf = rand_bytes.view(torch.int32)
+    for scales in (sf, sf_col, rand_sf):
+        assert scales.dtype == torch.int32 and scales.shape == (40, words)
+        row_major = torch.empty(scales.shape, dtype=torch.int32).copy_(scales)       # fresh strides, even for one word
+        b = row_major.view(torch.uint8)[:, :groups].to(torch.float64)
+        scale = torch.pow(2.0, b - 127).float()                                  # exact, 2^-126 .. 2^127
+        inv = torch.full(scale.shape, 1.0) / scale
+        y = x.float() * inv.repeat_interleave(npc, 1)
+        want = to_e4m3(y) if fmt == "e4m3" else encode_e2m1(y)
+        bits_equal(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, scales, use_packed_ue8m0=True), want)
+    q, _ = tk.quant.per_token_cast(x, fmt, npc, round_sf=True)
+    bits_equal(tk.quant.per_token_cast_with_precomputed_sf(x, fmt, npc, sf), q)      # its own scales: the same codes
+
+
 # --- 2.1.0's SwiGLU ops with psum_num_tokens_per_expert (the psum layout) -----------------------------------------
 
 def psum_layout(counts, alignment, extra_rows=0):
@@ -576,3 +606,96 @@ def test_per_token_cast_of_a_quantized_input_stochastic(in_fmt, npc, block, flag
     if not packed:
         bits_equal(got_sf.contiguous(), want_sf)
     assert not torch.equal(got_q.view(torch.uint8), rne[0].view(torch.uint8))     # it does round otherwise
+
+
+# --- 2.1.0's swiglu_backward(..., do_recompute=True) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, fmt", [(torch.bfloat16, "bf16"), (torch.float32, "fp32")])
+@pytest.mark.parametrize("weighted, clamp", [(False, None), (True, 0.5), (True, None)])
+@pytest.mark.parametrize("layout", [False, True])
+def test_swiglu_backward_do_recompute(dtype, fmt, weighted, clamp, layout):
+    """operators-v2.md 2.8: with do_recompute the result ends with act_out = a / (1 + exp(-a)) * b * w in the x
+    dtype (a, b clamped at c first, w = topk_weights[row] * rsf or 1), zero on the psum layout's padding rows;
+    the fields before it are those of the same call without it."""
+    counts, alignment = [5, 0, 17, 3], 16
+    psum, valid, tail = psum_layout(counts, alignment, extra_rows=2)
+    rows, h, rsf = valid.shape[0], 128, 2.5
+    x, w = swiglu_inputs(rows, h, valid | tail, 7)
+    x = x.to(dtype)
+    grad = torch.randn(rows, h, generator=torch.Generator().manual_seed(3)).to(dtype)
+    weights = w if weighted else None
+    args = (psum if layout else None, weights, rsf if weighted else None, clamp)
+    tk.set_token_alignment(alignment)
+    try:
+        got = tk.quant.swiglu_backward(x, grad, fmt, *args, do_recompute=True)
+        without = tk.quant.swiglu_backward(x, grad, fmt, *args)
+    finally:
+        tk.reset_runtime_config()
+    assert len(got) == len(without) + 1
+    for t, u in zip(got, without):
+        bits_equal(t, u)
+    a, b = x[:, :h].float(), x[:, h:].float()
+    if clamp is not None:
+        a, b = a.clamp(max=clamp), b.clamp(-clamp, clamp)
+    act = a / (1 + expf(-a)) * b
+    if weighted:
+        act = act * (w * rsf)[:, None]
+    want = act.to(dtype)
+    if layout:
+        want[~(valid | tail)] = 0
+    bits_equal(got[-1], want)         # +0.0 on padding rows, bit for bit
+
+
+# --- 2.1.0's norm_forward_and_per_token_cast(..., with_out_bf16=True / out_bf16=...) -------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("residual, weighted, out_scale, round_sf", [(False, True, 1.0, False),
+                                                                    (True, True, 0.3, True), (True, False, 1.0, True)])
+@pytest.mark.parametrize("given", [False, True])
+def test_norm_forward_and_per_token_cast_out_bf16(dtype, residual, weighted, out_scale, round_sf, given):
+    """operators-v2.md 2.5: s = x (+ residual, rounded to x's dtype), rstd = rsqrt(mean(s^2) + eps), y = s * rstd *
+    (w * out_scale) rounded to x's dtype; q, sf = the per-token cast of y in groups of 32; with_out_bf16 also gives
+    bf16(y) (y itself for bf16 x). y is computed here from the kernel's rstd (checked against a float64 one to
+    2e-6), then out_bf16, q and sf bit for bit; out_bf16= given is written and returned."""
+    rows, h, eps = 24, 256, 1e-6
+    x = edgy(rows, h, dtype, seed=11)
+    x[0] = 0.0
+    g = torch.Generator().manual_seed(12)
+    r = torch.randn(rows, h, generator=g).to(dtype) if residual else None
+    w = (torch.randn(h, generator=g) + 1).to(dtype) if weighted else None
+    buf = torch.full((rows, h), 7.0, dtype=torch.bfloat16) if given else None
+    (q, sf), out_bf16, rstd, norm_input = tk.quant.norm_forward_and_per_token_cast(
+        x, w, eps, "e4m3", 32, r, out_scale, round_sf=round_sf, with_out_bf16=not given, out_bf16=buf, with_rstd=True)
+    (q0, sf0), none, _, _ = tk.quant.norm_forward_and_per_token_cast(x, w, eps, "e4m3", 32, r, out_scale,
+                                                                     round_sf=round_sf)
+    assert none is None and (not given or out_bf16 is buf)
+    s = x.float() if r is None else (x.float() + r.float()).to(dtype).float()
+    bits_equal(norm_input, s.to(dtype))
+    want_rstd = torch.rsqrt(s.double().square().sum(1) / h + eps)
+    torch.testing.assert_close(rstd.double(), want_rstd, rtol=2e-6, atol=0.0)
+    wf = torch.ones(h) if w is None else w.float()
+    y = (s * rstd[:, None] * (wf * out_scale)).to(dtype).float()
+    bits_equal(out_bf16, y.bfloat16())
+    groups = y.view(rows, -1, 32)
+    want_sf, inv = sf_and_inv(groups.abs().amax(-1), 1e-4, round_sf)
+    bits_equal(sf, want_sf)
+    bits_equal(q, to_e4m3(groups * inv[..., None]).view(rows, h))
+    bits_equal(q0, q)
+    bits_equal(sf0, sf)
+
+
+# --- unpack_from_e2m1fn_x2 into float16 and float8 out dtypes (both releases) ---------------------------------------
+
+@pytest.mark.parametrize("module", [tk, tk1], ids=["2.1.0", "1.0"])
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.float8_e4m3fn, torch.float8_e5m2])
+def test_unpack_from_e2m1fn_x2_into_float16_and_float8(module, out_dtype):
+    """operators-v1.md 1.11 (unchanged in 2.1.0): byte i of (..., L) gives elements 2i (low nibble) and 2i + 1 (high
+    nibble) of (..., 2L); a nibble is sign (bit 3), 2 exponent bits with bias 1 and 1 mantissa bit (e = 0: m * 0.5).
+    Every such value is an fp16, e4m3 and e5m2 value, so the decode in out_dtype is exact: every byte, -0.0 included."""
+    x = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(2, 2, 64)
+    want = decode_e2m1(x).to(out_dtype)            # the nibble decode above (operators-v1.md 0.2)
+    y = module.quant.unpack_from_e2m1fn_x2(x, out_dtype)
+    bits_equal(y, want)
+    assert y[0, 0, 16] == 0 and torch.signbit(y[0, 0, 16].float())     # byte 8, low nibble 0x8: -0.0
+    bits_equal(module.quant.unpack_from_e2m1fn_x2(x.view(torch.int8)[..., :0], out_dtype),
+               torch.empty(2, 2, 0, dtype=out_dtype))

@@ -60,6 +60,9 @@ ORACLES = {
     "e5m2": _via_torch(torch.float8_e5m2, 57344.0),
     "e2m1": _via_ml_dtypes(ml_dtypes.float4_e2m1fn, 4),
     "e5m6": (e5m6_reference, _e5m6_decode),
+    # IEEE binary16: torch's conversion rounds to nearest even and overflows to inf, as the format declares
+    "fp16": (lambda x: x.to(torch.float16).view(torch.int16).to(torch.int64) & 0xFFFF,
+             lambda codes: codes.to(torch.int32).to(torch.int16).view(torch.float16).float()),
 }
 
 

@@ -430,7 +430,8 @@ def test_cast_reference_vs_torch_conversions():
 
 
 def test_unpack_from_e2m1fn_x2_reference_vs_ml_dtypes():
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.float8_e4m3fn,
+              "e5m2": torch.float8_e5m2}
 
     def check(case, t, p, outs):
         assert same_bits(outs[0], oracle_decode(t["q"], "e2m1", case["dims"]["H"]).to(dtypes[p["out"]]))

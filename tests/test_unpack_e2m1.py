@@ -14,7 +14,8 @@ def oracle(q, dtype):
     return v.to(dtype)
 
 
-@pytest.mark.parametrize("out", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("out", [torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn,
+                                 torch.float8_e5m2])
 def test_every_byte(out):
     q = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.int8).reshape(4, 64)
     y = ops.unpack_from_e2m1fn_x2(q, out)

@@ -332,7 +332,7 @@ def op_module(catalog, spec, header):
 # The API conventions (docs/api-conventions.md): format params accept torch dtypes, and a scale block is
 # `scale_block=(rows, cols)`, whatever the spec calls its sides (the first of these names it has; a side it
 # lacks is 1).
-FORMAT_NAMES = {"fp32", "bf16", "e4m3", "e5m2", "e2m1"}     # the names runtime.conventions maps dtypes to
+FORMAT_NAMES = {"fp32", "bf16", "fp16", "e4m3", "e5m2", "e2m1"}     # the names runtime.conventions maps dtypes to
 BLOCK_ROWS, BLOCK_COLS = ("block_rows", "group_tokens"), ("block_cols", "group", "block")
 
 

@@ -21,7 +21,7 @@ TORCH_DTYPES = {
     "e4m3": torch.float8_e4m3fn,
     "float32": torch.float32, "bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn,
     "float8_e5m2": torch.float8_e5m2, "uint8": torch.uint8, "int8": torch.int8, "uint16": torch.uint16,
-    "int16": torch.int16,
+    "int16": torch.int16, "float16": torch.float16,
 }
 
 

@@ -16,7 +16,7 @@ from ..runtime.packing import INT_DTYPES, Packet
 
 # bytes per element of every dtype name a tensor may be held in (the generator runs without torch)
 ITEMSIZE = {**INT_DTYPES, "fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "e4m3": 1, "float8_e4m3fn": 1,
-            "float8_e5m2": 1}
+            "float8_e5m2": 1, "float16": 2}
 ROUNDINGS = ("nearest_even", "truncate_carry")
 
 

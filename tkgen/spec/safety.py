@@ -116,9 +116,9 @@ def fragment_problem(value) -> Optional[str]:
 # -- dtype names --------------------------------------------------------------------------------------
 # element type name -> bytes; the torch names the runtime maps (tkgen/runtime/ops.py: TORCH_DTYPES) and
 # the TileLang names kernels declare buffers with (tkgen/codegen/print_tilelang.py)
-CONTAINER_DTYPES = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+CONTAINER_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
                     "int8": 1, "uint8": 1, "int16": 2, "uint16": 2}
-STORAGE_DTYPES = {"float32": 4, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+STORAGE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
                   "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4}
 BACKENDS = ("cuda", "cpu")
 

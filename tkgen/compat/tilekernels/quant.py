@@ -89,10 +89,10 @@ def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_alig
 
 def per_token_cast_with_precomputed_sf(x, fmt: str, num_per_channels: int, sf, use_tma_aligned_col_major_sf=False,
                                        round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out=None):
-    """q = fmt(x * (1 / sf)); float32 scales, or float8_e4m3fn ones (use_e4m3_sf), decoded first."""
+    """q = fmt(x * (1 / sf)); float32 scales, float8_e4m3fn ones (use_e4m3_sf), or packed UE8M0 ones (int32,
+    four exponent bytes a word, as TileKernels tells them by dtype), decoded first."""
     name = "quant.per_token_cast_with_precomputed_sf"
     in_scale = input_scale(sf)
-    need(in_scale != "ue8m0", name, "with packed UE8M0 scales")
     require((in_scale == "e4m3") == bool(use_e4m3_sf), name, "sf", f"must be float8_e4m3fn exactly when "
             f"use_e4m3_sf=True, got {sf.dtype} with use_e4m3_sf={use_e4m3_sf}", TypeError)
     params = dict(fmt=fmt, group=num_per_channels, in_scale=in_scale)
@@ -310,11 +310,10 @@ def swiglu_backward(x, act_x_grad, fmt: str, psum_num_tokens_per_expert=None, to
     tensor_arg(name, "x", x, (torch.float32, torch.bfloat16))
     tensor_arg(name, "act_x_grad", act_x_grad, (x.dtype,))
     need(out_format(x.dtype) == fmt, name, f"with x_grad in {fmt} from {x.dtype} inputs")
-    need(not do_recompute, name, "with do_recompute=True")
     moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
                       backward=True)
-    x_grad, weight_grad, _ = ops().swiglu_backward(x, act_x_grad, **moe)
-    return _backward_result(x_grad, None, weight_grad, None, topk_weights is not None, False)
+    x_grad, weight_grad, _, act_out = ops().swiglu_backward(x, act_x_grad, recompute=bool(do_recompute), **moe)
+    return _backward_result(x_grad, None, weight_grad, act_out, topk_weights is not None, do_recompute)
 
 
 def norm_forward(x, weight, eps: float, residual=None, out_scale: float = 1.0, out=None, residual_out=None,
@@ -329,15 +328,22 @@ def norm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_cha
                                     out_scale: float = 1.0, use_tma_aligned_col_major_sf=False, round_sf=False,
                                     use_packed_ue8m0=False, with_out_bf16=False, out=None, out_bf16=None,
                                     residual_out=None, mega_moe_sf=None, mega_moe_block_m: int = 0, with_rstd=False):
-    """((q, sf), out_bf16 or None, rstd or None, norm_input)."""
+    """((q, sf), out_bf16 or None, rstd or None, norm_input). out_bf16 (with with_out_bf16, or a given
+    out_bf16 tensor, which is written and returned) is the normalized row y rounded to bf16: the values q
+    was cast from, for bf16 x, and bf16(y) of the float32 y for float32 x."""
     name = "quant.norm_forward_and_per_token_cast"
-    need(not with_out_bf16 and out_bf16 is None, name, "with with_out_bf16=True")
     need(mega_moe_sf is None and not mega_moe_block_m, name, "with mega_moe_sf")
     scale = scale_format(name, round_sf, use_packed_ue8m0)
-    q, sf, rstd, res = ops().rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt,
-                                                                num_per_channels, scale)
+    with_bf16 = bool(with_out_bf16) or out_bf16 is not None
+    if out_bf16 is not None:
+        tensor_arg(name, "out_bf16", out_bf16, (torch.bfloat16,))
+        require(tuple(out_bf16.shape) == tuple(x.shape), name, "out_bf16",
+                f"must have x's shape {tuple(x.shape)}, got {tuple(out_bf16.shape)}")
+    q, sf, rstd, res, y = ops().rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt,
+                                                                   num_per_channels, scale, with_bf16)
     norm_input = x if residual is None else into(residual_out, res)
-    return into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf))), None, (rstd if with_rstd else None), norm_input
+    return (into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf))), into(out_bf16, y) if with_bf16 else None,
+            (rstd if with_rstd else None), norm_input)
 
 
 def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: float = 1.0, weight_grad=None):
@@ -352,12 +358,16 @@ def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: 
 
 
 
+UNPACK_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
-    """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype (float32 or bfloat16), the
-    last dim doubled, element 2i from the low nibble."""
+    """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype, the last dim doubled, element 2i
+    from the low nibble: float32, bfloat16, float16, float8_e4m3fn or float8_e5m2 (each holds every e2m1
+    value exactly), decoded by the kernel into that dtype (float64, not a tkgen format, is refused)."""
     name = "quant.unpack_from_e2m1fn_x2"
     tensor_arg(name, "x", x, (torch.int8, torch.uint8))
-    need(out_dtype in (torch.float32, torch.bfloat16), name, f"into {out_dtype}")
+    need(out_dtype in UNPACK_DTYPES, name, f"into {out_dtype}")
     shape = (*x.shape[:-1], 2 * x.shape[-1])
     if x.numel() == 0:
         return torch.empty(shape, dtype=out_dtype, device=x.device)
