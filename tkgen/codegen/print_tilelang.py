@@ -136,7 +136,7 @@ class KernelPrinter:
             return e.name
         if isinstance(e, ir.Scalar):
             if any(e.name == n for n, _ in self.m.scalar_args):     # a kernel argument, an int32
-                return e.name if e.dtype == ir.I32 else f'T.Cast("{tl_dtype(e.dtype)}", {e.name})'
+                return e.name if e.dtype == ir.I32 else f'T.cast({e.name}, "{tl_dtype(e.dtype)}")'
             if e.dtype == F32 and self.arch.backend == "cpu":
                 # the float32 bits of a float param: TVM folds a cast of `T.float32(x)` from x itself (so an
                 # fma's float64 product took 0.95, not float32(0.95)), and C prints 7 digits
