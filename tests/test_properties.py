@@ -11,6 +11,7 @@ from tkgen import registry
 from tkgen.testing import check as C
 
 from conftest import op_names, shipped_catalog
+from public_call import public_call_matches_run
 
 
 def _strategies(name):
@@ -31,7 +32,8 @@ def test_kernel_matches_reference_on_cpu(name):
     CUDA. Each new specialization compiles a C kernel and lowers to CUDA, seconds each: the first for
     every CUDA profile, each later one for one profile in turn (the profiles' kernels differ only in their
     knobs and target). The first few cases also run with no rows and with one, on the kernel they
-    compiled (the row count is a runtime size)."""
+    compiled (the row count is a runtime size), and through the public call (tkgen.ops) at several row
+    counts against the checked `run` (tests/public_call.py)."""
     tests = _tests(name)
     profiles = C.cuda_archs()
     op = registry.op_package(name).OP
@@ -44,8 +46,10 @@ def test_kernel_matches_reference_on_cpu(name):
     def prop(case):
         C.run_case(name, case, "cpu")
         if len(ran) < row_cases:
-            ran.append(case)
             _empty_and_single_row(name, op, case)
+        if len(ran) < 3:            # on the kernel just compiled: no compile of its own
+            public_call_matches_run(name, case)
+        ran.append(case)
         spec = C.specialization(op, case)
         if spec not in lowered and len(lowered) < tests.get("cuda_lowerings", float("inf")):
             archs = profiles if not lowered else (profiles[len(lowered) % len(profiles)],)
