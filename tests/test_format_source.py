@@ -42,7 +42,9 @@ def test_a_narrower_width_keeps_the_ast(unformatted):
     "t = {(" + ", ".join(repr("n" * 40 + str(i)) for i in range(3)) + ", '" + "w" * 100 + "'): 1}\n",
     "class A:\n    def g(self):\n        return [x for x in range(3) if x > 0] + ["
     + ", ".join(map(str, range(60))) + "]\n",
-], ids=["call", "sum", "lambdas", "strings", "import", "def", "long-string", "method"])
+    "for i in range(3):\n    if " + " and ".join(f"not with_{i}" for i in range(20)) + ":\n        pass\n"
+    + "while " + " or ".join(f"c{i}" for i in range(40)) + ":\n    break\n",
+], ids=["call", "sum", "lambdas", "strings", "import", "def", "long-string", "method", "condition"])
 def test_long_lines_break_within_the_width_to_the_same_tree(src):
     out = format_source(src)
     assert ast.dump(ast.parse(out)) == ast.dump(ast.parse(src))

@@ -5,9 +5,9 @@ width. It breaks only inside brackets: after a comma, a colon, a keyword's `=` o
 before a binary operator that follows an operand (within an assignment's target, or before a closing
 bracket, only where nothing else fits). Of the places where the line so far fits, it takes the shallowest
 (the last of those), so a line breaks at the outermost structure first, and a continuation line is
-indented by its bracket depth. A single-quoted string too long for any line is cut at spaces into adjacent literals, and
-a long `from ... import a, b` gets parentheses. Line breaks inside brackets, adjacent string literals and
-those parentheses do not reach the AST: the module's `ast.dump` is the same before and after
+indented by its bracket depth. A single-quoted string too long for any line is cut at spaces into adjacent
+literals, and a long `from ... import a, b` or `if`/`while` condition gets parentheses. Line breaks inside
+brackets, adjacent string literals and those parentheses do not reach the AST: the module's `ast.dump` is the same before and after
 (tests/test_format_source.py checks every generated module). Source that does not tokenize is returned as
 it is, for the audit (tkgen/spec/safety.py) to report.
 """
@@ -86,7 +86,17 @@ def _statement(tokens, first_line: str, width: int) -> Optional[List[str]]:
     if any(t.type == _FSTRING_START for t in body):
         return None
     indent = first_line[:len(first_line) - len(first_line.lstrip())]
-    body = _parenthesize_import(body)
+    lines = _refill(_parenthesize_import(body), indent, width)
+    if lines is not None and any(len(line) > width for line in lines):
+        # a condition with no bracket to break in (`if a and b and c:`) breaks inside added parentheses
+        lines = _refill(_parenthesize_condition(_parenthesize_import(body)), indent, width) or lines
+    if lines is None:
+        return None
+    lines[-1] += comment
+    return lines
+
+
+def _refill(body, indent: str, width: int) -> Optional[List[str]]:
     depth, depths = 0, []                  # the bracket depth before each token
     for t in body:
         if t.type == tokenize.OP and t.string in _CLOSE:
@@ -97,9 +107,7 @@ def _statement(tokens, first_line: str, width: int) -> Optional[List[str]]:
     if depth:
         return None
     body, depths = _split_strings(body, depths, indent, width)
-    lines = _fill(body, depths, indent, width)
-    lines[-1] += comment
-    return lines
+    return _fill(body, depths, indent, width)
 
 
 def _parenthesize_import(body):
@@ -112,6 +120,17 @@ def _parenthesize_import(body):
     row, col = body[i].end
     return body[:i + 1] + [_Tok(tokenize.OP, "(", (row, col + 1), (row, col + 2))] + body[i + 1:] + \
         [_Tok(tokenize.OP, ")", body[-1].end, (body[-1].end[0], body[-1].end[1] + 1))]
+
+
+def _parenthesize_condition(body):
+    """`if a and b:` (also `elif`, `while`) as `if (a and b):`, so that the condition can break."""
+    if len(body) < 3 or body[0].string not in ("if", "elif", "while") or body[-1].string != ":":
+        return body
+    (row, col), last = body[0].end, body[-2].end
+    opening = _Tok(tokenize.OP, "(", (row, col + 1), (row, col + 2))
+    closing = _Tok(tokenize.OP, ")", last, (last[0], last[1] + 1))
+    colon = _Tok(tokenize.OP, ":", closing.end, (last[0], last[1] + 2))
+    return body[:1] + [opening] + body[1:-1] + [closing, colon]
 
 
 def _gap(a: _Tok, b: _Tok) -> str:

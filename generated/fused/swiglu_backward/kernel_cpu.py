@@ -171,7 +171,8 @@ def make_variants(recompute, with_weights, with_pos_to_token_topk, with_topk_wei
                             and not with_clamp):
                         b0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                             LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-                    if not recompute and not with_weights and not with_pos_to_token_topk and with_pos_to_expert and not with_clamp:
+                    if (not recompute and not with_weights and not with_pos_to_token_topk and with_pos_to_expert
+                            and not with_clamp):
                         a0[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t), LOAD_x(x[((b_t * B_t) + i_t), i_h]),
                             T.float32(0.0))
                     if (not recompute and with_pos_to_token_topk and with_clamp) or (not with_weights
@@ -206,7 +207,8 @@ def make_variants(recompute, with_weights, with_pos_to_token_topk, with_topk_wei
                             and not with_pos_to_expert):
                         g[i_t, i_h] = T.if_then_else((((b_t * B_t) + i_t) < N_t),
                             LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                    if not recompute and not with_weights and not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
+                    if (not recompute and not with_weights and not with_pos_to_token_topk and not with_pos_to_expert
+                            and with_clamp):
                         za[i_t, i_h] = (a0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                         zb[i_t, i_h] = ((b0[i_t, i_h] > T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))
                             | (b0[i_t, i_h] < (-T.reinterpret(T.uint32(f32_bits(clamp)), "float32"))))
@@ -334,7 +336,8 @@ def make_variants(recompute, with_weights, with_pos_to_token_topk, with_topk_wei
             if recompute:
                 for i_t, i_h in T.grid(B_t, B_h):
                     if (((b_t * B_t) + i_t) < N_t):
-                        if not with_weights and not with_pos_to_token_topk and not with_pos_to_expert and not with_clamp:
+                        if (not with_weights and not with_pos_to_token_topk and not with_pos_to_expert
+                                and not with_clamp):
                             act_out[((b_t * B_t) + i_t), i_h] = STORE_x((((a0[i_t, i_h] / t1[i_t, i_h]) * b0[i_t, i_h])
                                     * T.reinterpret(T.uint32(f32_bits(routed_scaling_factor)), "float32")))
                         if not with_weights and not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:

@@ -169,7 +169,8 @@ def make_variants(recompute, with_weights, with_pos_to_token_topk, with_topk_wei
                             and not with_clamp):
                         b0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
                             LOAD_x(x[((b_t * B_t) + i_t), (N_h + i_h)]), T.float32(0.0))
-                    if not recompute and not with_weights and not with_pos_to_token_topk and with_pos_to_expert and not with_clamp:
+                    if (not recompute and not with_weights and not with_pos_to_token_topk and with_pos_to_expert
+                            and not with_clamp):
                         a0[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
                             LOAD_x(x[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
                     if (not recompute and with_pos_to_token_topk and with_clamp) or (not with_weights
@@ -202,7 +203,8 @@ def make_variants(recompute, with_weights, with_pos_to_token_topk, with_topk_wei
                             and not with_pos_to_expert):
                         g[i_t, i_h] = T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)),
                             LOAD_x(grad_out[((b_t * B_t) + i_t), i_h]), T.float32(0.0))
-                    if not recompute and not with_weights and not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
+                    if (not recompute and not with_weights and not with_pos_to_token_topk and not with_pos_to_expert
+                            and with_clamp):
                         za[i_t, i_h] = (a0[i_t, i_h] > T.float32(clamp))
                         zb[i_t, i_h] = ((b0[i_t, i_h] > T.float32(clamp)) | (b0[i_t, i_h] < (-T.float32(clamp))))
                     if (recompute and with_pos_to_expert and with_clamp) or (recompute and with_pos_to_token_topk
@@ -323,7 +325,8 @@ def make_variants(recompute, with_weights, with_pos_to_token_topk, with_topk_wei
             if recompute:
                 for i_t, i_h in T.Parallel(B_t, B_h):
                     if ((((b_t * B_t) + i_t) < N_t) & (i_h < N_h)):
-                        if not with_weights and not with_pos_to_token_topk and not with_pos_to_expert and not with_clamp:
+                        if (not with_weights and not with_pos_to_token_topk and not with_pos_to_expert
+                                and not with_clamp):
                             act_out[((b_t * B_t) + i_t), i_h] = STORE_x((((a0[i_t, i_h] / t1[i_t, i_h]) * b0[i_t, i_h])
                                     * T.float32(routed_scaling_factor)))
                         if not with_weights and not with_pos_to_token_topk and not with_pos_to_expert and with_clamp:
