@@ -1,11 +1,20 @@
-"""A fix to TileLang 0.1.15 that tkgen's kernels need, installed once before the first compile.
+"""Two changes to TileLang 0.1.15 that tkgen's kernels need, installed once before the first compile.
 
-The C backend's host wrapper (`TLCPUSourceWrapper`) passes the kernel only the runtime sizes that name a
+A fix: the C backend's host wrapper (`TLCPUSourceWrapper`) passes the kernel only the runtime sizes that name a
 buffer's *shape*: a kernel that declares a `T.StridedTensor` with runtime strides then fails to compile
 ("too few arguments"), while the cython adapter already reads those strides from the tensors, after every
 shape size (`CythonKernelAdapter._process_dynamic_symbolic`). The fix lists the stride sizes after the
 shape sizes, in the adapter's order (buffers in parameter order), so the wrapper's `call` takes what the
 adapter passes. Kernels without runtime strides get the same wrapper as before.
+
+A memo: `T.prim_func` rewrites the decorated function's Python AST on every call of a kernel factory
+(`tilelang.language.eager.ast.mutate`: read the source, parse, transform, compile), about 0.7 s for a
+merged factory and more than half of a C kernel's build. The rewrite depends on the function's code, the
+names (not the values) of its free variables and its module's globals: the only values it evaluates are
+the heads of argument annotations and of `with` items (`T.Tensor`, `T.float32`, `T.Kernel`), which name
+globals. So the rewritten closure maker is kept per (code object, free variable names), in the module's
+own globals (it lives as long as the module: a regenerated package is a new module and a new memo), and
+each call only binds the free variables' values.
 """
 from __future__ import annotations
 
@@ -33,4 +42,32 @@ def install():
         return sizes
 
     TLCPUSourceWrapper.get_dynamic_symbolic_set = with_strides
+    _memoize_the_ast_rewrite()
     _DONE = True
+
+
+_MEMO = "__tkgen_prim_func_rewrites__"     # the memo's name in a kernel module's globals
+
+
+def _memoize_the_ast_rewrite():
+    import ast
+    import inspect
+    from pathlib import Path
+    from tilelang.language.eager import ast as eager_ast, builder, utils
+
+    def memoized(func):
+        nonlocals = utils.get_func_nonlocals(func)
+        if "T" in nonlocals:          # the annotation heads would read a free variable's value: no memo
+            return eager_ast.mutate(func)
+        memo = func.__globals__.setdefault(_MEMO, {})
+        key = (func.__code__, tuple(nonlocals))
+        if key not in memo:           # mutate's own steps, keeping the closure maker instead of calling it once
+            filename = inspect.getsourcefile(func) or inspect.getfile(func)
+            mutator = eager_ast.DSLMutator(nonlocals, func.__globals__, str(Path(filename).absolute()))
+            tree = mutator.visit(utils.get_ast(func))
+            make_closure = utils.get_compiled_object(tree, "make_closure", filename, func.__globals__)
+            memo[key] = (make_closure, ast.unparse(tree), mutator.extra_type_hints)
+        make_closure, source, hints = memo[key]
+        return eager_ast.IRGenerator(gen=make_closure(**nonlocals), source=source, extra_type_hints=dict(hints))
+
+    builder.mutate = memoized
