@@ -209,3 +209,33 @@ def test_a_streamed_loop_keeps_what_its_results_feed_after_it():
     with pytest.raises(ValueError, match="x varies over it and is read after its reductions"):
         stream_body(body + [kir.Compute(buf["c2"], op("add", ir.Read("x", F32, (ir.i32(0), ir.i32(0))), read["s"]))],
                     "k")
+
+
+OVERFLOW_CASE = registry.REPO / "docs/measurements/2026-12-07-cpu-fuzz-2000/mhc_pre_norm_fn_backward_overflow_case.json"
+
+
+def test_the_drawn_values_keep_the_sums_over_the_tokens_finite_in_any_order():
+    """The CPU fuzz campaign's case (2026-12-07): terms near 1e37 summed over 39 tokens, inf in the kernel's
+    order and 7.1e36 in the reference's. The spec bounds the drawn magnitudes (`values: max_abs`); the same
+    case drawn with the bound (its values but for a power of two) gives equal results."""
+    import json
+    from conftest import shipped_catalog
+    spec = shipped_catalog().op("mhc_pre_norm_fn_backward")
+    case = json.loads(OVERFLOW_CASE.read_text())
+    bounded = {n: t.values["max_abs"] for n, t in spec.inputs.items() if "max_abs" in t.values}
+    assert set(bounded) == {"grad_mixes", "residual", "fn", "norm_weight", "out_mul"}
+    for name, bound in bounded.items():
+        case["inputs"][name]["max_abs"] = bound
+    C.run_case("mhc_pre_norm_fn_backward", case, "cpu")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_max_abs_scales_the_drawn_values_by_one_power_of_two(dtype):
+    from tkgen.testing.inputs import materialize
+    recipe = {"dtype": dtype, "seed": 3, "scale_exp": 20, "style": "wide", "specials": []}
+    x, y = materialize(recipe, (64, 32)).float(), materialize({**recipe, "max_abs": 1.0e10}, (64, 32)).float()
+    assert x.abs().max() > 1.0e10 >= y.abs().max()
+    nonzero = y != 0
+    assert torch.equal(x == 0, ~nonzero)
+    ratio = (x[nonzero] / y[nonzero]).unique()
+    assert ratio.numel() == 1 and float(ratio).is_integer() and (int(ratio) & (int(ratio) - 1)) == 0

@@ -563,6 +563,7 @@ def strategies_module(catalog, spec, header):
                    range="[" + ", ".join(_d(E.parse(str(r))) for r in t.values["range"]) + "]" if "range" in t.values else None,
                    finite=t.values.get("finite", True) if "finite" in t.values else
                    not ({"inf", "nan"} & set(t.values.get("specials", ()))),
+                   max_abs=t.values.get("max_abs"),
                    shape_fn="(" + ", ".join(_d(s) for s in t.shape) + ",)") for t in spec.inputs.values()]
     variants = variants_source(spec) if any("VARIANTS" in (i["codec"] or "") for i in inputs) else None
     by_axes = any("variant_names(" in t for t in [i["codec"] or "" for i in inputs] + [variants or ""])

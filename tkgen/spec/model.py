@@ -669,6 +669,13 @@ def build_op(doc: Document, elements, scales, arch_names, layouts=None, check_op
             raise doc.error(base + ("optional",), "an optional input needs `absent:`, the value `load` gives without it")
         if t.get("values", {}).get("distinct") and "range" not in t["values"]:
             raise doc.error(base + ("values", "distinct"), "`distinct` draws distinct values from a `range`")
+        if "max_abs" in t.get("values", {}):
+            too_big = {"max", "huge", "inf", "nan"} & set(t["values"].get("specials", ()))
+            if role != "input" or any(dt in BUILTIN_DTYPES for dt in dtypes):
+                raise doc.error(base + ("values", "max_abs"), "`max_abs` bounds the values of a float input")
+            if too_big:
+                raise doc.error(base + ("values", "max_abs"), f"`max_abs` bounds every drawn value: the specials "
+                                                              f"{sorted(too_big)} exceed it")
         rng = t.get("values", {}).get("range")
         if rng is not None:
             if role != "input" or not dtypes or any(dt not in BUILTIN_DTYPES for dt in dtypes):

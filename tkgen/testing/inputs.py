@@ -1,6 +1,8 @@
 """Turn input recipes (drawn by the generated strategies) into tensors, deterministically."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..runtime.ops import TORCH_DTYPES
@@ -81,6 +83,14 @@ def materialize(recipe: dict, shape, device="cpu") -> torch.Tensor:
         # largest finite value)
         x = x.clamp(-big, big)
     x = x.to(dtype)
+    if "max_abs" in recipe and n:
+        # `values: max_abs`: scaled down by a power of two (the same values but for their exponents), before
+        # the specials, of which a spec with a bound draws none larger than the values
+        largest = float(x.abs().float().max())
+        if largest > recipe["max_abs"]:
+            x = x * 2.0 ** -math.ceil(math.log2(largest / recipe["max_abs"]))
+            while float(x.abs().float().max()) > recipe["max_abs"]:
+                x = x * 0.5
     if n:
         cols = shape[-1] if len(shape) else 1
         # row scalings first, so that a later special (max, inf, ...) lands exactly as drawn

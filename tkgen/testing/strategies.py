@@ -38,12 +38,16 @@ def choose(draw, name, candidates, bound, requires):
 
 
 @st.composite
-def tensor_recipe(draw, dtypes, specials, finite=True):
+def tensor_recipe(draw, dtypes, specials, finite=True, max_abs=None):
+    """How to draw an input's values (tkgen/testing/inputs.py: materialize); `max_abs` is the spec's
+    `values: max_abs`, a bound on every drawn magnitude."""
     kinds = [k for k in specials if not (finite and k in ("inf", "nan"))]
     special = st.tuples(st.sampled_from(kinds), st.integers(0, 1 << 16), st.integers(0, 1 << 16),
                         st.integers(1, 8))
     specials_list = st.lists(special, max_size=6) if kinds else st.just([])
+    bound = {} if max_abs is None else {"max_abs": max_abs}
     return {
+        **bound,
         "dtype": draw(st.sampled_from(list(dtypes))),
         "seed": draw(st.integers(0, 2 ** 31 - 1)),
         "scale_exp": draw(st.integers(-24, 24)),
