@@ -66,7 +66,12 @@ def test_rms_norm_takes_torch_arguments():
         F.rms_norm(x, (130, 256), w)
 
 
-def test_the_generator_and_the_runtime_agree_on_format_names():
+def test_the_generator_and_the_runtime_agree_on_format_names(catalog):
     from tkgen.codegen.generate import FORMAT_NAMES
+    from tkgen.runtime import format_names
     from tkgen.runtime.conventions import FORMAT_OF_DTYPE
+    assert FORMAT_NAMES is format_names.FORMAT_NAMES        # one table (tkgen/runtime/format_names.py)
     assert set(FORMAT_OF_DTYPE.values()) | {"e2m1"} == FORMAT_NAMES     # e2m1: where torch has float4_e2m1fn_x2
+    assert {str(d).removeprefix("torch."): f for d, f in FORMAT_OF_DTYPE.items()}.items() <= \
+        format_names.FORMAT_OF_TORCH_NAME.items()
+    assert FORMAT_NAMES <= set(catalog.elements)           # each an element format of the specs

@@ -1,7 +1,9 @@
 """Variants merged into one function (tkgen/codegen/merge_variants.py): each variant's specialization builds the
 PrimFunc and computes the reference its own function did, and only whole statements are chosen."""
+import functools
 import importlib
 import importlib.util
+import inspect
 
 import pytest
 import torch
@@ -9,10 +11,10 @@ import torch
 from tkgen import registry
 from tkgen.schedule import pipeline as S
 from tkgen.codegen.generate import naive_modules
-from tkgen.codegen.merge_variants import Printed, merge
+from tkgen.codegen.merge_variants import Printed, arg_name, merge, products
 from tkgen.codegen.print_tilelang import print_factory
 from tkgen.codegen.print_torch import print_reference
-from tkgen.runtime.schedule import specialize
+from tkgen.runtime.schedule import specialize, specialized
 
 OP = "per_token_cast"
 KERNEL_HEAD = ("import tilelang.language as T\n"
@@ -223,3 +225,75 @@ def test_functions_that_cannot_share_one_function_stay_apart(first, second, why)
     # the same pair with the difference in one simple statement is merged
     fns = [_fn("build_u", {"a": "u"}, ["x = f(0)"] + SHARED), _fn("build_v", {"a": "v"}, ["x = f(1)"] + SHARED)]
     assert len(merge(fns, lambda v: "_".join(v.values()))[0]) == 1
+
+
+def _flag_name(v):
+    """Names as specs name them: a structural param's value, then `with_<x>` for each optional input given;
+    `?t` goes with `?p` (given exactly when it is) and has no part of its own."""
+    parts = [str(v[k]).lower() for k in v if not k.startswith("?")]
+    parts += [f"with_{k[1:]}" for k in v if k.startswith("?") and v[k] and k != "?t"]
+    return "_".join(parts) or "base"
+
+
+@pytest.mark.parametrize("subset, calls, axis", [
+    # the whole product, `?p` and `?t` one axis
+    (lambda v: True, 1, "[('', False, False), ('with_p', True, True)]"),
+    # the variants given `?p` or `?e`: a union of two products, `?p` given in one and not in the other
+    (lambda v: v["?p"] or v["?e"], 2, "[('with_p', True, True)]"),
+])
+def test_variants_of_tied_inputs_are_written_as_products(subset, calls, axis):
+    """Two arguments that go together (an optional input and one given with it) are one axis of the product
+    (a list of (part of the name, values...)); variants that are the union of a few products take a call
+    each; every name is bound to the arguments its alias line binds."""
+    variants = [{"fast": f, "?w": w, "?p": p, "?t": p, "?e": e}
+                for f in (False, True) for w in (False, True) for p in (False, True) for e in (False, True)]
+    variants = [v for v in variants if subset(v)]
+    fns = [Printed(v, f"build_{_flag_name(v)}", []) for v in variants]
+    aliases = [f"{fn.name} = specialize(make_variants, {', '.join(repr(x) for x in fn.variant.values())})"
+               for fn in fns]
+    left, got = products(aliases, fns, _flag_name)
+    assert not left and len(got) == calls
+    assert axis in got[-1]
+    table = {}
+    for call in got:
+        part = eval(call, {"specialized": specialized, "make_variants": print})
+        assert not set(part) & set(table)
+        table.update(part)
+    assert {n: p.args for n, p in table.items()} == {fn.name: tuple(fn.variant.values()) for fn in fns}
+
+
+def test_every_variant_of_every_op_is_bound_to_its_own_choices(catalog):
+    """Through `factory()` (kernel modules) and the reference's tables, every variant of every op is its own
+    function or a shared one with the arguments its name stands for bound: each bound argument is the
+    shared function's parameter of that key (`arg_name`), and its value the variant's."""
+    from tkgen.runtime.compile import factory
+
+    def check(fn, own, variant, where):
+        if not isinstance(fn, functools.partial):
+            assert fn.__name__ == own, where
+            return
+        assert not fn.keywords, where
+        params = list(inspect.signature(fn.func).parameters)[:len(fn.args)]
+        names = {arg_name(k): k for k in variant}
+        assert all(p in names for p in params), (where, params)
+        assert fn.args == tuple(variant[names[p]] for p in params), (where, fn.args)
+        # the parameters left are those of a variant's own function: no other key of the variant among them
+        assert not set(inspect.signature(fn).parameters) & set(names), where
+
+    checked = 0
+    for op, spec in sorted(catalog.ops.items()):
+        pkg = registry.op_package(op)
+        kernels = [importlib.import_module(f"{pkg.__name__}.kernel_{t}") for t in ("cpu", "cuda")]
+        ref = importlib.import_module(f"{pkg.__name__}.reference")
+        rows = getattr(ref, "WRITTEN_ROWS", {})
+        for variant in spec.variants():
+            name = spec.variant_name(variant)
+            for module in kernels:
+                check(factory(module, name), f"build_{name}", variant, (module.__name__, name))
+            check(ref.VARIANTS[name], f"reference_{name}", variant, (ref.__name__, name))
+            if name in rows:
+                check(rows[name], f"written_rows_{name}", variant, (ref.__name__, "rows", name))
+            checked += 1
+        assert set(ref.VARIANTS) == {spec.variant_name(v) for v in spec.variants()}, op
+        assert set(rows) <= set(ref.VARIANTS), op
+    assert checked > 800

@@ -29,6 +29,7 @@ from ..schedule import pipeline as S
 from ..spec.autograd import plan as autograd_plan
 from ..lower.lowering import lower_variants
 from .merge_variants import Printed, merge, products
+from ..runtime.format_names import FORMAT_NAMES     # torch-free: the names runtime.conventions maps dtypes to
 from ..spec.checks import binding
 from .format_source import WIDTH, format_source
 from .print_tilelang import print_factory
@@ -329,10 +330,9 @@ def op_module(catalog, spec, header):
                   has_optional=bool(spec.optional_inputs or spec.optional_params))
 
 
-# The API conventions (docs/api-conventions.md): format params accept torch dtypes, and a scale block is
-# `scale_block=(rows, cols)`, whatever the spec calls its sides (the first of these names it has; a side it
-# lacks is 1).
-FORMAT_NAMES = {"fp32", "bf16", "fp16", "e4m3", "e5m2", "e2m1"}     # the names runtime.conventions maps dtypes to
+# The API conventions (docs/api-conventions.md): format params (a choice in FORMAT_NAMES) accept torch dtypes,
+# and a scale block is `scale_block=(rows, cols)`, whatever the spec calls its sides (the first of these names
+# it has; a side it lacks is 1).
 BLOCK_ROWS, BLOCK_COLS = ("block_rows", "group_tokens"), ("block_cols", "group", "block")
 
 

@@ -27,6 +27,7 @@ import difflib
 import functools
 import io
 import itertools
+import math
 import re
 import tokenize
 from dataclasses import dataclass, field
@@ -501,8 +502,10 @@ def products(aliases: Sequence[str], functions: Sequence[Printed], variant_name,
              ) -> Tuple[List[str], List[str]]:
     """(alias lines left, calls) for `merge`'s alias lines: those of a shared function whose variants are the
     product of its params' choices become one `specialized(prefix, make_..., axes...)` (tkgen/runtime/schedule.py),
-    a dict of the same names bound to the same arguments (checked here), where that takes fewer lines.
-    `bare`: the dict is keyed by the variants' names alone (the prefix of the functions' names left out)."""
+    a dict of the same names bound to the same arguments (checked here), where that takes fewer lines; those
+    that are the union of a few such products (the variants where one of two optional inputs is given), a
+    call for each. `bare`: the dicts are keyed by the variants' names alone (the prefix of the functions' names
+    left out)."""
     from ..runtime.schedule import specialized
     variant_of = {fn.name: fn.variant for fn in functions}
     by_merged: Dict[str, List[Tuple[str, str, tuple]]] = {}
@@ -519,19 +522,29 @@ def products(aliases: Sequence[str], functions: Sequence[Printed], variant_name,
     for merged, binds in by_merged.items():
         found = _product(merged, binds, variant_of, variant_name, bare) if len(binds) > 2 else None
         if found is not None:
-            call, prefix = found
-            # our own source, literals and two names only: no builtins reachable from it
-            table = eval(call, {"__builtins__": {}, "specialized": specialized, merged: _factory})
-            if {n: p.args for n, p in table.items()} == {n[len(prefix):]: args for _, n, args in binds}:
-                calls.append(call)
-                continue
+            sources, prefix = found
+            table: dict = {}
+            for source in sources:
+                # our own source, literals and two names only: no builtins reachable from it
+                part = eval(source, {"__builtins__": {}, "specialized": specialized, merged: _factory})
+                if set(part) & set(table):
+                    break
+                table.update(part)
+            else:
+                if {n: p.args for n, p in table.items()} == {n[len(prefix):]: args for _, n, args in binds}:
+                    calls += sources
+                    continue
         left += [line for line, _, _ in binds]
     return left, calls
 
 
-def _product(merged: str, binds, variant_of, variant_name, bare) -> Optional[Tuple[str, str]]:
-    """(source of `specialized(...)` naming the variants bound to `merged`, the prefix it leaves out of
-    their functions' names), or None where their names are not the product of their choices."""
+MAX_PRODUCTS = 4        # the most `specialized` calls one shared function's variants are written as
+
+
+def _product(merged: str, binds, variant_of, variant_name, bare) -> Optional[Tuple[List[str], str]]:
+    """(sources of the `specialized(...)` calls naming the variants bound to `merged`, the prefix they leave out
+    of their functions' names), or None where their names are not the product of their choices, nor the union
+    of a few products (at most MAX_PRODUCTS, and a quarter of the variants)."""
     variants = [variant_of.get(name) for _, name, _ in binds]
     if any(v is None for v in variants):
         return None
@@ -540,21 +553,90 @@ def _product(merged: str, binds, variant_of, variant_name, bare) -> Optional[Tup
     if not first.endswith(own):
         return None
     prefix = first[:len(first) - len(own)]
-    axes = []
-    for key in variants[0]:
-        values = list(dict.fromkeys(v[key] for v in variants))
-        parts = [variant_name({key: value}) for value in values]
-        parts = ["" if p == "base" else p for p in parts]
-        if len(values) == 1:
-            if parts[0]:
-                axes.append(repr(parts[0]))
-        elif len(set(parts)) < len(parts):
+    groups = _tied(variants)
+    # the arguments: the keys whose values differ between the variants (merge's `keys`)
+    argued = [len({repr(tuple(v[k] for k in keys)) for v in variants}) > 1 for keys in groups]
+    limit = 1 if len(binds) < 4 * 2 else min(MAX_PRODUCTS, len(binds) // 4)
+    parts = _split(variants, groups, limit)
+    if parts is None:
+        return None
+    sources = []
+    for part in parts:
+        axes = []
+        for keys, is_arg in zip(groups, argued):
+            axis = _axis(part, keys, is_arg, variant_name)
+            if axis is None:
+                return None
+            if axis:
+                axes.append(axis)
+        sources.append(f"specialized({'' if bare else prefix!r}, {merged}, {', '.join(axes)})")
+    return sources, prefix if bare else ""
+
+
+def _axis(variants, keys, is_arg, variant_name) -> Optional[str]:
+    """Source of the axis of `specialized` for a group of keys over `variants` ("" for none), or None where
+    two choices would have the same part of the name."""
+    values = list(dict.fromkeys(tuple(v[k] for k in keys) for v in variants))
+    parts = [variant_name(dict(zip(keys, value))) for value in values]
+    parts = ["" if p == "base" else p for p in parts]
+    if not is_arg:
+        return repr(parts[0]) if parts[0] else ""
+    if len(set(parts)) < len(parts):
+        return None
+    if len(keys) > 1:          # arguments that go together: one axis of (part of the name, their values)
+        return repr([(p, *value) for p, value in zip(parts, values)])
+    if parts == [str(c).lower() if isinstance(c, bool) else str(c) for c, in values]:
+        return repr(tuple(c for c, in values))
+    return repr(dict(zip(parts, (c for c, in values))))
+
+
+def _split(variants, groups, limit) -> Optional[List[list]]:
+    """`variants` as the fewest subsets (at most `limit`) each the product of its groups' choices, split on
+    one group's values at a time; None where more would be needed."""
+    def choices(vs):
+        return [list(dict.fromkeys(repr(tuple(v[k] for k in keys)) for v in vs)) for keys in groups]
+
+    def best(vs, room):
+        if room < 1:
             return None
-        elif parts == [str(c).lower() if isinstance(c, bool) else str(c) for c in values]:
-            axes.append(repr(tuple(values)))
+        counts = [len(c) for c in choices(vs)]
+        if len(vs) == math.prod(counts):
+            return [vs]
+        found = None
+        for i, keys in enumerate(groups):
+            budget = room if found is None else len(found) - 1
+            if counts[i] < 2 or budget < counts[i]:
+                continue
+            parts = []
+            for n, value in enumerate(choices(vs)[i]):
+                sub = best([v for v in vs if repr(tuple(v[k] for k in keys)) == value],
+                           budget - len(parts) - (counts[i] - n - 1))
+                if sub is None:
+                    break
+                parts += sub
+            else:
+                found = parts
+        return found
+
+    return best(list(variants), limit)
+
+
+def _tied(variants) -> List[Tuple[str, ...]]:
+    """The variants' keys in order, adjacent keys that vary together (each one's value tells the other's:
+    an optional input and one given with it, or read at its positions) in one group."""
+    groups: List[Tuple[str, ...]] = []
+    for key in variants[0]:
+        if groups and _together(variants, groups[-1] + (key,)):
+            groups[-1] += (key,)
         else:
-            axes.append(repr(dict(zip(parts, values))))
-    return f"specialized({'' if bare else prefix!r}, {merged}, {', '.join(axes)})", prefix if bare else ""
+            groups.append((key,))
+    return groups
+
+
+def _together(variants, keys) -> bool:
+    """Whether the keys' values vary, and each key's value tells the others' in every variant."""
+    combos = {tuple(repr(v[k]) for k in keys) for v in variants}
+    return len(combos) > 1 and all(len({c[i] for c in combos}) == len(combos) for i in range(len(keys)))
 
 
 def _factory(*args):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import torch
 
-# torch dtypes that name one element format each (int8 and uint8 containers name none: they hold codes)
-FORMAT_OF_DTYPE = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3",
-                   torch.float8_e5m2: "e5m2", torch.float16: "fp16"}
-if hasattr(torch, "float4_e2m1fn_x2"):
-    FORMAT_OF_DTYPE[torch.float4_e2m1fn_x2] = "e2m1"
+from .format_names import FORMAT_OF_TORCH_NAME
+
+# torch dtypes that name one element format each (those this torch has)
+FORMAT_OF_DTYPE = {getattr(torch, name): fmt for name, fmt in FORMAT_OF_TORCH_NAME.items() if hasattr(torch, name)}
 
 
 def as_format(v):

@@ -83,14 +83,17 @@ def specialized(prefix: str, factory, *axes) -> dict:
     """{prefix + variant name: `specialize(factory, ...)`} for every variant of a shared factory, where they
     are the product of its axes, in the order of the variant's name: a str is a fixed part of the name
     (not an argument); a tuple, an argument's choices, each named by its value (booleans in lower case);
-    a dict, an argument's choices by their part of the name ("" for none). The generator writes this
-    in place of a line per variant where it binds the same names to the same arguments."""
+    a dict, an argument's choices by their part of the name ("" for none); a list, the choices of several
+    adjacent arguments that go together (an optional input and one given with it), each a tuple (part of
+    the name, the arguments' values...). The generator writes this in place of a line per variant where it
+    binds the same names to the same arguments."""
     table = {}
-    choices = [((a, None),) if isinstance(a, str) else tuple(a.items()) if isinstance(a, dict) else
-               tuple((str(c).lower() if isinstance(c, bool) else str(c), c) for c in a) for a in axes]
+    choices = [((a, ()),) if isinstance(a, str) else tuple((k, (v,)) for k, v in a.items()) if isinstance(a, dict)
+               else tuple((c[0], tuple(c[1:])) for c in a) if isinstance(a, list) else
+               tuple((str(c).lower() if isinstance(c, bool) else str(c), (c,)) for c in a) for a in axes]
     for combo in itertools.product(*choices):
         name = "_".join(part for part, _ in combo if part) or "base"
-        table[prefix + name] = specialize(factory, *(c for (_, c), a in zip(combo, axes) if not isinstance(a, str)))
+        table[prefix + name] = specialize(factory, *(c for _, values in combo for c in values))
     return table
 
 

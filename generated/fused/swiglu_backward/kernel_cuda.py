@@ -361,51 +361,8 @@ def make_variants(recompute, with_weights, with_pos_to_token_topk, with_topk_wei
     return kernel
 
 
-# the variants of the shared factories
-build_false = specialize(make_variants, False, False, False, False, False, False)
-build_false_with_clamp = specialize(make_variants, False, False, False, False, False, True)
-build_false_with_pos_to_expert = specialize(make_variants, False, False, False, False, True, False)
-build_false_with_pos_to_expert_with_clamp = specialize(make_variants, False, False, False, False, True, True)
-build_false_with_pos_to_token_topk_with_topk_weights = specialize(make_variants, False, False, True, True, False, False)
-build_false_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_variants, False, False, True, True, False, True))
-build_false_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_variants, False, False, True, True, True, False))
-build_false_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, False, False, True, True, True, True))
-build_false_with_weights = specialize(make_variants, False, True, False, False, False, False)
-build_false_with_weights_with_clamp = specialize(make_variants, False, True, False, False, False, True)
-build_false_with_weights_with_pos_to_expert = specialize(make_variants, False, True, False, False, True, False)
-build_false_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, False, True, False, False, True, True))
-build_false_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_variants, False, True, True, True, False, False))
-build_false_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_variants, False, True, True, True, False, True))
-build_false_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_variants, False, True, True, True, True, False))
-build_false_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, False, True, True, True, True, True))
-build_true = specialize(make_variants, True, False, False, False, False, False)
-build_true_with_clamp = specialize(make_variants, True, False, False, False, False, True)
-build_true_with_pos_to_expert = specialize(make_variants, True, False, False, False, True, False)
-build_true_with_pos_to_expert_with_clamp = specialize(make_variants, True, False, False, False, True, True)
-build_true_with_pos_to_token_topk_with_topk_weights = specialize(make_variants, True, False, True, True, False, False)
-build_true_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_variants, True, False, True, True, False, True))
-build_true_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_variants, True, False, True, True, True, False))
-build_true_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, True, False, True, True, True, True))
-build_true_with_weights = specialize(make_variants, True, True, False, False, False, False)
-build_true_with_weights_with_clamp = specialize(make_variants, True, True, False, False, False, True)
-build_true_with_weights_with_pos_to_expert = specialize(make_variants, True, True, False, False, True, False)
-build_true_with_weights_with_pos_to_expert_with_clamp = specialize(make_variants, True, True, False, False, True, True)
-build_true_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_variants, True, True, True, True, False, False))
-build_true_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_variants, True, True, True, True, False, True))
-build_true_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_variants, True, True, True, True, True, False))
-build_true_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, True, True, True, True, True, True))
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, (False, True), {'': False, 'with_weights': True},
+        [('', False, False), ('with_pos_to_token_topk_with_topk_weights', True, True)],
+        {'': False, 'with_pos_to_expert': True}, {'': False, 'with_clamp': True}),}

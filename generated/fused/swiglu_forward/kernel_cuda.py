@@ -313,52 +313,8 @@ def make_variants(fmt, with_weights, with_pos_to_token_topk, with_topk_weights, 
     return kernel
 
 
-# the variants of the shared factories
-build_bf16 = specialize(make_variants, 'bf16', False, False, False, False, False)
-build_bf16_with_clamp = specialize(make_variants, 'bf16', False, False, False, False, True)
-build_bf16_with_pos_to_expert = specialize(make_variants, 'bf16', False, False, False, True, False)
-build_bf16_with_pos_to_expert_with_clamp = specialize(make_variants, 'bf16', False, False, False, True, True)
-build_bf16_with_pos_to_token_topk_with_topk_weights = specialize(make_variants, 'bf16', False, True, True, False, False)
-build_bf16_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_variants, 'bf16', False, True, True, False, True))
-build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_variants, 'bf16', False, True, True, True, False))
-build_bf16_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, 'bf16', False, True, True, True, True))
-build_bf16_with_weights = specialize(make_variants, 'bf16', True, False, False, False, False)
-build_bf16_with_weights_with_clamp = specialize(make_variants, 'bf16', True, False, False, False, True)
-build_bf16_with_weights_with_pos_to_expert = specialize(make_variants, 'bf16', True, False, False, True, False)
-build_bf16_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, 'bf16', True, False, False, True, True))
-build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_variants, 'bf16', True, True, True, False, False))
-build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_variants, 'bf16', True, True, True, False, True))
-build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_variants, 'bf16', True, True, True, True, False))
-build_bf16_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, 'bf16', True, True, True, True, True))
-build_fp32 = specialize(make_variants, 'fp32', False, False, False, False, False)
-build_fp32_with_clamp = specialize(make_variants, 'fp32', False, False, False, False, True)
-build_fp32_with_pos_to_expert = specialize(make_variants, 'fp32', False, False, False, True, False)
-build_fp32_with_pos_to_expert_with_clamp = specialize(make_variants, 'fp32', False, False, False, True, True)
-build_fp32_with_pos_to_token_topk_with_topk_weights = specialize(make_variants, 'fp32', False, True, True, False, False)
-build_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_variants, 'fp32', False, True, True, False, True))
-build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_variants, 'fp32', False, True, True, True, False))
-build_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, 'fp32', False, True, True, True, True))
-build_fp32_with_weights = specialize(make_variants, 'fp32', True, False, False, False, False)
-build_fp32_with_weights_with_clamp = specialize(make_variants, 'fp32', True, False, False, False, True)
-build_fp32_with_weights_with_pos_to_expert = specialize(make_variants, 'fp32', True, False, False, True, False)
-build_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, 'fp32', True, False, False, True, True))
-build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_variants, 'fp32', True, True, True, False, False))
-build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_variants, 'fp32', True, True, True, False, True))
-build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_variants, 'fp32', True, True, True, True, False))
-build_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_variants, 'fp32', True, True, True, True, True))
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, ('bf16', 'fp32'), {'': False, 'with_weights': True},
+        [('', False, False), ('with_pos_to_token_topk_with_topk_weights', True, True)],
+        {'': False, 'with_pos_to_expert': True}, {'': False, 'with_clamp': True}),}

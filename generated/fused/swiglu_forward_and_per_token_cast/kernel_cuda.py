@@ -457,79 +457,8 @@ def make_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_weights, wi
     return kernel
 
 
-# the variants of the shared factories
-build_e4m3_fp32 = specialize(make_e4m3, 'fp32', False, False, False, False, False)
-build_e4m3_fp32_with_clamp = specialize(make_e4m3, 'fp32', False, False, False, False, True)
-build_e4m3_fp32_with_pos_to_expert = specialize(make_e4m3, 'fp32', False, False, False, True, False)
-build_e4m3_fp32_with_pos_to_expert_with_clamp = specialize(make_e4m3, 'fp32', False, False, False, True, True)
-build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3, 'fp32', False, True, True, False, False))
-build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3, 'fp32', False, True, True, False, True))
-build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3, 'fp32', False, True, True, True, False))
-build_e4m3_fp32_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'fp32', False, True, True, True, True))
-build_e4m3_fp32_with_weights = specialize(make_e4m3, 'fp32', True, False, False, False, False)
-build_e4m3_fp32_with_weights_with_clamp = specialize(make_e4m3, 'fp32', True, False, False, False, True)
-build_e4m3_fp32_with_weights_with_pos_to_expert = specialize(make_e4m3, 'fp32', True, False, False, True, False)
-build_e4m3_fp32_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'fp32', True, False, False, True, True))
-build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3, 'fp32', True, True, True, False, False))
-build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3, 'fp32', True, True, True, False, True))
-build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3, 'fp32', True, True, True, True, False))
-build_e4m3_fp32_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'fp32', True, True, True, True, True))
-build_e4m3_pow2 = specialize(make_e4m3, 'pow2', False, False, False, False, False)
-build_e4m3_pow2_with_clamp = specialize(make_e4m3, 'pow2', False, False, False, False, True)
-build_e4m3_pow2_with_pos_to_expert = specialize(make_e4m3, 'pow2', False, False, False, True, False)
-build_e4m3_pow2_with_pos_to_expert_with_clamp = specialize(make_e4m3, 'pow2', False, False, False, True, True)
-build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3, 'pow2', False, True, True, False, False))
-build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3, 'pow2', False, True, True, False, True))
-build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3, 'pow2', False, True, True, True, False))
-build_e4m3_pow2_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'pow2', False, True, True, True, True))
-build_e4m3_pow2_with_weights = specialize(make_e4m3, 'pow2', True, False, False, False, False)
-build_e4m3_pow2_with_weights_with_clamp = specialize(make_e4m3, 'pow2', True, False, False, False, True)
-build_e4m3_pow2_with_weights_with_pos_to_expert = specialize(make_e4m3, 'pow2', True, False, False, True, False)
-build_e4m3_pow2_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'pow2', True, False, False, True, True))
-build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3, 'pow2', True, True, True, False, False))
-build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3, 'pow2', True, True, True, False, True))
-build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3, 'pow2', True, True, True, True, False))
-build_e4m3_pow2_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'pow2', True, True, True, True, True))
-build_e4m3_ue8m0 = specialize(make_e4m3, 'ue8m0', False, False, False, False, False)
-build_e4m3_ue8m0_with_clamp = specialize(make_e4m3, 'ue8m0', False, False, False, False, True)
-build_e4m3_ue8m0_with_pos_to_expert = specialize(make_e4m3, 'ue8m0', False, False, False, True, False)
-build_e4m3_ue8m0_with_pos_to_expert_with_clamp = specialize(make_e4m3, 'ue8m0', False, False, False, True, True)
-build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3, 'ue8m0', False, True, True, False, False))
-build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3, 'ue8m0', False, True, True, False, True))
-build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3, 'ue8m0', False, True, True, True, False))
-build_e4m3_ue8m0_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'ue8m0', False, True, True, True, True))
-build_e4m3_ue8m0_with_weights = specialize(make_e4m3, 'ue8m0', True, False, False, False, False)
-build_e4m3_ue8m0_with_weights_with_clamp = specialize(make_e4m3, 'ue8m0', True, False, False, False, True)
-build_e4m3_ue8m0_with_weights_with_pos_to_expert = specialize(make_e4m3, 'ue8m0', True, False, False, True, False)
-build_e4m3_ue8m0_with_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'ue8m0', True, False, False, True, True))
-build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights = (
-    specialize(make_e4m3, 'ue8m0', True, True, True, False, False))
-build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_clamp = (
-    specialize(make_e4m3, 'ue8m0', True, True, True, False, True))
-build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert = (
-    specialize(make_e4m3, 'ue8m0', True, True, True, True, False))
-build_e4m3_ue8m0_with_weights_with_pos_to_token_topk_with_topk_weights_with_pos_to_expert_with_clamp = (
-    specialize(make_e4m3, 'ue8m0', True, True, True, True, True))
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_e4m3, 'e4m3', ('fp32', 'pow2', 'ue8m0'), {'': False, 'with_weights': True},
+        [('', False, False), ('with_pos_to_token_topk_with_topk_weights', True, True)],
+        {'': False, 'with_pos_to_expert': True}, {'': False, 'with_clamp': True}),}

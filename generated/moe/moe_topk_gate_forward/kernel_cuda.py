@@ -350,55 +350,9 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
     return kernel
 
 
-# the variants of the shared factories
-build_base = specialize(make_variants, False, False, False, False, False, False, False, False)
-build_with_to_physical_map = specialize(make_variants, False, False, False, False, False, False, True, True)
-build_with_fix_routing_mask = specialize(make_variants, False, False, False, False, True, True, False, False)
-build_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, False, False, False, False, True, True, True, True))
-build_with_image_bias = specialize(make_variants, False, False, True, True, False, False, False, False)
-build_with_image_bias_with_to_physical_map = (
-    specialize(make_variants, False, False, True, True, False, False, True, True))
-build_with_image_bias_with_fix_routing_mask = (
-    specialize(make_variants, False, False, True, True, True, True, False, False))
-build_with_image_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, False, False, True, True, True, True, True, True))
-build_with_bias = specialize(make_variants, False, True, False, False, False, False, False, False)
-build_with_bias_with_to_physical_map = specialize(make_variants, False, True, False, False, False, False, True, True)
-build_with_bias_with_fix_routing_mask = specialize(make_variants, False, True, False, False, True, True, False, False)
-build_with_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, False, True, False, False, True, True, True, True))
-build_with_bias_with_image_bias = specialize(make_variants, False, True, True, True, False, False, False, False)
-build_with_bias_with_image_bias_with_to_physical_map = (
-    specialize(make_variants, False, True, True, True, False, False, True, True))
-build_with_bias_with_image_bias_with_fix_routing_mask = (
-    specialize(make_variants, False, True, True, True, True, True, False, False))
-build_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, False, True, True, True, True, True, True, True))
-build_with_mask = specialize(make_variants, True, False, False, False, False, False, False, False)
-build_with_mask_with_to_physical_map = specialize(make_variants, True, False, False, False, False, False, True, True)
-build_with_mask_with_fix_routing_mask = specialize(make_variants, True, False, False, False, True, True, False, False)
-build_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, True, False, False, False, True, True, True, True))
-build_with_mask_with_image_bias = specialize(make_variants, True, False, True, True, False, False, False, False)
-build_with_mask_with_image_bias_with_to_physical_map = (
-    specialize(make_variants, True, False, True, True, False, False, True, True))
-build_with_mask_with_image_bias_with_fix_routing_mask = (
-    specialize(make_variants, True, False, True, True, True, True, False, False))
-build_with_mask_with_image_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, True, False, True, True, True, True, True, True))
-build_with_mask_with_bias = specialize(make_variants, True, True, False, False, False, False, False, False)
-build_with_mask_with_bias_with_to_physical_map = (
-    specialize(make_variants, True, True, False, False, False, False, True, True))
-build_with_mask_with_bias_with_fix_routing_mask = (
-    specialize(make_variants, True, True, False, False, True, True, False, False))
-build_with_mask_with_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, True, True, False, False, True, True, True, True))
-build_with_mask_with_bias_with_image_bias = (
-    specialize(make_variants, True, True, True, True, False, False, False, False))
-build_with_mask_with_bias_with_image_bias_with_to_physical_map = (
-    specialize(make_variants, True, True, True, True, False, False, True, True))
-build_with_mask_with_bias_with_image_bias_with_fix_routing_mask = (
-    specialize(make_variants, True, True, True, True, True, True, False, False))
-build_with_mask_with_bias_with_image_bias_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, True, True, True, True, True, True, True, True))
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, {'': False, 'with_mask': True}, {'': False, 'with_bias': True},
+        [('', False, False), ('with_image_bias', True, True)],
+        [('', False, False), ('with_fix_routing_mask', True, True)],
+        [('', False, False), ('with_to_physical_map', True, True)]),}

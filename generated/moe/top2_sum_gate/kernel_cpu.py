@@ -513,36 +513,8 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
     return kernel
 
 
-# the variants of the shared factories
-build_sigmoid = specialize(make_variants, 'sigmoid', False, False, False, False, False)
-build_sigmoid_with_to_physical_map = specialize(make_variants, 'sigmoid', False, False, False, True, True)
-build_sigmoid_with_fix_routing_mask = specialize(make_variants, 'sigmoid', False, True, True, False, False)
-build_sigmoid_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, 'sigmoid', False, True, True, True, True))
-build_sigmoid_with_mask = specialize(make_variants, 'sigmoid', True, False, False, False, False)
-build_sigmoid_with_mask_with_to_physical_map = specialize(make_variants, 'sigmoid', True, False, False, True, True)
-build_sigmoid_with_mask_with_fix_routing_mask = specialize(make_variants, 'sigmoid', True, True, True, False, False)
-build_sigmoid_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, 'sigmoid', True, True, True, True, True))
-build_sqrtsoftplus = specialize(make_variants, 'sqrtsoftplus', False, False, False, False, False)
-build_sqrtsoftplus_with_to_physical_map = specialize(make_variants, 'sqrtsoftplus', False, False, False, True, True)
-build_sqrtsoftplus_with_fix_routing_mask = specialize(make_variants, 'sqrtsoftplus', False, True, True, False, False)
-build_sqrtsoftplus_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, 'sqrtsoftplus', False, True, True, True, True))
-build_sqrtsoftplus_with_mask = specialize(make_variants, 'sqrtsoftplus', True, False, False, False, False)
-build_sqrtsoftplus_with_mask_with_to_physical_map = (
-    specialize(make_variants, 'sqrtsoftplus', True, False, False, True, True))
-build_sqrtsoftplus_with_mask_with_fix_routing_mask = (
-    specialize(make_variants, 'sqrtsoftplus', True, True, True, False, False))
-build_sqrtsoftplus_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, 'sqrtsoftplus', True, True, True, True, True))
-build_softmax = specialize(make_variants, 'softmax', False, False, False, False, False)
-build_softmax_with_to_physical_map = specialize(make_variants, 'softmax', False, False, False, True, True)
-build_softmax_with_fix_routing_mask = specialize(make_variants, 'softmax', False, True, True, False, False)
-build_softmax_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, 'softmax', False, True, True, True, True))
-build_softmax_with_mask = specialize(make_variants, 'softmax', True, False, False, False, False)
-build_softmax_with_mask_with_to_physical_map = specialize(make_variants, 'softmax', True, False, False, True, True)
-build_softmax_with_mask_with_fix_routing_mask = specialize(make_variants, 'softmax', True, True, True, False, False)
-build_softmax_with_mask_with_fix_routing_mask_with_to_physical_map = (
-    specialize(make_variants, 'softmax', True, True, True, True, True))
+# the variants of the shared factories: by name, and in SHARED where they are the product of the params' choices
+SHARED = {
+    **specialized('build_', make_variants, ('sigmoid', 'sqrtsoftplus', 'softmax'), {'': False, 'with_mask': True},
+        [('', False, False), ('with_fix_routing_mask', True, True)],
+        [('', False, False), ('with_to_physical_map', True, True)]),}
