@@ -55,3 +55,36 @@ def test_the_prim_func_rewrite_is_kept_per_function_and_builds_the_same_kernels(
         builder.mutate = memoized
     assert with_memo == own
     assert with_memo[0] != with_memo[1] and with_memo[0] == with_memo[2]
+
+
+def test_the_precompiled_header_is_built_once_and_changes_no_machine_code(tmp_path, monkeypatch):
+    """C kernels compile with TileLang's common header precompiled (tkgen/runtime/precompiled_header.py):
+    g++ loads the `.gch` (its -Winvalid-pch says nothing), and the shared library's code is the same as
+    without it."""
+    import subprocess
+    from tilelang.contrib.cc import get_cplus_compiler
+    from tilelang.env import TILELANG_TEMPLATE_PATH
+    from tkgen.runtime import precompiled_header as pch
+    from tkgen.runtime.compile import _tilelang, build
+    monkeypatch.setenv("TKGEN_CACHE", str(tmp_path))
+    pch._header.cache_clear()
+    tilelang = _tilelang()
+    kernels = kernel_module(registry.op_package("topk_gate"), "cpu")
+    flags = pch.with_header("c", kernels.table.COMPILE_FLAGS)
+    assert flags[:-2] == list(kernels.table.COMPILE_FLAGS) and flags[-2] == "-include"
+    assert (tmp_path / "pch").is_dir() and flags[-1].startswith(str(tmp_path))
+    assert pch.with_header("cuda", ["-fmad=false"]) == ["-fmad=false"]
+    source = tilelang.lower(build(kernels, "base", (24, 5)), target="c").kernel_source
+    (tmp_path / "k.cpp").write_text(source)
+    text = {}
+    for name, extra in (("plain", []), ("pch", flags[-2:])):
+        lib = tmp_path / f"{name}.so"
+        r = subprocess.run([get_cplus_compiler(), "-std=c++17", "-fPIC", "-shared", str(tmp_path / "k.cpp"),
+                            "-I" + str(TILELANG_TEMPLATE_PATH), *kernels.table.COMPILE_FLAGS, "-Winvalid-pch",
+                            *extra, "-o", str(lib)], capture_output=True, text=True)
+        assert r.returncode == 0 and "pch" not in r.stderr, r.stderr
+        dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True).stdout
+        text[name] = dump[dump.index("<kernel_kernel>:"):].split("\n\n")[0].split("\n")[1:]
+        text[name] = [line.split(":", 1)[1] for line in text[name] if ":" in line]
+    assert text["plain"] == text["pch"] and len(text["plain"]) > 10
+    pch._header.cache_clear()

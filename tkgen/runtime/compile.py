@@ -7,6 +7,8 @@ import sys
 import threading
 import time
 
+from .precompiled_header import with_header
+
 _LOCK = threading.Lock()
 _CACHE = {}
 # the kernels this process built (from TileLang's disk cache or compiled) and the seconds the builds took
@@ -84,8 +86,9 @@ def compile_kernel(kernels, variant: str, args: tuple, schedule=None):
     with announced(kernels, variant, args, schedule):
         prim = build(kernels, variant, args, schedule)
         with compile_lock(kernels, variant, args, schedule):
+            flags = with_header(table.TARGET, table.COMPILE_FLAGS)
             kernel = tilelang.compile(prim, target=table.TARGET, pass_configs=dict(table.PASS_CONFIGS),
-                                      compile_flags=list(table.COMPILE_FLAGS) or None)
+                                      compile_flags=flags or None)
     result = (kernel, storages_of(prim))
     with _LOCK:
         _CACHE[key] = result
