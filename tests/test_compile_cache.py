@@ -88,3 +88,29 @@ def test_the_precompiled_header_is_built_once_and_changes_no_machine_code(tmp_pa
         text[name] = [line.split(":", 1)[1] for line in text[name] if ":" in line]
     assert text["plain"] == text["pch"] and len(text["plain"]) > 10
     pch._header.cache_clear()
+
+
+def test_c_kernels_skip_the_last_simplify_which_changes_nothing_in_them(monkeypatch):
+    """TileLang's last simplification before printing a kernel is skipped for the C target
+    (tkgen/runtime/tilelang_fixes.py): a C kernel's source is the same with it, and CUDA kernels still run it."""
+    import sys
+    from tkgen.runtime.compile import _lower, _tilelang
+    from tkgen.runtime.tilelang_fixes import _is_c
+    _tilelang()
+    lower = sys.modules["tilelang.engine.lower"]
+    prepared = lower._prepare_device_codegen_mod
+    original = prepared.original
+    ran = []
+
+    def counted(mod):
+        ran.append(_is_c(mod))
+        return original(mod)
+
+    monkeypatch.setattr(prepared, "original", counted)
+    pkg = registry.op_package("topk_gate")
+    cpu, sm90 = kernel_module(pkg, "cpu"), kernel_module(pkg, "sm90")
+    skipped = _lower(cpu, "base", (40, 7)).kernel_source
+    assert ran == []
+    assert "__global__" in _lower(sm90, "base", (40, 7)).kernel_source and ran == [False]
+    monkeypatch.setattr(lower, "_prepare_device_codegen_mod", counted)
+    assert _lower(cpu, "base", (40, 7)).kernel_source == skipped and ran == [False, True]
