@@ -18,10 +18,11 @@ each call only binds the free variables' values.
 
 A skip: before printing a C kernel, TileLang lowers its intrinsics and runs the arithmetic simplifier over
 the whole kernel once more (`tilelang.engine.lower._prepare_device_codegen_mod`). For the C target that last
-pass changes nothing that matters: the C source with and without it, compared for drawn specializations of
-every op (2026-12-07), was the same but for integer comparisons written the other way round (`0 <= x` for
-`x >= 0`, in engram_hash), yet it took up to two thirds of the lowering (seconds for a batched transpose).
-C kernels skip it; CUDA kernels keep it.
+pass changes nothing that matters: the C source with and without it, compared for up to three drawn
+specializations of every op (2026-12-07), was the same in most and otherwise differed in integer
+arithmetic written in an equal form (`0 <= x` for `x >= 0`, `(a + b) * 128` for `a * 128 + b * 128`), yet the
+pass took up to two thirds of the lowering (seconds for a transpose). C kernels skip it; CUDA kernels keep
+it.
 """
 from __future__ import annotations
 
