@@ -701,6 +701,15 @@ def test_unpack_from_e2m1fn_x2_into_float16_and_float8(module, out_dtype):
                torch.empty(2, 2, 0, dtype=out_dtype))
 
 
+# --- 2.1.0's per_channel_cast of packed UE8M0 input scales without num_per_channels; of a plain one with it -------
+
+def ue8m0_words_to_scales(sf, groups):
+    """Packed UE8M0 int32 words [T, ceil(groups / 4)] (scale g in byte g % 4 of word g // 4) as float32 2^(e - 127)
+    [T, groups]."""
+    e = sf.contiguous().view(torch.uint8)[:, :groups].to(torch.int32)
+    return (e << 23).view(torch.float32)
+
+
 @pytest.mark.parametrize("npc, h, rows, npt, round_sf, packed_out", [
     (32, 384, 96, 32, True, False), (128, 640, 160, 128, False, False), (128, 640, 160, 32, True, True)])
 def test_per_channel_cast_of_packed_ue8m0_input_scales_without_num_per_channels(npc, h, rows, npt, round_sf,
