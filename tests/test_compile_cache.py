@@ -114,3 +114,15 @@ def test_c_kernels_skip_the_last_simplify_which_changes_nothing_in_them(monkeypa
     assert "__global__" in _lower(sm90, "base", (40, 7)).kernel_source and ran == [False]
     monkeypatch.setattr(lower, "_prepare_device_codegen_mod", counted)
     assert _lower(cpu, "base", (40, 7)).kernel_source == skipped and ran == [False, True]
+
+
+def test_without_a_writable_cache_c_kernels_compile_without_the_header(tmp_path, monkeypatch):
+    from tkgen.runtime import precompiled_header as pch
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache's pch folder would go")
+    monkeypatch.setattr(pch, "cache_dir", lambda: blocked)
+    pch._header.cache_clear()
+    try:
+        assert pch.with_header("c", ["-O2"]) == ["-O2"]
+    finally:
+        pch._header.cache_clear()

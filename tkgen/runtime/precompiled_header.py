@@ -38,6 +38,15 @@ def with_header(target: str, compile_flags) -> list:
 
 @functools.lru_cache(maxsize=None)
 def _header(flags: tuple):
+    """The header's path, its .gch built; None where it cannot be (no compiler, a read-only cache, a failed
+    build): kernels then compile as TileLang alone would."""
+    try:
+        return _built(flags)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _built(flags: tuple):
     from filelock import FileLock
     import tilelang
     from tilelang.contrib.cc import get_cplus_compiler
@@ -45,10 +54,7 @@ def _header(flags: tuple):
     cxx = get_cplus_compiler()
     if not cxx:
         return None
-    try:
-        version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
     key = hashlib.sha256(repr((cxx, version, _BASE_FLAGS, flags, str(TILELANG_TEMPLATE_PATH), tilelang.__version__,
                                platform.machine(), _TEXT)).encode()).hexdigest()[:16]
     where = cache_dir() / "pch" / key

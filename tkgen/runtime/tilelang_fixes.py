@@ -12,8 +12,8 @@ A memo: `T.prim_func` rewrites the decorated function's Python AST on every call
 merged factory and more than half of a C kernel's build. The rewrite depends on the function's code, the
 names (not the values) of its free variables and its module's globals: the only values it evaluates are
 the heads of argument annotations and of `with` items (`T.Tensor`, `T.float32`, `T.Kernel`), which name
-globals. So the rewritten closure maker is kept per (code object, free variable names), in the module's
-own globals (it lives as long as the module: a regenerated package is a new module and a new memo), and
+globals. So for generated kernels the rewritten closure maker is kept per (code object, free variable
+names), in the kernel module's own globals (it lives as long as the module: a regenerated package is a new module and a new memo), and
 each call only binds the free variables' values.
 
 A skip: before printing a C kernel, TileLang lowers its intrinsics and runs the arithmetic simplifier over
@@ -85,9 +85,13 @@ def _memoize_the_ast_rewrite():
     from pathlib import Path
     from tilelang.language.eager import ast as eager_ast, builder, utils
 
+    from .. import registry
+
     def memoized(func):
         nonlocals = utils.get_func_nonlocals(func)
-        if "T" in nonlocals:          # the annotation heads would read a free variable's value: no memo
+        # generated kernels only (other TileLang code in the process keeps TileLang's own rewrite), and none
+        # whose annotation heads would read a free variable's value
+        if not func.__module__.startswith(registry.PACKAGE + ".") or "T" in nonlocals:
             return eager_ast.mutate(func)
         memo = func.__globals__.setdefault(_MEMO, {})
         key = (func.__code__, tuple(nonlocals))
