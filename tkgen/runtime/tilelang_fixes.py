@@ -13,8 +13,8 @@ merged factory and more than half of a C kernel's build. The rewrite depends on 
 names (not the values) of its free variables and its module's globals: the only values it evaluates are
 the heads of argument annotations and of `with` items (`T.Tensor`, `T.float32`, `T.Kernel`), which name
 globals. So for generated kernels the rewritten closure maker is kept per (code object, free variable
-names), in the kernel module's own globals (it lives as long as the module: a regenerated package is a new module and a new memo), and
-each call only binds the free variables' values.
+names), in the kernel module's own globals (it lives as long as the module: a regenerated package is a new
+module and a new memo), and each call only binds the free variables' values.
 
 A skip: before printing a C kernel, TileLang lowers its intrinsics and runs the arithmetic simplifier over
 the whole kernel once more (`tilelang.engine.lower._prepare_device_codegen_mod`). For the C target that last
