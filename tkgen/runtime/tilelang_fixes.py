@@ -91,7 +91,7 @@ def _memoize_the_ast_rewrite():
         nonlocals = utils.get_func_nonlocals(func)
         # generated kernels only (other TileLang code in the process keeps TileLang's own rewrite), and none
         # whose annotation heads would read a free variable's value
-        if not func.__module__.startswith(registry.PACKAGE + ".") or "T" in nonlocals:
+        if not (func.__module__ or "").startswith(registry.PACKAGE + ".") or "T" in nonlocals:
             return eager_ast.mutate(func)
         memo = func.__globals__.setdefault(_MEMO, {})
         key = (func.__code__, tuple(nonlocals))
