@@ -151,8 +151,15 @@ def tk_per_channel_cast_from_fp8(params, dims):
     _tk_whole_blocks(dims, "T")
     scale = params["scale"]
     kwargs = dict(round_sf=scale in ("pow2", "ue8m0"), use_packed_ue8m0=scale == "ue8m0")
-    return lambda q, sf: tk.quant.per_channel_cast((q, sf), params["fmt"], params["group_tokens"],
-                                                   num_per_channels=params["in_group"], **kwargs)
+    in_group = params["in_group"]
+
+    def run(q, sf=None):
+        _need(sf is not None, "rescales a quantized input only with its scales")
+        # tkgen stores e4m3 codes as uint8: TileKernels tells a quantized input by its float8 dtype
+        q = q.view(torch.float8_e4m3fn) if q.dtype == torch.uint8 else q
+        return tk.quant.per_channel_cast((q, sf), params["fmt"], params["group_tokens"], num_per_channels=in_group,
+                                         **kwargs)
+    return run
 
 
 def _tk_transpose():
@@ -236,9 +243,11 @@ def tk_swiglu_backward_and_per_token_cast(params, dims):
     _need(dims["H"] % 64 == 0, "needs H % 64 == 0 for SwiGLU backward")
     kwargs = dict(_tk_sf_kwargs(params["scale"], params["sf_layout"]), do_recompute=params["recompute"])
 
-    def run(q, sf, act_x_grad, weights=None):
+    def run(q, sf, act_x_grad, weights=None, pos_to_expert=None):
+        q = q.view(torch.float8_e4m3fn) if q.dtype == torch.uint8 else q
         return tk.quant.swiglu_backward_and_per_token_cast(
-            (q, sf), act_x_grad, "e4m3", params["group"], **kwargs, **_tk_swiglu_moe(params, weights, None, None))
+            (q, sf), act_x_grad, "e4m3", params["group"], **kwargs,
+            **_tk_swiglu_moe(params, weights, None, pos_to_expert))
     return run
 
 
@@ -318,16 +327,24 @@ def tk_moe_topk_gate_forward(params, dims):
     tk = _tile_kernels()
     k, slots = params["num_topk"], params["num_slots"]
 
-    def run(logits, mask=None, bias=None):
-        return tk.moe.moe_topk_gate_forward(logits, k, slots > k, slots - k, params["routed_scaling_factor"], 0,
-                                            mask=None if mask is None else mask.bool(), bias=bias)
+    def run(logits, mask=None, bias=None, image_bias=None, image_token_mask=None, fix_routing_mask=None,
+            unmapped_topk_idx=None, to_physical_map=None, logical_count=None):
+        as_bool = lambda t: None if t is None else t.bool()  # noqa: E731  (tkgen's masks are int32)
+        return tk.moe.moe_topk_gate_forward(
+            logits, k, slots > k, slots - k, params["routed_scaling_factor"], params.get("ep_rank", 0),
+            mask=as_bool(mask), bias=bias, image_bias=image_bias, image_token_mask=as_bool(image_token_mask),
+            fix_routing_mask=as_bool(fix_routing_mask), to_physical_map=to_physical_map,
+            logical_count=logical_count, unmapped_topk_idx=unmapped_topk_idx)
     return run
 
 
 def tk_moe_topk_gate_backward(params, dims):
     tk = _tile_kernels()
-    return lambda scores, topk_idx, topk_weights, grad: tk.moe.moe_topk_gate_backward(
-        scores, topk_idx, topk_weights, grad, params["routed_scaling_factor"])
+    def run(scores, topk_idx, topk_weights, grad, grad_scores_sum=None, mask=None):
+        return tk.moe.moe_topk_gate_backward(scores, topk_idx, topk_weights, grad, params["routed_scaling_factor"],
+                                             mask=None if mask is None else mask.bool(),
+                                             grad_scores_sum=grad_scores_sum)
+    return run
 
 
 def tk_apply_rotary(params, dims):

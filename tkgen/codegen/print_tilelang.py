@@ -11,6 +11,7 @@ from typing import Dict, List
 
 from ..spec import expr as E
 from ..ir import prim as ir, kernel as kir
+from ..ir.sharing import Bindings
 from ..spec import pyexpr as P
 from ..ir.prim import F32, I32, I64, RAW, U32
 from .printers import TileLangPrinter, tl_dtype
@@ -82,6 +83,14 @@ class KernelPrinter:
             return raw if fmt.is_float32 else f'T.cast({raw}, "float32")'
         self.helpers.add(f"decode_{elem}")
         return f'decode_{elem}(T.cast({raw}, "uint32"))'
+
+    def repeats(self, e) -> int:
+        """How often the printed node repeats each child: a packed code's decoder is a Python function of
+        the code, which it reads in each of its branches (tkgen/ir/sharing.py binds the code once)."""
+        if isinstance(e, ir.Decode) and e.arg.dtype == U32 and e.elem in self.catalog.elements \
+                and self.catalog.elements[e.elem].pack:
+            return 2
+        return 1
 
     def loader(self, dt: str) -> str:
         """`lambda v: ...` decoding a stored element of dtype `dt` (a factory-level dispatch entry)."""
@@ -201,20 +210,38 @@ class KernelPrinter:
         while i < len(body):
             st = body[i]
             if isinstance(st, kir.Compute):
-                lines.append(f"{inner}{self.target(st)} = {self.expr(st.value)}")
+                lines += self.bound((st.value,), tuple(e for _, e in st.at), inner,
+                                    lambda: [f"{inner}{self.target(st)} = {self.expr(st.value)}"])
                 i += 1
                 continue
             group = [st]
             while i + len(group) < len(body) and isinstance(body[i + len(group)], kir.Store) and \
                     body[i + len(group)].guard == st.guard:
                 group.append(body[i + len(group)])
+            values, at = tuple(s.value for s in group), tuple(e for s in group for e in s.indices)
             if st.guard is None:
-                lines += [inner + self.store_line(s) for s in group]
+                lines += self.bound(values, at, inner, lambda: [inner + self.store_line(s) for s in group])
             else:
                 lines.append(f"{inner}if {self.expr(st.guard)}:")
-                lines += [inner + "    " + self.store_line(s) for s in group]
+                lines += self.bound(values, at, inner + "    ",
+                                    lambda: [inner + "    " + self.store_line(s) for s in group])
             i += len(group)
         return lines
+
+    def bound(self, values, indices, ind, print_statement) -> List[str]:
+        """The statement's lines after a let for each subtree its values would print more than once
+        (tkgen/ir/sharing.py), the statement printing those by name."""
+        self.expr.bindings = b = Bindings(values, indices, repeats=self.repeats)
+        lines = []
+        try:
+            for k, e in enumerate(b.subtrees):
+                # named per statement (a later one shadows the name), so that equal statements of merged
+                # variants print alike
+                lines.append(f"{ind}_v{k} = {self.expr(e, named=False)}")
+                b.name(k, f"_v{k}")
+            return lines + print_statement()
+        finally:
+            self.expr.bindings = None
 
     def statement(self, st, ind) -> List[str]:
         if isinstance(st, kir.Nest):

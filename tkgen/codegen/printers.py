@@ -57,6 +57,7 @@ class TileLangPrinter:
 
     def __init__(self, ctx=None):
         self.ctx = ctx or _NoMemory()
+        self.bindings = None       # a statement's bound subtrees (tkgen/ir/sharing.py), printed by name
 
     def const(self, e: ir.Const, opaque=False) -> str:
         if e.dtype == F32:
@@ -74,7 +75,11 @@ class TileLangPrinter:
             return f"T.float64({_float_literal(e.value)})"
         return "True" if e.value else "False"
 
-    def __call__(self, e: ir.Expr) -> str:
+    def __call__(self, e: ir.Expr, named=True) -> str:
+        if named and self.bindings is not None:
+            name = self.bindings.name_of(e)
+            if name is not None:
+                return name
         if isinstance(e, ir.Const):
             return self.const(e)
         if isinstance(e, ir.Var):

@@ -147,12 +147,12 @@ def make_variants(with_image_token_mask, HC, D, clamp_value, *, threads, block_t
                     _t2[i_t, i_d] = T.float32(-0.0)
                 for r_h in (T.unroll if N_h <= 256 else T.serial)(N_h):
                     for i_t, i_d in T.Parallel(B_t, B_d):
+                        _v0 = ((((b_t * B_t) + i_t) < N_t) & (r_h < N_h))
                         _t2[i_t, i_d] = (_t2[i_t, i_d]
                             + (
-                                T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_h < N_h)) & (i_d < N_d)),
+                                T.if_then_else((_v0 & (i_d < N_d)),
                                     T.cast(grad_out[((b_t * B_t) + i_t), r_h, i_d], "float32"), T.float32(0.0))
-                                * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_h < N_h)),
-                                    gate_score[((b_t * B_t) + i_t), r_h], T.float32(0.0))))
+                                * T.if_then_else(_v0, gate_score[((b_t * B_t) + i_t), r_h], T.float32(0.0))))
                 for i_t, i_d in T.Parallel(B_t, B_d):
                     if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
                         if not with_image_token_mask:

@@ -59,12 +59,10 @@ def make_variants(with_image_token_mask, L, N, M, *, threads, block_t, tile_elem
             for i_l, i_n, i_j in T.Parallel(B_l, B_n, B_j):
                 _t2[i_l, i_n, i_j] = T.cast(vocab_sizes[((b_l * B_l) + i_l), ((b_n * B_n) + i_n), i_j], "int32")
             for i_t, i_l, i_n, i_j in T.Parallel(B_t, B_l, B_n, B_j):
-                r[i_t, i_l, i_n, i_j] = T.Select(((T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(0))
-                        | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(0),
-                    T.floormod(h[i_t, i_l, i_n],
-                        T.Select(((T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(0))
-                                | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1))), T.int64(1),
-                            T.cast(_t2[i_l, i_n, i_j], "int64"))))
+                _v0 = ((T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(0))
+                    | (T.cast(_t2[i_l, i_n, i_j], "int64") == T.int64(-1)))
+                r[i_t, i_l, i_n, i_j] = T.Select(_v0, T.int64(0),
+                    T.floormod(h[i_t, i_l, i_n], T.Select(_v0, T.int64(1), T.cast(_t2[i_l, i_n, i_j], "int64"))))
             if with_image_token_mask:
                 for i_t in T.Parallel(B_t):
                     _t3[i_t] = T.if_then_else((((b_t * B_t) + i_t) < N_t),

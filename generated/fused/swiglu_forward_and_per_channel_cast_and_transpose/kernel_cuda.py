@@ -106,19 +106,19 @@ def make_e4m3(scale, transpose, with_clamp, H, group_tokens, clamp, x_dtype, *, 
             if scale == 'ue8m0':
                 for i_k, i_h_p in T.Parallel(B_k, B_h_p):
                     if (((b_k * B_k) + i_k) < N_k):
+                        _v0 = (((b_h * B_h_p) + i_h_p) * T.int32(4))
                         sf[((b_k * B_k) + i_k), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
-                                        T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
-                                            sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
+                                        T.if_then_else((_v0 < N_h), sf_codes[i_k, (i_h_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1))
-                                                < N_h), sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else(((_v0 + T.int32(1)) < N_h),
+                                                sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                        T.if_then_else(((_v0 + T.int32(2)) < N_h),
                                             sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                    T.if_then_else(((_v0 + T.int32(3)) < N_h),
                                         sf_codes[i_k, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                 for i_k, i_h in T.Parallel(B_k, B_h):

@@ -408,36 +408,38 @@ def make_e4m3(scale, with_weights, with_pos_to_token_topk, with_topk_weights, wi
                 for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                     if not with_pos_to_token_topk and not with_pos_to_expert:
                         if (((b_t * B_t) + i_t) < N_t):
+                            _v0 = (((b_g * B_g_p) + i_g_p) * T.int32(4))
                             sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                            T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_g),
+                                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2))
-                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
                     if with_pos_to_expert or with_pos_to_token_topk:
                         if (keep[i_t] & (((b_t * B_t) + i_t) < N_t)):
+                            _v0 = (((b_g * B_g_p) + i_g_p) * T.int32(4))
                             sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                            T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_g),
+                                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2))
-                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
                 for i_t, i_g in T.Parallel(B_t, B_g):

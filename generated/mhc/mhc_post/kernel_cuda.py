@@ -46,11 +46,10 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 out_tile[i_t, i_o, i_d] = px[i_t, i_o, i_d]
             for r_i in (T.unroll if N_i <= 256 else T.serial)(N_i):
                 for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):
+                    _v0 = ((((b_t * B_t) + i_t) < N_t) & (r_i < N_i))
                     out_tile[i_t, i_o, i_d] = (out_tile[i_t, i_o, i_d]
-                        + (
-                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_i < N_i)),
-                                comb[((b_t * B_t) + i_t), r_i, ((b_o * B_o) + i_o)], T.float32(0.0))
-                            * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_i < N_i)),
+                        + (T.if_then_else(_v0, comb[((b_t * B_t) + i_t), r_i, ((b_o * B_o) + i_o)], T.float32(0.0))
+                            * T.if_then_else(_v0,
                                 T.cast(residual[((b_t * B_t) + i_t), r_i, ((b_d * B_d) + i_d)], "float32"),
                                 T.float32(0.0))))
             for i_t, i_o, i_d in T.Parallel(B_t, B_o, B_d):

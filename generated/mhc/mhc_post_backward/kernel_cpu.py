@@ -50,9 +50,10 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 x_grad_tile[i_t, i_d] = T.float32(0.0)
             for r_o in T.serial(N_o):
                 for i_t, i_d in T.grid(B_t, B_d):
+                    _v0 = (((b_t * B_t) + i_t) < N_t)
                     x_grad_tile[i_t, i_d] = (x_grad_tile[i_t, i_d]
-                        + (T.if_then_else((((b_t * B_t) + i_t) < N_t), post[((b_t * B_t) + i_t), r_o], T.float32(0.0))
-                            * T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        + (T.if_then_else(_v0, post[((b_t * B_t) + i_t), r_o], T.float32(0.0))
+                            * T.if_then_else(_v0,
                                 decode_bf16(T.cast(grad_out[((b_t * B_t) + i_t), r_o, i_d], "uint32")),
                                 T.float32(0.0))))
             for i_t, i_d in T.grid(B_t, B_d):
@@ -62,11 +63,10 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 residual_grad_tile[i_t, i_i, i_d] = T.float32(0.0)
             for r_o in T.serial(N_o):
                 for i_t, i_i, i_d in T.grid(B_t, B_i, B_d):
+                    _v0 = (((b_t * B_t) + i_t) < N_t)
                     residual_grad_tile[i_t, i_i, i_d] = (residual_grad_tile[i_t, i_i, i_d]
-                        + (
-                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                comb[((b_t * B_t) + i_t), ((b_i * B_i) + i_i), r_o], T.float32(0.0))
-                            * T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                        + (T.if_then_else(_v0, comb[((b_t * B_t) + i_t), ((b_i * B_i) + i_i), r_o], T.float32(0.0))
+                            * T.if_then_else(_v0,
                                 decode_bf16(T.cast(grad_out[((b_t * B_t) + i_t), r_o, i_d], "uint32")),
                                 T.float32(0.0))))
             for i_t, i_i, i_d in T.grid(B_t, B_i, B_d):

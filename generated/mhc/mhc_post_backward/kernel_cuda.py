@@ -51,11 +51,10 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 x_grad_tile[i_t, i_d] = T.float32(0.0)
             for r_o in (T.unroll if N_o <= 256 else T.serial)(N_o):
                 for i_t, i_d in T.Parallel(B_t, B_d):
+                    _v0 = ((((b_t * B_t) + i_t) < N_t) & (r_o < N_o))
                     x_grad_tile[i_t, i_d] = (x_grad_tile[i_t, i_d]
-                        + (
-                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_o < N_o)), post[((b_t * B_t) + i_t), r_o],
-                                T.float32(0.0))
-                            * T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_o < N_o)) & (i_d < N_d)),
+                        + (T.if_then_else(_v0, post[((b_t * B_t) + i_t), r_o], T.float32(0.0))
+                            * T.if_then_else((_v0 & (i_d < N_d)),
                                 T.cast(grad_out[((b_t * B_t) + i_t), r_o, i_d], "float32"), T.float32(0.0))))
             for i_t, i_d in T.Parallel(B_t, B_d):
                 if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):
@@ -64,11 +63,10 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 residual_grad_tile[i_t, i_i, i_d] = T.float32(0.0)
             for r_o in (T.unroll if N_o <= 256 else T.serial)(N_o):
                 for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
+                    _v0 = ((((b_t * B_t) + i_t) < N_t) & (r_o < N_o))
                     residual_grad_tile[i_t, i_i, i_d] = (residual_grad_tile[i_t, i_i, i_d]
-                        + (
-                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_o < N_o)),
-                                comb[((b_t * B_t) + i_t), ((b_i * B_i) + i_i), r_o], T.float32(0.0))
-                            * T.if_then_else((((((b_t * B_t) + i_t) < N_t) & (r_o < N_o)) & (i_d < N_d)),
+                        + (T.if_then_else(_v0, comb[((b_t * B_t) + i_t), ((b_i * B_i) + i_i), r_o], T.float32(0.0))
+                            * T.if_then_else((_v0 & (i_d < N_d)),
                                 T.cast(grad_out[((b_t * B_t) + i_t), r_o, i_d], "float32"), T.float32(0.0))))
             for i_t, i_i, i_d in T.Parallel(B_t, B_i, B_d):
                 if ((((b_t * B_t) + i_t) < N_t) & (i_d < N_d)):

@@ -29,10 +29,11 @@ def build_base(M, D, *, threads, block_t):
                 y_tile[i_t, i_d] = T.float32(0.0)
             for r_s in T.serial(N_s):
                 for i_t, i_d in T.grid(B_t, B_d):
+                    _v0 = (((b_t * B_t) + i_t) < N_t)
                     y_tile[i_t, i_d] = (y_tile[i_t, i_d]
-                        + (T.if_then_else((((b_t * B_t) + i_t) < N_t), mix[((b_t * B_t) + i_t), r_s], T.float32(0.0))
-                            * T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                decode_bf16(T.cast(x[((b_t * B_t) + i_t), r_s, i_d], "uint32")), T.float32(0.0))))
+                        + (T.if_then_else(_v0, mix[((b_t * B_t) + i_t), r_s], T.float32(0.0))
+                            * T.if_then_else(_v0, decode_bf16(T.cast(x[((b_t * B_t) + i_t), r_s, i_d], "uint32")),
+                                T.float32(0.0))))
             for i_t, i_d in T.grid(B_t, B_d):
                 if (((b_t * B_t) + i_t) < N_t):
                     y[((b_t * B_t) + i_t), i_d] = T.cast(encode_bf16(y_tile[i_t, i_d]), "uint16")

@@ -31,12 +31,11 @@ def build_base(M, D, *, threads, block_t, tile_elems):
                 y_tile[i_t, i_d] = T.float32(0.0)
             for r_s in (T.unroll if N_s <= 256 else T.serial)(N_s):
                 for i_t, i_d in T.Parallel(B_t, B_d):
+                    _v0 = ((((b_t * B_t) + i_t) < N_t) & (r_s < N_s))
                     y_tile[i_t, i_d] = (y_tile[i_t, i_d]
-                        + (
-                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_s < N_s)), mix[((b_t * B_t) + i_t), r_s],
-                                T.float32(0.0))
-                            * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_s < N_s)),
-                                T.cast(x[((b_t * B_t) + i_t), r_s, ((b_d * B_d) + i_d)], "float32"), T.float32(0.0))))
+                        + (T.if_then_else(_v0, mix[((b_t * B_t) + i_t), r_s], T.float32(0.0))
+                            * T.if_then_else(_v0, T.cast(x[((b_t * B_t) + i_t), r_s, ((b_d * B_d) + i_d)], "float32"),
+                                T.float32(0.0))))
             for i_t, i_d in T.Parallel(B_t, B_d):
                 if (((b_t * B_t) + i_t) < N_t):
                     y[((b_t * B_t) + i_t), ((b_d * B_d) + i_d)] = T.cast(y_tile[i_t, i_d], "bfloat16")

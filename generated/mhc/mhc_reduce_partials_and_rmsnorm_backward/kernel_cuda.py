@@ -53,12 +53,11 @@ def build_base(G, N, n_splits, group_size, eps, *, threads, block_t, tile_elems)
                 dot[i_t, i_g] = T.float32(0.0)
             for r_n in (T.unroll if N_n <= 256 else T.serial)(N_n):
                 for i_t, i_g in T.Parallel(B_t, B_g):
+                    _v0 = ((((b_t * B_t) + i_t) < N_t) & (r_n < N_n))
                     dot[i_t, i_g] = (dot[i_t, i_g]
-                        + (
-                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_n < N_n)),
-                                grad_out[((b_t * B_t) + i_t), r_n], T.float32(0.0))
-                            * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_n < N_n)),
-                                out_mul[((b_t * B_t) + i_t), ((b_g * B_g) + i_g), r_n], T.float32(0.0))))
+                        + (T.if_then_else(_v0, grad_out[((b_t * B_t) + i_t), r_n], T.float32(0.0))
+                            * T.if_then_else(_v0, out_mul[((b_t * B_t) + i_t), ((b_g * B_g) + i_g), r_n],
+                                T.float32(0.0))))
             for i_t, i_g in T.Parallel(B_t, B_g):
                 dsq[i_t, i_g] = (
                     -(((T.float32(0.5) * rstd[i_t, i_g]) * dot[i_t, i_g])

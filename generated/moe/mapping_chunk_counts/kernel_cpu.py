@@ -27,12 +27,13 @@ def build_base(num_experts, chunk, *, threads, block_b):
                 counts_tile[i_b, i_e] = T.int32(0)
             for r_r in T.serial(N_r):
                 for i_b, i_e in T.grid(B_b, B_e):
-                    counts_tile[i_b, i_e] = T.Select((((((b_b * B_b) + i_b) * N_r) + r_r) < N),
+                    _v0 = (((((b_b * B_b) + i_b) * N_r) + r_r) < N)
+                    counts_tile[i_b, i_e] = T.Select(_v0,
                         (counts_tile[i_b, i_e]
                             + T.Select((
-                                    T.if_then_else((((((b_b * B_b) + i_b) * N_r) + r_r) < N),
-                                        T.cast(topk_idx[((((b_b * B_b) + i_b) * N_r) + r_r)], "int64"), T.int64(0))
-                                    == T.cast(i_e, "int64")), T.int32(1), T.int32(0))), counts_tile[i_b, i_e])
+                                    T.if_then_else(_v0, T.cast(topk_idx[((((b_b * B_b) + i_b) * N_r) + r_r)], "int64"),
+                                        T.int64(0)) == T.cast(i_e, "int64")), T.int32(1), T.int32(0))),
+                        counts_tile[i_b, i_e])
             for i_b, i_e in T.grid(B_b, B_e):
                 if (((b_b * B_b) + i_b) < N_b):
                     counts[((b_b * B_b) + i_b), i_e] = T.cast(counts_tile[i_b, i_e], "int32")

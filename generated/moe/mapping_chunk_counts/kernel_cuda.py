@@ -27,10 +27,11 @@ def build_base(num_experts, chunk, *, threads, block_b):
                 counts_tile[i_b, i_e] = T.int32(0)
             for r_r in (T.unroll if N_r <= 256 else T.serial)(N_r):
                 for i_b, i_e in T.Parallel(B_b, B_e):
-                    counts_tile[i_b, i_e] = T.Select((((((b_b * B_b) + i_b) * N_r) + r_r) < N),
+                    _v0 = (((((b_b * B_b) + i_b) * N_r) + r_r) < N)
+                    counts_tile[i_b, i_e] = T.Select(_v0,
                         (counts_tile[i_b, i_e]
                             + T.Select((
-                                    T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + r_r) < N) & (r_r < N_r)),
+                                    T.if_then_else((_v0 & (r_r < N_r)),
                                         T.cast(topk_idx[((((b_b * B_b) + i_b) * N_r) + r_r)], "int64"), T.int64(0))
                                     == T.cast(i_e, "int64")), T.int32(1), T.int32(0))), counts_tile[i_b, i_e])
             for i_b, i_e in T.Parallel(B_b, B_e):

@@ -31,11 +31,11 @@ def build_base(E, group, *, threads, block_u):
                 for i_u, i_e in T.grid(B_u, B_e):
                     offsets_tile[i_u, r_c, i_e] = offsets_tile_run[i_u, i_e]
                 for i_u, i_e in T.grid(B_u, B_e):
+                    _v0 = (((((b_u * B_u) + i_u) * N_c) + r_c) < NB)
                     offsets_tile_run[i_u, i_e] = (offsets_tile_run[i_u, i_e]
-                        + T.Select((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),
-                            T.if_then_else((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),
-                                T.cast(counts[((((b_u * B_u) + i_u) * N_c) + r_c), i_e], "int32"), T.int32(0)),
-                            T.int32(0)))
+                        + T.Select(_v0,
+                            T.if_then_else(_v0, T.cast(counts[((((b_u * B_u) + i_u) * N_c) + r_c), i_e], "int32"),
+                                T.int32(0)), T.int32(0)))
             for i_u, i_c, i_e in T.grid(B_u, B_c, B_e):
                 if (((((b_u * B_u) + i_u) * N_c) + i_c) < NB):
                     offsets[((((b_u * B_u) + i_u) * N_c) + i_c), i_e] = T.cast(offsets_tile[i_u, i_c, i_e], "int32")
@@ -43,11 +43,11 @@ def build_base(E, group, *, threads, block_u):
                 totals_tile[i_u, i_e] = T.int32(0)
             for r_c in T.serial(N_c):
                 for i_u, i_e in T.grid(B_u, B_e):
-                    totals_tile[i_u, i_e] = T.Select((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),
+                    _v0 = (((((b_u * B_u) + i_u) * N_c) + r_c) < NB)
+                    totals_tile[i_u, i_e] = T.Select(_v0,
                         (totals_tile[i_u, i_e]
-                            + T.if_then_else((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),
-                                T.cast(counts[((((b_u * B_u) + i_u) * N_c) + r_c), i_e], "int32"), T.int32(0))),
-                        totals_tile[i_u, i_e])
+                            + T.if_then_else(_v0, T.cast(counts[((((b_u * B_u) + i_u) * N_c) + r_c), i_e], "int32"),
+                                T.int32(0))), totals_tile[i_u, i_e])
             for i_u, i_e in T.grid(B_u, B_e):
                 if (((b_u * B_u) + i_u) < N_u):
                     totals[((b_u * B_u) + i_u), i_e] = T.cast(totals_tile[i_u, i_e], "int32")

@@ -34,9 +34,10 @@ def build_base(E, group, *, threads, block_u, tile_elems):
                 for i_u, i_e in T.Parallel(B_u, B_e):
                     offsets_tile[i_u, r_c, i_e] = offsets_tile_run[i_u, i_e]
                 for i_u, i_e in T.Parallel(B_u, B_e):
+                    _v0 = (((((b_u * B_u) + i_u) * N_c) + r_c) < NB)
                     offsets_tile_run[i_u, i_e] = (offsets_tile_run[i_u, i_e]
-                        + T.Select((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),
-                            T.if_then_else(((((((b_u * B_u) + i_u) * N_c) + r_c) < NB) & (r_c < N_c)),
+                        + T.Select(_v0,
+                            T.if_then_else((_v0 & (r_c < N_c)),
                                 T.cast(counts[((((b_u * B_u) + i_u) * N_c) + r_c), ((b_e * B_e) + i_e)], "int32"),
                                 T.int32(0)), T.int32(0)))
             for i_u, i_c, i_e in T.Parallel(B_u, B_c, B_e):
@@ -47,9 +48,10 @@ def build_base(E, group, *, threads, block_u, tile_elems):
                 totals_tile[i_u, i_e] = T.int32(0)
             for r_c in (T.unroll if N_c <= 256 else T.serial)(N_c):
                 for i_u, i_e in T.Parallel(B_u, B_e):
-                    totals_tile[i_u, i_e] = T.Select((((((b_u * B_u) + i_u) * N_c) + r_c) < NB),
+                    _v0 = (((((b_u * B_u) + i_u) * N_c) + r_c) < NB)
+                    totals_tile[i_u, i_e] = T.Select(_v0,
                         (totals_tile[i_u, i_e]
-                            + T.if_then_else(((((((b_u * B_u) + i_u) * N_c) + r_c) < NB) & (r_c < N_c)),
+                            + T.if_then_else((_v0 & (r_c < N_c)),
                                 T.cast(counts[((((b_u * B_u) + i_u) * N_c) + r_c), ((b_e * B_e) + i_e)], "int32"),
                                 T.int32(0))), totals_tile[i_u, i_e])
             for i_u, i_e in T.Parallel(B_u, B_e):

@@ -43,19 +43,15 @@ def build_base(E, alignment, *, threads, block_u):
                 for i_u in T.Parallel(B_u):
                     start[i_u, r_e] = start_run[i_u]
                 for i_u in T.Parallel(B_u):
+                    _v0 = ((
+                            T.if_then_else(((((b_u * B_u) + i_u) < N_u) & (r_e < N_e)),
+                                T.cast(totals[((b_u * B_u) + i_u), r_e], "int32"), T.int32(0)) + T.int32(alignment))
+                        - T.int32(1))
                     start_run[i_u] = (start_run[i_u]
                         + (
                             T.Select((T.int32(alignment) == T.int32(0)), T.int32(0),
-                                T.Select((T.int32(alignment) == T.int32(-1)),
-                                    (
-                                        -((
-                                            T.if_then_else(((((b_u * B_u) + i_u) < N_u) & (r_e < N_e)),
-                                            T.cast(totals[((b_u * B_u) + i_u), r_e], "int32"), T.int32(0))
-                                            + T.int32(alignment)) - T.int32(1))),
-                                    T.floordiv(((
-                                            T.if_then_else(((((b_u * B_u) + i_u) < N_u) & (r_e < N_e)),
-                                            T.cast(totals[((b_u * B_u) + i_u), r_e], "int32"), T.int32(0))
-                                            + T.int32(alignment)) - T.int32(1)),
+                                T.Select((T.int32(alignment) == T.int32(-1)), (-_v0),
+                                    T.floordiv(_v0,
                                         T.Select(((T.int32(alignment) == T.int32(0))
                                             | (T.int32(alignment) == T.int32(-1))), T.int32(1), T.int32(alignment)))))
                             * T.int32(alignment)))

@@ -47,10 +47,10 @@ def build_base(K, n, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, t
                                         | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
                                         T.cast(T.int32(per_dp), "int64")))))
                         * T.cast((T.int32(per_dp) - T.int32(per_gpu)), "int64")))
+                _v0 = ((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1)))
                 mine[i_t, i_k] = ((v[i_t, i_k] >= T.int64(0))
                     & (
-                        T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                            T.int64(0),
+                        T.Select(_v0, T.int64(0),
                             T.floormod(
                                 T.Select((T.cast(T.int32(per_gpu), "int64") == T.int64(0)), T.int64(0),
                                     T.Select((T.cast(T.int32(per_gpu), "int64") == T.int64(-1)), (-v[i_t, i_k]),
@@ -58,9 +58,7 @@ def build_base(K, n, num_ep_ranks, tp_rank, num_tp_ranks, *, threads, block_t, t
                                         T.Select(((T.cast(T.int32(per_gpu), "int64") == T.int64(0))
                                         | (T.cast(T.int32(per_gpu), "int64") == T.int64(-1))), T.int64(1),
                                         T.cast(T.int32(per_gpu), "int64"))))),
-                                T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                        | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1), T.int64(num_tp_ranks))))
-                        == T.int64(tp_rank)))
+                                T.Select(_v0, T.int64(1), T.int64(num_tp_ranks)))) == T.int64(tp_rank)))
                 if (((b_t * B_t) + i_t) < N_t):
                     masked[((b_t * B_t) + i_t), ((b_k * B_k) + i_k)] = T.cast(
                         T.Select((mine[i_t, i_k] & (r[i_t, i_k] >= T.int64(0))), r[i_t, i_k], T.int64(-1)), "int64")

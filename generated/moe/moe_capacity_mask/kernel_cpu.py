@@ -141,15 +141,12 @@ def build_base(K, num_experts, *, threads, block_t, blocks):
                     kept_here[i_t, i_e] = T.Select((((b_t * B_t) + i_t) < N_t), T.int32(0), T.int32(0))
                 for r_k in T.serial(N_k):
                     for i_t, i_e in T.grid(B_t, B_e):
-                        kept_here[i_t, i_e] = T.Select((((b_t * B_t) + i_t) < N_t),
+                        _v0 = (((b_t * B_t) + i_t) < N_t)
+                        _v1 = T.if_then_else(_v0, T.cast(topk_idx[((b_t * B_t) + i_t), r_k], "int64"), T.int64(0))
+                        kept_here[i_t, i_e] = T.Select(_v0,
                             (kept_here[i_t, i_e]
-                                + T.Select(((((
-                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(topk_idx[((b_t * B_t) + i_t), r_k], "int64"), T.int64(0))
-                                                >= T.int64(0))
-                                                & (
-                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(topk_idx[((b_t * B_t) + i_t), r_k], "int64"), T.int64(0))
+                                + T.Select(((((_v1 >= T.int64(0))
+                                                & (_v1
                                                 < T.Select(
                                                 T.isnan(T.reinterpret(T.uint32(f32_bits(num_experts)), "float32")),
                                                 T.int64(0),
@@ -159,10 +156,7 @@ def build_base(K, num_experts, *, threads, block_t, blocks):
                                                 < T.float32(-9.223372036854776e+18)), T.int64(-9223372036854775808),
                                                 T.cast(T.reinterpret(T.uint32(f32_bits(num_experts)), "float32"),
                                                 "int64")))))) & (rank_shared[i_t, r_k] < capacity))
-                                        & (
-                                            T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(topk_idx[((b_t * B_t) + i_t), r_k], "int64"), T.int64(0))
-                                            == T.cast(i_e, "int64"))), T.int32(1), T.int32(0))), T.int32(0))
+                                        & (_v1 == T.cast(i_e, "int64"))), T.int32(1), T.int32(0))), T.int32(0))
                 T.reduce_sum(kept_here, kept_tile, dim=0)
                 for i_e in T.grid(B_e):
                     T.atomic_add(kept[i_e], T.cast(kept_tile[i_e], "int32"))

@@ -90,15 +90,13 @@ def make_variants(with_grad_scores_sum, with_mask, E, K, routed_scaling_factor, 
                 rho[i_t] = T.float32(0.0)
             for r_j in (T.unroll if N_j <= 256 else T.serial)(N_j):
                 for i_t in T.Parallel(B_t):
+                    _v0 = ((((b_t * B_t) + i_t) < N_t) & (r_j < N_j))
                     rho[i_t] = (rho[i_t]
-                        + T.Select((
-                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
-                                    T.cast(topk_idx[((b_t * B_t) + i_t), r_j], "int64"), T.int64(0)) >= T.int64(0)),
-                            (
-                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
-                                    grad_topk_weights[((b_t * B_t) + i_t), r_j], T.float32(0.0))
-                                * T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_j < N_j)),
-                                    topk_weights[((b_t * B_t) + i_t), r_j], T.float32(0.0))), T.float32(0.0)))
+                        + T.Select((T.if_then_else(_v0, T.cast(topk_idx[((b_t * B_t) + i_t), r_j], "int64"), T.int64(0))
+                                >= T.int64(0)),
+                            (T.if_then_else(_v0, grad_topk_weights[((b_t * B_t) + i_t), r_j], T.float32(0.0))
+                                * T.if_then_else(_v0, topk_weights[((b_t * B_t) + i_t), r_j], T.float32(0.0))),
+                            T.float32(0.0)))
             for i_t, i_j in T.Parallel(B_t, B_j):
                 per_slot[i_t, i_j] = T.Select(valid[i_t, i_j],
                     (((T.float32(routed_scaling_factor) * g[i_t, i_j]) - rho[i_t]) / den[i_t]), T.float32(0.0))

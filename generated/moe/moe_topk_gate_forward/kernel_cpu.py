@@ -272,11 +272,9 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
                         "int32")
                 for i_t, i_s in T.grid(B_t, B_s):
                     cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
-                    rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))),
-                        T.int32(0),
-                        T.floormod(tok[i_t],
-                            T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
-                                cnt[i_t, i_s])))
+                    _v0 = ((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1)))
+                    rem[i_t, i_s] = T.Select(_v0, T.int32(0),
+                        T.floormod(tok[i_t], T.Select(_v0, T.int32(1), cnt[i_t, i_s])))
                     crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0)) & (tok[i_t] < T.int32(0))),
                         (rem[i_t, i_s] - cnt[i_t, i_s]), rem[i_t, i_s])
                     back[i_t, i_s] = (crem[i_t, i_s] < T.int32(0))

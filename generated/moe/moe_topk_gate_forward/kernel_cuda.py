@@ -274,13 +274,11 @@ def make_variants(with_mask, with_bias, with_image_bias, with_image_token_mask, 
                         T.int32(0))
                 for i_t, i_s in T.Parallel(B_t, B_s):
                     cnt[i_t, i_s] = T.max(count[i_t, i_s], T.int32(1))
-                    rem[i_t, i_s] = T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))),
-                        T.int32(0),
+                    _v0 = ((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1)))
+                    rem[i_t, i_s] = T.Select(_v0, T.int32(0),
                         T.floormod(
                             T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
-                                "int32"),
-                            T.Select(((cnt[i_t, i_s] == T.int32(0)) | (cnt[i_t, i_s] == T.int32(-1))), T.int32(1),
-                                cnt[i_t, i_s])))
+                                "int32"), T.Select(_v0, T.int32(1), cnt[i_t, i_s])))
                     crem[i_t, i_s] = T.Select(((rem[i_t, i_s] != T.int32(0))
                             & (
                                 T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),

@@ -46,13 +46,13 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                 acc[i_t, i_h] = T.float32(0.0)
             for r_k in T.serial(N_k):
                 for i_t, i_h in T.grid(B_t, B_h):
+                    _v0 = (
+                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
+                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0))
                     if not with_topk_weights and not with_x_sf:
                         acc[i_t, i_h] = T.cast(
                             T.cast(
-                                T.if_then_else((((
-                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                                T.if_then_else(((_v0
                                             & (
                                                 T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -62,19 +62,12 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                             T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
                                                 T.int32(0)), i_h]), T.float32(0.0)), "float64")
-                            * T.cast(
-                                T.Select((
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                        >= T.int32(0)), T.float32(1.0), T.float32(0.0)), "float64")
+                            * T.cast(T.Select(_v0, T.float32(1.0), T.float32(0.0)), "float64")
                             + T.cast(acc[i_t, i_h], "float64"), "float32")
                     if not with_topk_weights and with_x_sf:
                         acc[i_t, i_h] = T.cast(
                             T.cast(
-                                T.if_then_else((((
-                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                                T.if_then_else(((_v0
                                             & (
                                                 T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -85,14 +78,8 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
                                                 T.int32(0)), i_h]), T.float32(0.0)), "float64")
                             * T.cast(
-                                T.Select((
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                        >= T.int32(0)),
-                                    T.if_then_else((((
-                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                                T.Select(_v0,
+                                    T.if_then_else(((_v0
                                                 & (
                                                 T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -105,10 +92,7 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                     if with_topk_weights and not with_x_sf:
                         acc[i_t, i_h] = T.cast(
                             T.cast(
-                                T.if_then_else((((
-                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                                T.if_then_else(((_v0
                                             & (
                                                 T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -119,20 +103,14 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
                                                 T.int32(0)), i_h]), T.float32(0.0)), "float64")
                             * T.cast(
-                                T.Select((
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                        >= T.int32(0)),
+                                T.Select(_v0,
                                     T.if_then_else((((b_t * B_t) + i_t) < N_t), topk_weights[((b_t * B_t) + i_t), r_k],
                                         T.float32(0.0)), T.float32(0.0)), "float64") + T.cast(acc[i_t, i_h], "float64"),
                             "float32")
                     if with_topk_weights and with_x_sf:
                         acc[i_t, i_h] = T.cast(
                             T.cast(
-                                T.if_then_else((((
-                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                                T.if_then_else(((_v0
                                             & (
                                                 T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -143,17 +121,11 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
                                                 T.int32(0)), i_h]), T.float32(0.0)), "float64")
                             * T.cast(
-                                T.Select((
-                                        T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                        >= T.int32(0)),
+                                T.Select(_v0,
                                     (
                                         T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                             topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0))
-                                        * T.if_then_else((((
-                                                T.if_then_else((((b_t * B_t) + i_t) < N_t),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                                        * T.if_then_else(((_v0
                                                 & (
                                                 T.if_then_else((((b_t * B_t) + i_t) < N_t),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),

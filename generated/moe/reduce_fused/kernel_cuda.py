@@ -48,12 +48,12 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                 acc[i_t, i_h] = T.float32(0.0)
             for r_k in (T.unroll if N_k <= 256 else T.serial)(N_k):
                 for i_t, i_h in T.Parallel(B_t, B_h):
+                    _v0 = (
+                        T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
+                            T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)) >= T.int32(0))
                     if not with_topk_weights and not with_x_sf:
                         acc[i_t, i_h] = T.fma(
-                            T.if_then_else((((
-                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                            T.if_then_else(((_v0
                                         & (
                                             T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -63,16 +63,10 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                         T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                             T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         ((b_h * B_h) + i_h)]), T.float32(0.0)),
-                            T.Select((
-                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)), T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
+                            T.Select(_v0, T.float32(1.0), T.float32(0.0)), acc[i_t, i_h])
                     if not with_topk_weights and with_x_sf:
                         acc[i_t, i_h] = T.fma(
-                            T.if_then_else((((
-                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                            T.if_then_else(((_v0
                                         & (
                                             T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -82,14 +76,8 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                         T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                             T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         ((b_h * B_h) + i_h)]), T.float32(0.0)),
-                            T.Select((
-                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
-                                T.if_then_else((((
-                                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                            T.Select(_v0,
+                                T.if_then_else(((_v0
                                             & (
                                                 T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -100,10 +88,7 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                     T.float32(0.0)), T.float32(0.0)), acc[i_t, i_h])
                     if with_topk_weights and not with_x_sf:
                         acc[i_t, i_h] = T.fma(
-                            T.if_then_else((((
-                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                            T.if_then_else(((_v0
                                         & (
                                             T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -113,19 +98,13 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                         T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                             T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         ((b_h * B_h) + i_h)]), T.float32(0.0)),
-                            T.Select((
-                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
+                            T.Select(_v0,
                                 T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                     topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0)), T.float32(0.0)),
                             acc[i_t, i_h])
                     if with_topk_weights and with_x_sf:
                         acc[i_t, i_h] = T.fma(
-                            T.if_then_else((((
-                                            T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                            T.if_then_else(((_v0
                                         & (
                                             T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
@@ -135,17 +114,11 @@ def make_variants(out_format, with_topk_weights, with_x_sf, with_sf, K, H, x_dty
                                         T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                             T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0)),
                                         ((b_h * B_h) + i_h)]), T.float32(0.0)),
-                            T.Select((
-                                    T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                        T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"), T.int32(0))
-                                    >= T.int32(0)),
+                            T.Select(_v0,
                                 (
                                     T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                         topk_weights[((b_t * B_t) + i_t), r_k], T.float32(0.0))
-                                    * T.if_then_else((((
-                                                T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
-                                                T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),
-                                                T.int32(0)) >= T.int32(0))
+                                    * T.if_then_else(((_v0
                                                 & (
                                                 T.if_then_else(((((b_t * B_t) + i_t) < N_t) & (r_k < N_k)),
                                                 T.cast(token_topk_to_pos[((b_t * B_t) + i_t), r_k], "int32"),

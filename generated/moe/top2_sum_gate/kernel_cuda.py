@@ -426,9 +426,9 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                                             | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
                                             T.cast(T.int32(per_dp), "int64")))))
                             * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
+                    _v0 = ((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1)))
                     mine[i_t, i_p] = ((
-                            T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                                T.int64(0),
+                            T.Select(_v0, T.int64(0),
                                 T.floormod(
                                     T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
                                         T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)),
@@ -437,9 +437,7 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                                             T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
                                             | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
                                             T.cast(T.int32(per_rank), "int64"))))),
-                                    T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                            | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1),
-                                        T.int64(num_tp_ranks)))) == T.int64(tp_rank))
+                                    T.Select(_v0, T.int64(1), T.int64(num_tp_ranks)))) == T.int64(tp_rank))
                         & (remapped[i_t, i_p] >= T.int64(0)))
                     if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
                         if not with_mask:
@@ -459,13 +457,11 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                         T.int32(0))
                 for i_t, i_p in T.Parallel(B_t, B_p):
                     cnt[i_t, i_p] = T.max(count[i_t, i_p], T.int32(1))
-                    rem[i_t, i_p] = T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))),
-                        T.int32(0),
+                    _v0 = ((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1)))
+                    rem[i_t, i_p] = T.Select(_v0, T.int32(0),
                         T.floormod(
                             T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
-                                "int32"),
-                            T.Select(((cnt[i_t, i_p] == T.int32(0)) | (cnt[i_t, i_p] == T.int32(-1))), T.int32(1),
-                                cnt[i_t, i_p])))
+                                "int32"), T.Select(_v0, T.int32(1), cnt[i_t, i_p])))
                     crem[i_t, i_p] = T.Select(((rem[i_t, i_p] != T.int32(0))
                             & (
                                 T.cast((T.int64(ep_rank) + (T.cast(((b_t * B_t) + i_t), "int64") * T.int64(23333))),
@@ -501,9 +497,9 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                                             | (T.cast(T.int32(per_dp), "int64") == T.int64(-1))), T.int64(1),
                                             T.cast(T.int32(per_dp), "int64")))))
                             * T.cast((T.int32(per_dp) - T.int32(per_rank)), "int64")))
+                    _v0 = ((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1)))
                     mine[i_t, i_p] = ((
-                            T.Select(((T.int64(num_tp_ranks) == T.int64(0)) | (T.int64(num_tp_ranks) == T.int64(-1))),
-                                T.int64(0),
+                            T.Select(_v0, T.int64(0),
                                 T.floormod(
                                     T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(0)), T.int64(0),
                                         T.Select((T.cast(T.int32(per_rank), "int64") == T.int64(-1)),
@@ -512,9 +508,7 @@ def make_variants(scoring, with_mask, with_fix_routing_mask, with_unmapped_topk_
                                             T.Select(((T.cast(T.int32(per_rank), "int64") == T.int64(0))
                                             | (T.cast(T.int32(per_rank), "int64") == T.int64(-1))), T.int64(1),
                                             T.cast(T.int32(per_rank), "int64"))))),
-                                    T.Select(((T.int64(num_tp_ranks) == T.int64(0))
-                                            | (T.int64(num_tp_ranks) == T.int64(-1))), T.int64(1),
-                                        T.int64(num_tp_ranks)))) == T.int64(tp_rank))
+                                    T.Select(_v0, T.int64(1), T.int64(num_tp_ranks)))) == T.int64(tp_rank))
                         & (remapped[i_t, i_p] >= T.int64(0)))
                     if ((((b_t * B_t) + i_t) < N_t) & (((b_p * B_p) + i_p) < N_p)):
                         if not with_mask:

@@ -77,8 +77,11 @@ def make_variants(fmt, scale, out, H, block, block_rows, *, threads, block_b):
                             >> T.cast((T.floormod(((i_g * N_c) + i_c), T.int32(2)) * T.int32(4)), "uint32"))
                         & T.uint32(15))
                 if fmt == 'e5m6':
+                    _v0 = (((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
+                    _v1 = T.floormod((T.int32(84) - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
+                        T.int32(32))
                     q_code[i_b, i_r, i_g, i_c] = (((
-                                T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                                T.if_then_else(_v0,
                                     (
                                         T.cast(
                                             q[((((b_b * B_b) + i_b) * N_r) + i_r),
@@ -87,16 +90,10 @@ def make_variants(fmt, scale, out, H, block, block_rows, *, threads, block_b):
                                             - T.floordiv((T.int32(84)
                                             - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                             T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                                >> T.cast(
-                                    T.floormod((T.int32(84)
-                                            - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)), "uint32"))
-                            | T.Select(((
-                                        T.floormod((T.int32(84)
-                                            - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))
-                                        + T.int32(12)) > T.int32(32)),
+                                >> T.cast(_v1, "uint32"))
+                            | T.Select(((_v1 + T.int32(12)) > T.int32(32)),
                                 ((
-                                        T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                                        T.if_then_else(_v0,
                                             (
                                             T.cast(
                                             q[((((b_b * B_b) + i_b) * N_r) + i_r),
@@ -107,10 +104,8 @@ def make_variants(fmt, scale, out, H, block, block_rows, *, threads, block_b):
                                             - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                             T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32")
                                             & T.uint32(0xffffffff)), T.uint32(0))
-                                        << T.cast((T.int32(31)
-                                            - T.floormod((T.int32(84)
-                                            - (T.floormod(((i_g * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                            T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+                                        << T.cast((T.int32(31) - _v1), "uint32")) << T.uint32(1)), T.uint32(0)))
+                        & T.uint32(0xfff))
             if fmt in ('e2m1', 'e5m6'):
                 for i_b, i_r, i_g, i_c in T.grid(B_b, B_r, B_g, B_c):
                     if fmt == 'e2m1':

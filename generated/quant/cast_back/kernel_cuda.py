@@ -157,8 +157,11 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads, block_b, tile_elems)
             qf = T.alloc_fragment((B_b, B_r, B_g, B_c), 'float32')
             s = T.alloc_fragment((B_b, B_g), 'float32')
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
+                _v0 = (((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
+                _v1 = T.floormod((T.int32(84)
+                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))), T.int32(32))
                 q_code[i_b, i_r, i_g, i_c] = (((
-                            T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                            T.if_then_else(_v0,
                                 (
                                     T.cast(
                                         q[((((b_b * B_b) + i_b) * N_r) + i_r),
@@ -167,16 +170,10 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads, block_b, tile_elems)
                                         - T.floordiv((T.int32(84)
                                         - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32))))], "uint32") & T.uint32(0xffffffff)), T.uint32(0))
-                            >> T.cast(
-                                T.floormod((T.int32(84)
-                                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                    T.int32(32)), "uint32"))
-                        | T.Select(((
-                                    T.floormod((T.int32(84)
-                                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32)) + T.int32(12)) > T.int32(32)),
+                            >> T.cast(_v1, "uint32"))
+                        | T.Select(((_v1 + T.int32(12)) > T.int32(32)),
                             ((
-                                    T.if_then_else((((((b_b * B_b) + i_b) * N_r) + i_r) < T_),
+                                    T.if_then_else(_v0,
                                         (
                                         T.cast(
                                         q[((((b_b * B_b) + i_b) * N_r) + i_r),
@@ -186,11 +183,8 @@ def make_e5m6(scale, out, H, block, block_rows, *, threads, block_b, tile_elems)
                                         - T.floordiv((T.int32(84)
                                         - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
                                         T.int32(32))), T.int32(1)) - T.int32(1)))], "uint32") & T.uint32(0xffffffff)),
-                                        T.uint32(0))
-                                    << T.cast((T.int32(31)
-                                        - T.floormod((T.int32(84)
-                                        - (T.floormod(((((b_g * B_g) + i_g) * N_c) + i_c), T.int32(8)) * T.int32(12))),
-                                        T.int32(32))), "uint32")) << T.uint32(1)), T.uint32(0))) & T.uint32(0xfff))
+                                        T.uint32(0)) << T.cast((T.int32(31) - _v1), "uint32")) << T.uint32(1)),
+                            T.uint32(0))) & T.uint32(0xfff))
             for i_b, i_r, i_g, i_c in T.Parallel(B_b, B_r, B_g, B_c):
                 qf[i_b, i_r, i_g, i_c] = decode_e5m6(q_code[i_b, i_r, i_g, i_c])
             for i_b, i_g in T.Parallel(B_b, B_g):

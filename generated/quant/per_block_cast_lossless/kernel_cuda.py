@@ -208,36 +208,37 @@ def make_variants(in_scale, scale, sf_layout, H, block_rows, block_cols, in_cols
             if scale == 'ue8m0':
                 for i_b, i_g_p in T.Parallel(B_b, B_g_p):
                     if (((b_b * B_b) + i_b) < N_b):
+                        _v0 = (((b_g * B_g_p) + i_g_p) * T.int32(4))
                         if sf_layout == 'row':
                             out_sf[((b_b * B_b) + i_b), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                            T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                                out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_g), out_sf_codes[i_b, (i_g_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                    < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_g),
+                                                    out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2))
-                                                    < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_g),
+                                                out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_g),
                                             out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
                         if sf_layout == 'col':
                             out_sf[((b_g * B_g_p) + i_g_p), ((b_b * B_b) + i_b)] = T.reinterpret((((
-                                            T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                                out_sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_g), out_sf_codes[i_b, (i_g_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                    < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_g),
+                                                    out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2))
-                                                    < N_g), out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_g),
+                                                out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_g),
                                             out_sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
 

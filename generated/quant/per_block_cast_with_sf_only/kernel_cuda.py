@@ -70,19 +70,19 @@ def make_e4m3(scale, H, block_rows, block_cols, x_dtype, *, threads, block_b, ti
             if scale == 'ue8m0':
                 for i_b, i_g_p in T.Parallel(B_b, B_g_p):
                     if (((b_b * B_b) + i_b) < N_b):
+                        _v0 = (((b_g * B_g_p) + i_g_p) * T.int32(4))
                         sf[((b_b * B_b) + i_b), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                            sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
+                                        T.if_then_else((_v0 < N_g), sf_codes[i_b, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                < N_g), sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else(((_v0 + T.int32(1)) < N_g),
+                                                sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else(((_v0 + T.int32(2)) < N_g),
                                             sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else(((_v0 + T.int32(3)) < N_g),
                                         sf_codes[i_b, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
 

@@ -84,19 +84,19 @@ def make_e4m3(scale, transpose, H, group_tokens, x_dtype, *, threads, block_b, t
             if scale == 'ue8m0':
                 for i_b, i_h_p in T.Parallel(B_b, B_h_p):
                     if (((b_b * B_b) + i_b) < N_b):
+                        _v0 = (((b_h * B_h_p) + i_h_p) * T.int32(4))
                         sf[((b_b * B_b) + i_b), ((b_h * B_h_p) + i_h_p)] = T.reinterpret((((
-                                        T.if_then_else(((((b_h * B_h_p) + i_h_p) * T.int32(4)) < N_h),
-                                            sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0))
+                                        T.if_then_else((_v0 < N_h), sf_codes[i_b, (i_h_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(1))
-                                                < N_h), sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else(((_v0 + T.int32(1)) < N_h),
+                                                sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(2)) < N_h),
+                                        T.if_then_else(((_v0 + T.int32(2)) < N_h),
                                             sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((((b_h * B_h_p) + i_h_p) * T.int32(4)) + T.int32(3)) < N_h),
+                                    T.if_then_else(((_v0 + T.int32(3)) < N_h),
                                         sf_codes[i_b, ((i_h_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
                 for i_b, i_h in T.Parallel(B_b, B_h):

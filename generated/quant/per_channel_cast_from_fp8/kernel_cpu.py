@@ -132,19 +132,20 @@ def make_e4m3(in_scale, scale, with_sf, H, group_tokens, in_group, q_dtype, *, t
                             "float32")
             if scale == 'ue8m0':
                 for i_b_p, i_g, i_c in T.grid(B_b_p, B_g, B_c):
+                    _v0 = (((b_b * B_b_p) + i_b_p) * T.int32(4))
                     out_sf[((b_b * B_b_p) + i_b_p), ((((b_g * B_g) + i_g) * N_c) + i_c)] = T.reinterpret((((
-                                    T.if_then_else(((((b_b * B_b_p) + i_b_p) * T.int32(4)) < N_b),
-                                        out_sf_codes[(i_b_p * T.int32(4)), i_g, i_c], T.uint32(0))
+                                    T.if_then_else((_v0 < N_b), out_sf_codes[(i_b_p * T.int32(4)), i_g, i_c],
+                                        T.uint32(0))
                                     | (
-                                        T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(1)) < N_b),
+                                        T.if_then_else(((_v0 + T.int32(1)) < N_b),
                                             out_sf_codes[((i_b_p * T.int32(4)) + T.int32(1)), i_g, i_c], T.uint32(0))
                                         << T.uint32(8)))
                                 | (
-                                    T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(2)) < N_b),
+                                    T.if_then_else(((_v0 + T.int32(2)) < N_b),
                                         out_sf_codes[((i_b_p * T.int32(4)) + T.int32(2)), i_g, i_c], T.uint32(0))
                                     << T.uint32(16)))
                             | (
-                                T.if_then_else((((((b_b * B_b_p) + i_b_p) * T.int32(4)) + T.int32(3)) < N_b),
+                                T.if_then_else(((_v0 + T.int32(3)) < N_b),
                                     out_sf_codes[((i_b_p * T.int32(4)) + T.int32(3)), i_g, i_c], T.uint32(0))
                                 << T.uint32(24))), "int32")
             if (in_scale, scale, with_sf) in (('fp32', 'fp32', False), ('fp32', 'fp32', True), ('fp32', 'pow2', False),

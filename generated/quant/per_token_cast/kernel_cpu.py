@@ -118,17 +118,13 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e4m3', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                             sf[((b_t * B_t) + i_t), i_g] = T.cast(
                                 encode_e4m3(
                                     T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                             >= T.float32(0.015625)),
                                         T.reinterpret(
-                                            T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                                 + T.float32(16384.0))
@@ -162,17 +158,14 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e5m2', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), i_g] = T.cast(
                                 encode_e4m3(
                                     T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                             >= T.float32(0.015625)),
                                         T.reinterpret(
-                                            T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                    / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                    / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                                 + T.float32(16384.0))
@@ -204,17 +197,14 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e2m1', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), i_g] = T.cast(
                                 encode_e4m3(
                                     T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                             >= T.float32(0.015625)),
                                         T.reinterpret(
-                                            T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                         (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                                 + T.float32(16384.0))
@@ -248,17 +238,14 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e5m6', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), i_g] = T.cast(
                                 encode_e4m3(
                                     T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                             >= T.float32(0.015625)),
                                         T.reinterpret(
-                                            T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                    / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                    / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                         (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                                 + T.float32(16384.0))
@@ -283,69 +270,52 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                         - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0':
                     sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                if (fmt, scale) == ('e4m3', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e4m3', 'e4m3', 'row'):
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
                 if (fmt, scale, sf_layout) == ('e4m3', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale) == ('e5m2', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e5m2', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale) == ('e2m1', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e2m1', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale) == ('e5m6', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e5m6', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
@@ -362,12 +332,7 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -382,12 +347,7 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -402,12 +362,7 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -457,16 +412,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -475,16 +426,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e5m2', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -493,16 +440,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e2m1', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -511,16 +454,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e5m6', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -551,22 +490,19 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(4))), "uint8")
                         if fmt == 'e5m6':
+                            _v0 = T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
+                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
+                            _v1 = T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
+                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                             q[((b_t * B_t) + i_t), (((i_g * N_c_p) + i_c_p) * T.int32(3))] = T.reinterpret((((
                                             T.if_then_else(((i_c_p * T.int32(8)) < N_c),
                                                 q_codes[i_t, i_g, (i_c_p * T.int32(8))], T.uint32(0)) << T.uint32(20))
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                        >> T.uint32(4))), "int32")
+                                            << T.uint32(8))) | (_v0 >> T.uint32(4))), "int32")
                             q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
-                                ] = T.reinterpret((((((
-                                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                                    & T.uint32(15)) << T.uint32(28))
+                                ] = T.reinterpret((((((_v0 & T.uint32(15)) << T.uint32(28))
                                             | (
                                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
                                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
@@ -574,16 +510,9 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t)
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
-                                            << T.uint32(4)))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                        >> T.uint32(8))), "int32")
+                                            << T.uint32(4))) | (_v1 >> T.uint32(8))), "int32")
                             q[((b_t * B_t) + i_t), ((((i_g * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
-                                ] = T.reinterpret(((((
-                                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                                & T.uint32(255)) << T.uint32(24))
+                                ] = T.reinterpret(((((_v1 & T.uint32(255)) << T.uint32(24))
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))

@@ -127,16 +127,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e4m3', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                             sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                         - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
@@ -169,16 +165,13 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e5m2', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                    / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                    / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -210,16 +203,13 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e2m1', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -253,16 +243,13 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e5m6', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                    / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                    / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -287,69 +274,52 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                         - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                 if scale == 'ue8m0':
                     sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                if (fmt, scale) == ('e4m3', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e4m3', 'e4m3', 'row'):
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
                 if (fmt, scale, sf_layout) == ('e4m3', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale) == ('e5m2', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e5m2', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale) == ('e2m1', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e2m1', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale) == ('e5m6', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e5m6', 'e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
@@ -366,12 +336,7 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -386,12 +351,7 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -406,48 +366,44 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             if scale == 'ue8m0':
                 for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                     if (((b_t * B_t) + i_t) < N_t):
+                        _v0 = (((b_g * B_g_p) + i_g_p) * T.int32(4))
                         if sf_layout == 'row':
                             sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                            T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_g),
+                                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2))
-                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
                         if sf_layout == 'col':
                             sf[((b_g * B_g_p) + i_g_p), ((b_t * B_t) + i_t)] = T.reinterpret((((
-                                            T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                                sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_g), sf_codes[i_t, (i_g_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))],
-                                                    T.uint32(0)) << T.uint32(8)))
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_g),
+                                                    sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                                << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2))
-                                                    < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
             if (scale, sf_layout) == ('e4m3', 'col'):
@@ -461,16 +417,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -479,16 +431,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e5m2', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -497,16 +445,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e2m1', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -515,16 +459,12 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e5m6', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -556,6 +496,10 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                         << T.uint32(4))), "uint8")
                     if fmt == 'e5m6':
                         if ((((b_t * B_t) + i_t) < N_t) & ((i_c_p * T.int32(8)) < N_c)):
+                            _v0 = T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
+                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
+                            _v1 = T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
+                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                             q[((b_t * B_t) + i_t), (((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3))
                                 ] = T.reinterpret((((
                                             T.if_then_else(((i_c_p * T.int32(8)) < N_c),
@@ -563,16 +507,9 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                        >> T.uint32(4))), "int32")
+                                            << T.uint32(8))) | (_v0 >> T.uint32(4))), "int32")
                             q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
-                                ] = T.reinterpret((((((
-                                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                                    & T.uint32(15)) << T.uint32(28))
+                                ] = T.reinterpret((((((_v0 & T.uint32(15)) << T.uint32(28))
                                             | (
                                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
                                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
@@ -580,16 +517,9 @@ def make_variants(fmt, scale, sf_layout, H, group, x_dtype, *, threads, block_t,
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
-                                            << T.uint32(4)))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                        >> T.uint32(8))), "int32")
+                                            << T.uint32(4))) | (_v1 >> T.uint32(8))), "int32")
                             q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
-                                ] = T.reinterpret(((((
-                                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                                & T.uint32(255)) << T.uint32(24))
+                                ] = T.reinterpret(((((_v1 & T.uint32(255)) << T.uint32(24))
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))

@@ -57,29 +57,21 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e4m3', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                     sf[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
                 if (fmt, scale) == ('e5m2', 'fp32'):
@@ -92,28 +84,20 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(57344.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e5m2', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
                     sf[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)), "uint32")
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                            / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -129,28 +113,20 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(6.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e2m1', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
                     sf[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -164,28 +140,20 @@ def make_variants(fmt, scale, out, H, group, x_dtype, *, threads, block_t):
                                 - (((T.reinterpret((amax[i_t, i_g] / T.float32(65024.0)), "uint32") - T.uint32(1))
                                         >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                 if (fmt, scale) == ('e5m6', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
                     sf[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)), "uint32")
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                            / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))

@@ -291,17 +291,14 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                 "float32")
                         if (fmt, scale) == ('e4m3', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)),
+                                "uint32")
                             sf[((((b_b * B_b) + i_b) * N_r) + i_r), i_k] = T.cast(
                                 encode_e4m3(
                                     T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                             >= T.float32(0.015625)),
                                         T.reinterpret(
-                                            T.min((((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                         (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                                 + T.float32(16384.0))
@@ -321,17 +318,14 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                 "float32")
                         if (fmt, scale) == ('e2m1', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)),
+                                "uint32")
                             sf[((((b_b * B_b) + i_b) * N_r) + i_r), i_k] = T.cast(
                                 encode_e4m3(
                                     T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                             >= T.float32(0.015625)),
                                         T.reinterpret(
-                                            T.min((((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                         (((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                                 + T.float32(16384.0))
@@ -353,17 +347,14 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                 if scale == 'ue8m0':
                     sf_codes[i_b, i_r, i_k] = ((T.reinterpret(sf_tile[i_b, i_r, i_k], "uint32") >> T.uint32(23))
                         & T.uint32(255))
+                if (fmt, scale) == ('e4m3', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e4m3', 'e4m3', 'row'):
                     inv[i_b, i_r, i_k] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -371,25 +362,17 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                     sf_tile[i_b, i_r, i_k] = T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale) == ('e2m1', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e2m1', 'e4m3', 'col'):
                     sf_tile[i_b, i_r, i_k] = T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
                                 / T.float32(6.0)) >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
@@ -406,12 +389,7 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                         / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -462,16 +440,12 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
                             "float32")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)), "uint32")
                         inv[i_b, i_r, i_k] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                         + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -480,16 +454,13 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                                     - (((T.reinterpret((amax[i_b, i_r, i_k] / T.float32(6.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e2m1', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)),
+                            "uint32")
                         inv[i_b, i_r, i_k] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                         + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))

@@ -163,16 +163,13 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                 "float32")
                         if (fmt, scale) == ('e4m3', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)),
+                                "uint32")
                             sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_k * B_k) + i_k)] = T.cast(
                                 T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -194,16 +191,13 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                 "float32")
                         if (fmt, scale) == ('e2m1', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)),
+                                "uint32")
                             sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_k * B_k) + i_k)] = T.cast(
                                 T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -225,17 +219,14 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                 if scale == 'ue8m0':
                     sf_codes[i_b, i_r, i_k] = ((T.reinterpret(sf_tile[i_b, i_r, i_k], "uint32") >> T.uint32(23))
                         & T.uint32(255))
+                if (fmt, scale) == ('e4m3', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e4m3', 'e4m3', 'row'):
                     inv[i_b, i_r, i_k] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -243,25 +234,17 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                     sf_tile[i_b, i_r, i_k] = T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
+                if (fmt, scale) == ('e2m1', 'e4m3'):
+                    _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)), "uint32")
                 if (fmt, scale, sf_layout) == ('e2m1', 'e4m3', 'col'):
                     sf_tile[i_b, i_r, i_k] = T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
                                 / T.float32(6.0)) >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
@@ -278,48 +261,44 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                         / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                            / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
             if scale == 'ue8m0':
                 for i_b, i_r, i_k_p in T.Parallel(B_b, B_r, B_k_p):
                     if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                        _v0 = (((b_k * B_k_p) + i_k_p) * T.int32(4))
                         if sf_layout == 'row':
                             sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_k * B_k_p) + i_k_p)] = T.reinterpret((((
-                                            T.if_then_else(((((b_k * B_k_p) + i_k_p) * T.int32(4)) < N_k),
-                                                sf_codes[i_b, i_r, (i_k_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_k), sf_codes[i_b, i_r, (i_k_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(1))
-                                                    < N_k), sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(1))],
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_k),
+                                                    sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(1))],
                                                     T.uint32(0)) << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(2))
-                                                    < N_k), sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_k),
+                                                sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(3)) < N_k),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_k),
                                             sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
                         if sf_layout == 'col':
                             sf[((b_k * B_k_p) + i_k_p), ((((b_b * B_b) + i_b) * N_r) + i_r)] = T.reinterpret((((
-                                            T.if_then_else(((((b_k * B_k_p) + i_k_p) * T.int32(4)) < N_k),
-                                                sf_codes[i_b, i_r, (i_k_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_k), sf_codes[i_b, i_r, (i_k_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(1))
-                                                    < N_k), sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(1))],
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_k),
+                                                    sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(1))],
                                                     T.uint32(0)) << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(2))
-                                                    < N_k), sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_k),
+                                                sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(3)) < N_k),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_k),
                                             sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
             if (scale, sf_layout) == ('e4m3', 'col'):
@@ -334,16 +313,12 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
                             "float32")
                     if (fmt, scale) == ('e4m3', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)), "uint32")
                         inv[i_b, i_r, i_k] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                         + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -352,16 +327,13 @@ def make_variants(fmt, in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in
                                     - (((T.reinterpret((amax[i_b, i_r, i_k] / T.float32(6.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if (fmt, scale) == ('e2m1', 'e4m3'):
+                        _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0)),
+                            "uint32")
                         inv[i_b, i_r, i_k] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875))
-                                                / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_b, i_r, i_k], T.float32(0.01171875)) / T.float32(6.0))
                                         + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))

@@ -188,16 +188,13 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                 "float32")
                         if scale == 'e4m3':
+                            _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)),
+                                "uint32")
                             sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_k * B_k) + i_k)] = T.cast(
                                 T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -214,17 +211,14 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                                     >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     sf_codes[i_b, i_r, i_k] = ((T.reinterpret(sf_tile[i_b, i_r, i_k], "uint32") >> T.uint32(23))
                         & T.uint32(255))
+                if scale == 'e4m3':
+                    _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)), "uint32")
                 if (scale, sf_layout) == ('e4m3', 'row'):
                     inv[i_b, i_r, i_k] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                         & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -232,12 +226,7 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                     sf_tile[i_b, i_r, i_k] = T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                            / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
@@ -245,36 +234,37 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
             if scale == 'ue8m0':
                 for i_b, i_r, i_k_p in T.Parallel(B_b, B_r, B_k_p):
                     if (((((b_b * B_b) + i_b) * N_r) + i_r) < T_):
+                        _v0 = (((b_k * B_k_p) + i_k_p) * T.int32(4))
                         if sf_layout == 'row':
                             sf[((((b_b * B_b) + i_b) * N_r) + i_r), ((b_k * B_k_p) + i_k_p)] = T.reinterpret((((
-                                            T.if_then_else(((((b_k * B_k_p) + i_k_p) * T.int32(4)) < N_k),
-                                                sf_codes[i_b, i_r, (i_k_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_k), sf_codes[i_b, i_r, (i_k_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(1))
-                                                    < N_k), sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(1))],
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_k),
+                                                    sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(1))],
                                                     T.uint32(0)) << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(2))
-                                                    < N_k), sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_k),
+                                                sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(3)) < N_k),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_k),
                                             sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
                         if sf_layout == 'col':
                             sf[((b_k * B_k_p) + i_k_p), ((((b_b * B_b) + i_b) * N_r) + i_r)] = T.reinterpret((((
-                                            T.if_then_else(((((b_k * B_k_p) + i_k_p) * T.int32(4)) < N_k),
-                                                sf_codes[i_b, i_r, (i_k_p * T.int32(4))], T.uint32(0))
+                                            T.if_then_else((_v0 < N_k), sf_codes[i_b, i_r, (i_k_p * T.int32(4))],
+                                                T.uint32(0))
                                             | (
-                                                T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(1))
-                                                    < N_k), sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(1))],
+                                                T.if_then_else(((_v0 + T.int32(1)) < N_k),
+                                                    sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(1))],
                                                     T.uint32(0)) << T.uint32(8)))
                                         | (
-                                            T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(2))
-                                                    < N_k), sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(2))],
-                                                T.uint32(0)) << T.uint32(16)))
+                                            T.if_then_else(((_v0 + T.int32(2)) < N_k),
+                                                sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(2))], T.uint32(0))
+                                            << T.uint32(16)))
                                     | (
-                                        T.if_then_else((((((b_k * B_k_p) + i_k_p) * T.int32(4)) + T.int32(3)) < N_k),
+                                        T.if_then_else(((_v0 + T.int32(3)) < N_k),
                                             sf_codes[i_b, i_r, ((i_k_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                         << T.uint32(24))), "int32")
             if (scale, sf_layout) == ('e4m3', 'col'):
@@ -289,16 +279,12 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                                                 - T.uint32(1)) >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)),
                             "float32")
                     if scale == 'e4m3':
+                        _v0 = T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0)), "uint32")
                         inv[i_b, i_r, i_k] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_b, i_r, i_k], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_b, i_r, i_k], T.float32(0.875)) / T.float32(448.0))
                                         + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -325,24 +311,22 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                                     T.Select((r_l == T.int32(1)), T.int64(2576737433),
                                         T.Select((r_l == T.int32(2)), T.int64(2900474021), T.int64(3780334477))))))
                     if in_fmt == 'e2m1':
+                        _v0 = ((
+                                T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
+                                        & ((i_m < N_m) & (r_l < N_l))),
+                                    (
+                                        T.cast(
+                                            q[((((b_b * B_b) + i_b) * N_r) + i_r),
+                                                T.floordiv(((((((b_k * B_k) + i_k) * N_m) + i_m) * N_l) + r_l),
+                                                T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0))
+                                >> T.cast((T.floormod(((((((b_k * B_k) + i_k) * N_m) + i_m) * N_l) + r_l), T.int32(2))
+                                        * T.int32(4)), "uint32")) & T.uint32(15))
                         _t2[i_b, i_r, i_k, i_m] = (_t2[i_b, i_r, i_k, i_m]
                             + ((
                                     T.cast(
                                         T.reinterpret(
-                                            T.reinterpret((
-                                                decode_e2m1(((
-                                                T.if_then_else(((((((b_b * B_b) + i_b) * N_r) + i_r) < T_)
-                                                & ((i_m < N_m) & (r_l < N_l))),
-                                                (
-                                                T.cast(
-                                                q[((((b_b * B_b) + i_b) * N_r) + i_r),
-                                                T.floordiv(((((((b_k * B_k) + i_k) * N_m) + i_m) * N_l) + r_l),
-                                                T.int32(2))], "uint32") & T.uint32(0xff)), T.uint32(0))
-                                                >> T.cast((
-                                                T.floormod(((((((b_k * B_k) + i_k) * N_m) + i_m) * N_l) + r_l),
-                                                T.int32(2)) * T.int32(4)), "uint32")) & T.uint32(15)))
-                                                * (s[i_b, i_k, i_m] * inv[i_b, i_r, i_k])), "uint32"), "int32"),
-                                        "int64") & T.int64(4294967295))
+                                            T.reinterpret((decode_e2m1(_v0) * (s[i_b, i_k, i_m] * inv[i_b, i_r, i_k])),
+                                                "uint32"), "int32"), "int64") & T.int64(4294967295))
                                 * T.Select((r_l == T.int32(0)), T.int64(1450300459),
                                     T.Select((r_l == T.int32(1)), T.int64(2576737433),
                                         T.Select((r_l == T.int32(2)), T.int64(2900474021), T.int64(3780334477))))))
@@ -358,42 +342,13 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
             for i_b, i_r, i_k, i_m, i_l in T.Parallel(B_b, B_r, B_k, B_m, B_l):
                 half[i_b, i_r, i_k, i_m, i_l] = T.Select((i_l < T.int32(2)), (wd[i_b, i_r, i_k, i_m] & T.int64(65535)),
                     (wd[i_b, i_r, i_k, i_m] >> T.int64(16)))
+                _v0 = ((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                    | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                _v1 = (((_v0 >> T.int64(4)) & T.int64(3855)) | ((_v0 & T.int64(3855)) << T.int64(4)))
+                _v2 = (((_v1 >> T.int64(2)) & T.int64(13107)) | ((_v1 & T.int64(13107)) << T.int64(2)))
                 rb[i_b, i_r, i_k, i_m, i_l] = T.cast(
                     T.Select((T.floormod(i_l, T.int32(2)) == T.int32(1)),
-                        (((((((((((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255))
-                                        << T.int64(8))) >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255))
-                                        << T.int64(8))) & T.int64(3855)) << T.int64(4))) >> T.int64(2))
-                                        & T.int64(13107))
-                                        | (((((((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255))
-                                        << T.int64(8))) >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255))
-                                        << T.int64(8))) & T.int64(3855)) << T.int64(4))) & T.int64(13107))
-                                        << T.int64(2))) >> T.int64(1)) & T.int64(21845))
-                            | ((((((((((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255))
-                                        << T.int64(8))) >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255))
-                                        << T.int64(8))) & T.int64(3855)) << T.int64(4))) >> T.int64(2))
-                                        & T.int64(13107))
-                                        | (((((((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255))
-                                        << T.int64(8))) >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_b, i_r, i_k, i_m, i_l] & T.int64(65535)) & T.int64(255))
-                                        << T.int64(8))) & T.int64(3855)) << T.int64(4))) & T.int64(13107))
-                                        << T.int64(2))) & T.int64(21845)) << T.int64(1))),
+                        (((_v2 >> T.int64(1)) & T.int64(21845)) | ((_v2 & T.int64(21845)) << T.int64(1))),
                         half[i_b, i_r, i_k, i_m, i_l]), "int32")
                 _out_bits[i_b, i_r, i_k, i_m, i_l] = T.reinterpret(T.reinterpret(v[i_b, i_r, i_k, i_m, i_l], "uint32"),
                     "int32")
@@ -401,14 +356,10 @@ def make_variants(in_fmt, in_scale, scale, sf_layout, H, group, in_rows, in_cols
                 _out_ex[i_b, i_r, i_k, i_m, i_l] = (_out_mag[i_b, i_r, i_k, i_m, i_l] >> T.int32(23))
                 _out_sig[i_b, i_r, i_k, i_m, i_l] = ((_out_mag[i_b, i_r, i_k, i_m, i_l] & T.int32(8388607))
                     | T.Select((_out_ex[i_b, i_r, i_k, i_m, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
+                _v0 = T.max((T.int32(121) - T.max(_out_ex[i_b, i_r, i_k, i_m, i_l], T.int32(1))), T.int32(0))
                 _out_kept[i_b, i_r, i_k, i_m, i_l] = ((_out_sig[i_b, i_r, i_k, i_m, i_l]
-                        >> T.min((
-                                T.max((T.int32(121) - T.max(_out_ex[i_b, i_r, i_k, i_m, i_l], T.int32(1))), T.int32(0))
-                                + T.int32(20)), T.int32(31)))
-                    + ((((_out_sig[i_b, i_r, i_k, i_m, i_l]
-                                    >> T.min((
-                                        T.max((T.int32(121) - T.max(_out_ex[i_b, i_r, i_k, i_m, i_l], T.int32(1))),
-                                        T.int32(0)) + T.int32(4)), T.int32(31))) & T.int32(65535))
+                        >> T.min((_v0 + T.int32(20)), T.int32(31)))
+                    + ((((_out_sig[i_b, i_r, i_k, i_m, i_l] >> T.min((_v0 + T.int32(4)), T.int32(31))) & T.int32(65535))
                             + rb[i_b, i_r, i_k, i_m, i_l]) >> T.int32(16)))
                 _out_abs[i_b, i_r, i_k, i_m, i_l] = T.min((T.cast(_out_kept[i_b, i_r, i_k, i_m, i_l], "float32")
                         * T.Select(((T.max(_out_ex[i_b, i_r, i_k, i_m, i_l], T.int32(121)) - T.int32(130))

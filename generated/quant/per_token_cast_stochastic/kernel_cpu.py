@@ -119,17 +119,13 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if scale == 'e4m3':
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                             sf[((b_t * B_t) + i_t), i_g] = T.cast(
                                 encode_e4m3(
                                     T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                             >= T.float32(0.015625)),
                                         T.reinterpret(
-                                            T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                     & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                                 + T.float32(16384.0))
@@ -144,31 +140,23 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                     sf_tile[i_t, i_g] = T.reinterpret(((((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32")
                                         - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)), "float32")
                     sf_codes[i_t, i_g] = ((T.reinterpret(sf_tile[i_t, i_g], "uint32") >> T.uint32(23)) & T.uint32(255))
+                if scale == 'e4m3':
+                    _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                 if (scale, sf_layout) == ('e4m3', 'row'):
                     inv[i_t, i_g] = (T.float32(1.0)
                         / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                 >= T.float32(0.015625)),
                             T.reinterpret(
-                                T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                            + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                    T.uint32(0x43e00000)), "float32"),
+                                T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
+                                        & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                             (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                 - T.reinterpret(T.uint32(0x46800000), "float32"))))
                 if (scale, sf_layout) == ('e4m3', 'col'):
                     sf_tile[i_t, i_g] = T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                             >= T.float32(0.015625)),
                         T.reinterpret(
-                            T.min((((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") + T.uint32(0x7ffff))
-                                        + ((
-                                            T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)),
-                                            "uint32") >> T.uint32(20)) & T.uint32(1))) & T.uint32(0xfff00000)),
-                                T.uint32(0x43e00000)), "float32"),
+                            T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
+                                    & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                         (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                             - T.reinterpret(T.uint32(0x46800000), "float32")))
                     sf_staged[i_t, i_g] = T.cast(encode_e4m3(sf_tile[i_t, i_g]), "uint8")
@@ -218,16 +206,12 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
                                     - (((T.reinterpret((amax[i_t, i_g] / T.float32(448.0)), "uint32") - T.uint32(1))
                                             >> T.uint32(23)) + T.uint32(1))) << T.uint32(23)), "float32")
                     if scale == 'e4m3':
+                        _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                         inv[i_t, i_g] = (T.float32(1.0)
                             / T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                     >= T.float32(0.015625)),
                                 T.reinterpret(
-                                    T.min((((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                + ((
-                                                T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                    T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                             & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                 (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                     - T.reinterpret(T.uint32(0x46800000), "float32"))))
@@ -261,53 +245,23 @@ def make_variants(scale, sf_layout, H, group, x_dtype, *, threads, block_t):
             for i_t, i_g, i_k, i_l in T.grid(B_t, B_g, B_k, B_l):
                 half[i_t, i_g, i_k, i_l] = T.Select((i_l < T.int32(2)), (w[i_t, i_g, i_k] & T.int64(65535)),
                     (w[i_t, i_g, i_k] >> T.int64(16)))
+                _v0 = ((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                    | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                _v1 = (((_v0 >> T.int64(4)) & T.int64(3855)) | ((_v0 & T.int64(3855)) << T.int64(4)))
+                _v2 = (((_v1 >> T.int64(2)) & T.int64(13107)) | ((_v1 & T.int64(13107)) << T.int64(2)))
                 r[i_t, i_g, i_k, i_l] = T.cast(
                     T.Select((T.floormod(i_l, T.int32(2)) == T.int32(1)),
-                        (((((((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                        | (((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                    >> T.int64(1)) & T.int64(21845))
-                            | ((((((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                        | (((((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        >> T.int64(4)) & T.int64(3855))
-                                        | ((((((half[i_t, i_g, i_k, i_l] & T.int64(65535)) >> T.int64(8))
-                                        & T.int64(255))
-                                        | (((half[i_t, i_g, i_k, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                        & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                    & T.int64(21845)) << T.int64(1))), half[i_t, i_g, i_k, i_l]), "int32")
+                        (((_v2 >> T.int64(1)) & T.int64(21845)) | ((_v2 & T.int64(21845)) << T.int64(1))),
+                        half[i_t, i_g, i_k, i_l]), "int32")
                 _q_bits[i_t, i_g, i_k, i_l] = T.reinterpret(T.reinterpret(v[i_t, i_g, i_k, i_l], "uint32"), "int32")
                 _q_mag[i_t, i_g, i_k, i_l] = (_q_bits[i_t, i_g, i_k, i_l] & T.int32(2147483647))
                 _q_ex[i_t, i_g, i_k, i_l] = (_q_mag[i_t, i_g, i_k, i_l] >> T.int32(23))
                 _q_sig[i_t, i_g, i_k, i_l] = ((_q_mag[i_t, i_g, i_k, i_l] & T.int32(8388607))
                     | T.Select((_q_ex[i_t, i_g, i_k, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
-                _q_kept[i_t, i_g, i_k, i_l] = ((_q_sig[i_t, i_g, i_k, i_l]
-                        >> T.min((T.max((T.int32(121) - T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(1))), T.int32(0))
-                                + T.int32(20)), T.int32(31)))
-                    + ((((_q_sig[i_t, i_g, i_k, i_l]
-                                    >> T.min((
-                                        T.max((T.int32(121) - T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(1))), T.int32(0))
-                                        + T.int32(4)), T.int32(31))) & T.int32(65535)) + r[i_t, i_g, i_k, i_l])
-                        >> T.int32(16)))
+                _v0 = T.max((T.int32(121) - T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(1))), T.int32(0))
+                _q_kept[i_t, i_g, i_k, i_l] = ((_q_sig[i_t, i_g, i_k, i_l] >> T.min((_v0 + T.int32(20)), T.int32(31)))
+                    + ((((_q_sig[i_t, i_g, i_k, i_l] >> T.min((_v0 + T.int32(4)), T.int32(31))) & T.int32(65535))
+                            + r[i_t, i_g, i_k, i_l]) >> T.int32(16)))
                 _q_abs[i_t, i_g, i_k, i_l] = T.min((T.cast(_q_kept[i_t, i_g, i_k, i_l], "float32")
                         * T.Select(((T.max(_q_ex[i_t, i_g, i_k, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-126)),
                             T.reinterpret((

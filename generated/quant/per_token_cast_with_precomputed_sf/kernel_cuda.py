@@ -110,6 +110,10 @@ def make_variants(fmt, in_scale, H, group, x_dtype, *, threads, block_t, tile_el
                                             q_codes[i_t, i_g, ((i_c_p * T.int32(2)) + T.int32(1))], T.uint32(0))
                                         << T.uint32(4))), "uint8")
                         if fmt == 'e5m6':
+                            _v0 = T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
+                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
+                            _v1 = T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
+                                q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
                             q[((b_t * B_t) + i_t), (((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3))
                                 ] = T.reinterpret((((
                                             T.if_then_else(((i_c_p * T.int32(8)) < N_c),
@@ -117,16 +121,9 @@ def make_variants(fmt, in_scale, H, group, x_dtype, *, threads, block_t, tile_el
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(1)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(1))], T.uint32(0))
-                                            << T.uint32(8)))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                        >> T.uint32(4))), "int32")
+                                            << T.uint32(8))) | (_v0 >> T.uint32(4))), "int32")
                             q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(1))
-                                ] = T.reinterpret((((((
-                                                    T.if_then_else((((i_c_p * T.int32(8)) + T.int32(2)) < N_c),
-                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(2))], T.uint32(0))
-                                                    & T.uint32(15)) << T.uint32(28))
+                                ] = T.reinterpret((((((_v0 & T.uint32(15)) << T.uint32(28))
                                             | (
                                                 T.if_then_else((((i_c_p * T.int32(8)) + T.int32(3)) < N_c),
                                                     q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(3))], T.uint32(0))
@@ -134,16 +131,9 @@ def make_variants(fmt, in_scale, H, group, x_dtype, *, threads, block_t, tile_el
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(4)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(4))], T.uint32(0))
-                                            << T.uint32(4)))
-                                    | (
-                                        T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                            q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                        >> T.uint32(8))), "int32")
+                                            << T.uint32(4))) | (_v1 >> T.uint32(8))), "int32")
                             q[((b_t * B_t) + i_t), ((((((b_g * B_g) + i_g) * N_c_p) + i_c_p) * T.int32(3)) + T.int32(2))
-                                ] = T.reinterpret(((((
-                                                T.if_then_else((((i_c_p * T.int32(8)) + T.int32(5)) < N_c),
-                                                    q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(5))], T.uint32(0))
-                                                & T.uint32(255)) << T.uint32(24))
+                                ] = T.reinterpret(((((_v1 & T.uint32(255)) << T.uint32(24))
                                         | (
                                             T.if_then_else((((i_c_p * T.int32(8)) + T.int32(6)) < N_c),
                                                 q_codes[i_t, i_g, ((i_c_p * T.int32(8)) + T.int32(6))], T.uint32(0))

@@ -73,16 +73,12 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t, tile_elems
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e4m3', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)), "uint32")
                             sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.875))
-                                                    / T.float32(448.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(0.875)) / T.float32(448.0)) + T.float32(16384.0))
                                         - T.reinterpret(T.uint32(0x46800000), "float32"))), "float8_e4m3fn")
@@ -101,16 +97,13 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t, tile_elems
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e5m2', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                    / T.float32(57344.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(112.0))
-                                                    / T.float32(57344.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(112.0)) / T.float32(57344.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -129,16 +122,13 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t, tile_elems
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e2m1', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(0.01171875))
-                                                    / T.float32(6.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(0.01171875)) / T.float32(6.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -158,16 +148,13 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t, tile_elems
                                                     - T.uint32(1)) >> T.uint32(23)) + T.uint32(1)) << T.uint32(23)),
                                                 "float32"), "uint32") >> T.uint32(23)) & T.uint32(255)), "uint8")
                         if (fmt, scale) == ('e5m6', 'e4m3'):
+                            _v0 = T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0)),
+                                "uint32")
                             sf[((b_t * B_t) + i_t), ((b_g * B_g) + i_g)] = T.cast(
                                 T.Select(((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                         >= T.float32(0.015625)),
                                     T.reinterpret(
-                                        T.min((((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                    / T.float32(65024.0)), "uint32") + T.uint32(0x7ffff))
-                                                    + ((
-                                                    T.reinterpret((T.max(amax[i_t, i_g], T.float32(127.0))
-                                                    / T.float32(65024.0)), "uint32") >> T.uint32(20)) & T.uint32(1)))
+                                        T.min((((_v0 + T.uint32(0x7ffff)) + ((_v0 >> T.uint32(20)) & T.uint32(1)))
                                                 & T.uint32(0xfff00000)), T.uint32(0x43e00000)), "float32"),
                                     (((T.max(amax[i_t, i_g], T.float32(127.0)) / T.float32(65024.0))
                                             + T.float32(16384.0)) - T.reinterpret(T.uint32(0x46800000), "float32"))),
@@ -189,19 +176,19 @@ def make_variants(fmt, scale, H, group, x_dtype, *, threads, block_t, tile_elems
             if scale == 'ue8m0':
                 for i_t, i_g_p in T.Parallel(B_t, B_g_p):
                     if (((b_t * B_t) + i_t) < N_t):
+                        _v0 = (((b_g * B_g_p) + i_g_p) * T.int32(4))
                         sf[((b_t * B_t) + i_t), ((b_g * B_g_p) + i_g_p)] = T.reinterpret((((
-                                        T.if_then_else(((((b_g * B_g_p) + i_g_p) * T.int32(4)) < N_g),
-                                            sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
+                                        T.if_then_else((_v0 < N_g), sf_codes[i_t, (i_g_p * T.int32(4))], T.uint32(0))
                                         | (
-                                            T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(1))
-                                                < N_g), sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
+                                            T.if_then_else(((_v0 + T.int32(1)) < N_g),
+                                                sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(1))], T.uint32(0))
                                             << T.uint32(8)))
                                     | (
-                                        T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(2)) < N_g),
+                                        T.if_then_else(((_v0 + T.int32(2)) < N_g),
                                             sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(2))], T.uint32(0))
                                         << T.uint32(16)))
                                 | (
-                                    T.if_then_else((((((b_g * B_g_p) + i_g_p) * T.int32(4)) + T.int32(3)) < N_g),
+                                    T.if_then_else(((_v0 + T.int32(3)) < N_g),
                                         sf_codes[i_t, ((i_g_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                     << T.uint32(24))), "int32")
 

@@ -100,34 +100,14 @@ def make_variants(dtype, x_dtype, *, threads, block_q, tile_elems):
                 if dtype == 'e4m3':
                     half[i_q, i_l] = T.Select((((b_l * B_l) + i_l) < T.int32(2)), (w[i_q] & T.int64(65535)),
                         (w[i_q] >> T.int64(16)))
+                    _v0 = ((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
+                        | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
+                    _v1 = (((_v0 >> T.int64(4)) & T.int64(3855)) | ((_v0 & T.int64(3855)) << T.int64(4)))
+                    _v2 = (((_v1 >> T.int64(2)) & T.int64(13107)) | ((_v1 & T.int64(13107)) << T.int64(2)))
                     r[i_q, i_l] = T.cast(
                         T.Select((T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(1)),
-                            (((((((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                            >> T.int64(4)) & T.int64(3855))
-                                            | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                            & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                            | (((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                            >> T.int64(4)) & T.int64(3855))
-                                            | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                            & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                        >> T.int64(1)) & T.int64(21845))
-                                | ((((((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                            >> T.int64(4)) & T.int64(3855))
-                                            | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                            & T.int64(3855)) << T.int64(4))) >> T.int64(2)) & T.int64(13107))
-                                            | (((((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                            >> T.int64(4)) & T.int64(3855))
-                                            | ((((((half[i_q, i_l] & T.int64(65535)) >> T.int64(8)) & T.int64(255))
-                                            | (((half[i_q, i_l] & T.int64(65535)) & T.int64(255)) << T.int64(8)))
-                                            & T.int64(3855)) << T.int64(4))) & T.int64(13107)) << T.int64(2)))
-                                        & T.int64(21845)) << T.int64(1))), half[i_q, i_l]), "int32")
+                            (((_v2 >> T.int64(1)) & T.int64(21845)) | ((_v2 & T.int64(21845)) << T.int64(1))),
+                            half[i_q, i_l]), "int32")
             for i_q, i_l in T.Parallel(B_q, B_l):
                 if dtype == 'bf16':
                     half[i_q, i_l] = T.Select((T.floormod(((b_l * B_l) + i_l), T.int32(2)) == T.int32(0)),
@@ -146,13 +126,10 @@ def make_variants(dtype, x_dtype, *, threads, block_q, tile_elems):
                     _y_ex[i_q, i_l] = (_y_mag[i_q, i_l] >> T.int32(23))
                     _y_sig[i_q, i_l] = ((_y_mag[i_q, i_l] & T.int32(8388607))
                         | T.Select((_y_ex[i_q, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
-                    _y_kept[i_q, i_l] = ((_y_sig[i_q, i_l]
-                            >> T.min((T.max((T.int32(121) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
-                                    + T.int32(20)), T.int32(31)))
-                        + ((((_y_sig[i_q, i_l]
-                                        >> T.min((T.max((T.int32(121) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
-                                            + T.int32(4)), T.int32(31))) & T.int32(65535)) + r[i_q, i_l])
-                            >> T.int32(16)))
+                    _v0 = T.max((T.int32(121) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
+                    _y_kept[i_q, i_l] = ((_y_sig[i_q, i_l] >> T.min((_v0 + T.int32(20)), T.int32(31)))
+                        + ((((_y_sig[i_q, i_l] >> T.min((_v0 + T.int32(4)), T.int32(31))) & T.int32(65535))
+                                + r[i_q, i_l]) >> T.int32(16)))
                     _y_abs[i_q, i_l] = T.min((T.cast(_y_kept[i_q, i_l], "float32")
                             * T.Select(((T.max(_y_ex[i_q, i_l], T.int32(121)) - T.int32(130)) >= T.int32(-126)),
                                 T.reinterpret((
@@ -179,12 +156,10 @@ def make_variants(dtype, x_dtype, *, threads, block_q, tile_elems):
                     _y_ex[i_q, i_l] = (_y_mag[i_q, i_l] >> T.int32(23))
                     _y_sig[i_q, i_l] = ((_y_mag[i_q, i_l] & T.int32(8388607))
                         | T.Select((_y_ex[i_q, i_l] > T.int32(0)), T.int32(8388608), T.int32(0)))
-                    _y_kept[i_q, i_l] = ((_y_sig[i_q, i_l]
-                            >> T.min((T.max((T.int32(1) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
-                                    + T.int32(16)), T.int32(31)))
-                        + ((((_y_sig[i_q, i_l]
-                                        >> T.min(T.max((T.int32(1) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0)),
-                                            T.int32(31))) & T.int32(65535)) + r[i_q, i_l]) >> T.int32(16)))
+                    _v0 = T.max((T.int32(1) - T.max(_y_ex[i_q, i_l], T.int32(1))), T.int32(0))
+                    _y_kept[i_q, i_l] = ((_y_sig[i_q, i_l] >> T.min((_v0 + T.int32(16)), T.int32(31)))
+                        + ((((_y_sig[i_q, i_l] >> T.min(_v0, T.int32(31))) & T.int32(65535)) + r[i_q, i_l])
+                            >> T.int32(16)))
                     _y_abs[i_q, i_l] = T.min((T.cast(_y_kept[i_q, i_l], "float32")
                             * T.Select(((T.max(_y_ex[i_q, i_l], T.int32(1)) - T.int32(134)) >= T.int32(-126)),
                                 T.reinterpret((

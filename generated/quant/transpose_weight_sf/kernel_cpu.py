@@ -47,18 +47,14 @@ def build_base(KB, block, *, threads, block_i):
                 e[i_i, i_j] = T.reinterpret(((T.reinterpret(_t0[i_i, i_j], "uint32") >> T.uint32(23)) & T.uint32(255)),
                     "int32")
             for i_i, i_r, i_j in T.grid(B_i, B_r, B_j):
-                sf0_tile[i_i, i_r, i_j] = T.Select((((e[i_i, i_j] + T.min(i_r, T.int32(0))) - T.int32(127))
-                        >= T.int32(-126)),
-                    T.reinterpret((
-                            T.cast((
-                                    T.min(T.max(((e[i_i, i_j] + T.min(i_r, T.int32(0))) - T.int32(127)), T.int32(-126)),
-                                        T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                    T.Select((((e[i_i, i_j] + T.min(i_r, T.int32(0))) - T.int32(127)) >= T.int32(-149)),
+                _v0 = ((e[i_i, i_j] + T.min(i_r, T.int32(0))) - T.int32(127))
+                sf0_tile[i_i, i_r, i_j] = T.Select((_v0 >= T.int32(-126)),
+                    T.reinterpret((T.cast((T.min(T.max(_v0, T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32")
+                            << T.uint32(23)), "float32"),
+                    T.Select((_v0 >= T.int32(-149)),
                         T.reinterpret((T.uint32(1)
-                                << T.cast((
-                                        T.min(
-                                        T.max(((e[i_i, i_j] + T.min(i_r, T.int32(0))) - T.int32(127)), T.int32(-149)),
-                                        T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                                << T.cast((T.min(T.max(_v0, T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")),
+                            "float32"), T.float32(0.0)))
                 sf0_codes[i_i, i_r, i_j] = ((T.reinterpret(sf0_tile[i_i, i_r, i_j], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_i, i_r, i_j_p in T.grid(B_i, B_r, B_j_p):
@@ -79,34 +75,30 @@ def build_base(KB, block, *, threads, block_i):
                                     sf0_codes[i_i, i_r, ((i_j_p * T.int32(4)) + T.int32(3))], T.uint32(0))
                                 << T.uint32(24))), "int32")
             for i_i, i_j, i_c in T.grid(B_i, B_j, B_c):
-                sf1_tile[i_i, i_j, i_c] = T.Select((((e[i_i, i_j] + T.min(i_c, T.int32(0))) - T.int32(127))
-                        >= T.int32(-126)),
-                    T.reinterpret((
-                            T.cast((
-                                    T.min(T.max(((e[i_i, i_j] + T.min(i_c, T.int32(0))) - T.int32(127)), T.int32(-126)),
-                                        T.int32(128)) + T.int32(127)), "uint32") << T.uint32(23)), "float32"),
-                    T.Select((((e[i_i, i_j] + T.min(i_c, T.int32(0))) - T.int32(127)) >= T.int32(-149)),
+                _v0 = ((e[i_i, i_j] + T.min(i_c, T.int32(0))) - T.int32(127))
+                sf1_tile[i_i, i_j, i_c] = T.Select((_v0 >= T.int32(-126)),
+                    T.reinterpret((T.cast((T.min(T.max(_v0, T.int32(-126)), T.int32(128)) + T.int32(127)), "uint32")
+                            << T.uint32(23)), "float32"),
+                    T.Select((_v0 >= T.int32(-149)),
                         T.reinterpret((T.uint32(1)
-                                << T.cast((
-                                        T.min(
-                                        T.max(((e[i_i, i_j] + T.min(i_c, T.int32(0))) - T.int32(127)), T.int32(-149)),
-                                        T.int32(-127)) + T.int32(149)), "uint32")), "float32"), T.float32(0.0)))
+                                << T.cast((T.min(T.max(_v0, T.int32(-149)), T.int32(-127)) + T.int32(149)), "uint32")),
+                            "float32"), T.float32(0.0)))
                 sf1_codes[i_i, i_j, i_c] = ((T.reinterpret(sf1_tile[i_i, i_j, i_c], "uint32") >> T.uint32(23))
                     & T.uint32(255))
             for i_i_p, i_j, i_c in T.grid(B_i_p, B_j, B_c):
+                _v0 = (((b_i * B_i_p) + i_i_p) * T.int32(4))
                 sf1[((b_i * B_i_p) + i_i_p), ((i_j * N_c) + i_c)] = T.reinterpret((((
-                                T.if_then_else(((((b_i * B_i_p) + i_i_p) * T.int32(4)) < N_i),
-                                    sf1_codes[(i_i_p * T.int32(4)), i_j, i_c], T.uint32(0))
+                                T.if_then_else((_v0 < N_i), sf1_codes[(i_i_p * T.int32(4)), i_j, i_c], T.uint32(0))
                                 | (
-                                    T.if_then_else((((((b_i * B_i_p) + i_i_p) * T.int32(4)) + T.int32(1)) < N_i),
+                                    T.if_then_else(((_v0 + T.int32(1)) < N_i),
                                         sf1_codes[((i_i_p * T.int32(4)) + T.int32(1)), i_j, i_c], T.uint32(0))
                                     << T.uint32(8)))
                             | (
-                                T.if_then_else((((((b_i * B_i_p) + i_i_p) * T.int32(4)) + T.int32(2)) < N_i),
+                                T.if_then_else(((_v0 + T.int32(2)) < N_i),
                                     sf1_codes[((i_i_p * T.int32(4)) + T.int32(2)), i_j, i_c], T.uint32(0))
                                 << T.uint32(16)))
                         | (
-                            T.if_then_else((((((b_i * B_i_p) + i_i_p) * T.int32(4)) + T.int32(3)) < N_i),
+                            T.if_then_else(((_v0 + T.int32(3)) < N_i),
                                 sf1_codes[((i_i_p * T.int32(4)) + T.int32(3)), i_j, i_c], T.uint32(0))
                             << T.uint32(24))), "int32")
 
