@@ -240,7 +240,7 @@ def test_swiglu_backward(weighted):
     w = torch.rand(T, generator=g) if weighted else None
     got = tk.quant.swiglu_backward(x, grad, "bf16", None, w, 2.0 if weighted else None, 10.0)
     xg, wg, _, _ = ops.swiglu_backward(x, grad, weights=w, routed_scaling_factor=2.0 if weighted else 1.0,
-                                       clamp=10.0)
+                                       clamp=10.0, da_fma=True)
     same(got, (xg, wg) if weighted else (xg,))
     q, sf = ops.per_token_cast(x, "e4m3", 128)
     got = tk.quant.swiglu_backward_and_per_token_cast((q, sf), grad, "e4m3", 128, None, w, None, False, True,

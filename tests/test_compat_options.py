@@ -8,6 +8,7 @@ import torch
 
 import tkgen.compat.tilekernels as tk
 import tkgen.compat.tilekernels_v1 as tk1
+import tkgen.ops as ops
 from tkgen.runtime.libm import expf
 
 E4M3_MAX = 448.0
@@ -744,3 +745,106 @@ def test_per_channel_cast_of_packed_ue8m0_input_scales_without_num_per_channels(
         q1, sf1 = tk.quant.per_token_cast(x[:, :128].contiguous(), "e4m3", 128, round_sf=True, use_packed_ue8m0=True)
         with pytest.raises(ValueError, match="num_per_channels"):
             tk.quant.per_channel_cast((q1, sf1), "e4m3", npt, round_sf)
+
+
+# --- 2.1.0's swiglu_backward: da's factor rounded once, and x_grad in any fmt ----------------------------------------
+
+def swiglu_grad_model(x, g, w, rsf, c, fused):
+    """operators-v2.md 2.8 in float32, each operation rounded once: a, b the halves of x, flagged before the
+    clamp; t = 1 + exp(-a) (libm's expf); s = 1 / t; gws = (g * (w * rsf)) * s (w = 1 without weights);
+    da = (gws * b) * f, f = 1 + a * (1 - s) with the product and the sum rounded apart, or with `fused`
+    rounded once: the exact product plus 1 in float64, then float32 (what the C target's fma computes);
+    db = gws * a; act_out = ((a / t) * b) * (w * rsf); weight_grad = rsf * sum(g * (a / t) * b) in float64.
+    Returns float32 [da | db], act_out and weight_grad."""
+    h = x.shape[1] // 2
+    a0, b0 = x[:, :h].float(), x[:, h:].float()
+    a, b = (a0, b0) if c is None else (a0.clamp(max=c), b0.clamp(-c, c))
+    ww = (torch.ones(x.shape[0]) if w is None else w) * rsf
+    t = 1 + expf(-a)
+    s = 1 / t
+    gws = g.float() * ww[:, None] * s
+    if fused:
+        f = (a.double() * (1 - s).double() + 1).float()
+    else:
+        f = 1 + a * (1 - s)
+    da, db = gws * b * f, gws * a
+    if c is not None:
+        da = torch.where(a0 > c, 0.0, da)
+        db = torch.where((b0 > c) | (b0 < -c), 0.0, db)
+    act = a / t * b
+    return torch.cat([da, db], 1), act * ww[:, None], (g.double() * act.double()).sum(1) * rsf
+
+
+@pytest.mark.parametrize("clamp", [None, 0.5])
+def test_swiglu_backward_da_rounded_once(clamp):
+    """operators-v2.md 2.8: 2.1.0 rounds da's factor 1 + a * (1 - s) once (a fused multiply-add), so the compat
+    swiglu_backward passes da_fma=True. On gates drawn where the two roundings often part (around the factor's
+    root a ~ -1.28, and spread over [-8, 8]) its float32 x_grad is the once-rounded model's bit for bit, tkgen's
+    own op (da_fma=False by default) the twice-rounded model's; the two differ in da only, on many elements."""
+    rows, h, rsf = 16, 256, 2.5
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(rows, h, generator=gen) * 0.05 - 1.28
+    a[rows // 2:] = torch.rand(rows // 2, h, generator=gen) * 16 - 8
+    b = torch.randn(rows, h, generator=gen)
+    x = torch.cat([a, b], 1)
+    g = torch.randn(rows, h, generator=gen)
+    w = torch.rand(rows, generator=gen) + 0.5
+    got = tk.quant.swiglu_backward(x, g, "fp32", None, w, rsf, clamp)
+    plain = ops.swiglu_backward(x, g, weights=w, routed_scaling_factor=rsf, clamp=clamp)[0]
+    once, _, _ = swiglu_grad_model(x, g, w, rsf, clamp, fused=True)
+    twice, _, _ = swiglu_grad_model(x, g, w, rsf, clamp, fused=False)
+    bits_equal(got[0], once)
+    bits_equal(plain, twice)
+    differ = got[0].view(torch.int32) != plain.view(torch.int32)
+    assert not differ[:, h:].any()
+    assert torch.equal(differ, once.view(torch.int32) != twice.view(torch.int32))
+    assert differ[:, :h].sum() > rows * h // 50, differ.sum()
+    assert differ[rows // 2:, :h].any()
+
+
+@pytest.mark.parametrize("dtype, fmt", [(torch.bfloat16, "fp32"), (torch.float32, "bf16"),
+                                        (torch.bfloat16, "bf16"), (torch.float32, "fp32")])
+@pytest.mark.parametrize("weighted, clamp, layout", [(True, 10.0, False), (False, None, True)])
+def test_swiglu_backward_x_grad_format(dtype, fmt, weighted, clamp, layout):
+    """operators-v2.md 2.8: x_grad and act_out come in `fmt` ('bf16' or 'fp32') from bf16 and fp32 inputs alike,
+    the float32 value rounded once to nearest even (bf16 overflowing to inf), zero on the psum layout's padding
+    rows; da's factor is rounded once. Rows of signed zeros, tiny values, gates whose exp overflows (s = 0) and
+    a row whose gradients straddle the float32 maximum (some inf, some not). weight_grad, a float32 sum in the
+    kernel's order, within rtol 1e-4 of the float64 sum, on the rows where it stays finite."""
+    counts, alignment = [6, 0, 10], 8
+    psum, valid, tail = psum_layout(counts, alignment, extra_rows=3)
+    rows, h = valid.shape[0], 128
+    rsf = 2.5 if weighted else None
+    gen = torch.Generator().manual_seed(17)
+    x = torch.randn(rows, 2 * h, generator=gen) * 3
+    g = torch.randn(rows, h, generator=gen)
+    x[0] = -0.0
+    x[2, 1::4] = 0.0
+    x[3] = torch.randn(2 * h, generator=gen) * 1e-32
+    x[4, :h] = -(torch.rand(h, generator=gen) + 1) * 1e38        # exp(-a) overflows: s = 0
+    x[5, :h], x[5, h:] = 6.0, 1.0                                  # da = g * w * s * (1 + 6 * (1 - s)), > g
+    g[5] = torch.linspace(3.3e38, 3.4e38, h) * (1 - 2 * (torch.arange(h) % 3 == 0).float())
+    g[7, 1::2] = -0.0
+    w = torch.rand(rows, generator=gen) + 0.5 if weighted else None
+    if weighted:
+        w[5] = 0.4                                                 # w * rsf = 1
+    x, g = x.to(dtype), g.to(dtype)
+    tk.set_token_alignment(alignment)
+    try:
+        got = tk.quant.swiglu_backward(x, g, fmt, psum if layout else None, w, rsf, clamp, do_recompute=True)
+    finally:
+        tk.reset_runtime_config()
+    dx, act, wg = swiglu_grad_model(x, g, w, 1.0 if rsf is None else rsf, clamp, fused=True)
+    out = {"fp32": torch.float32, "bf16": torch.bfloat16}[fmt]
+    dx, act = dx.to(out), act.to(out)
+    if layout:
+        pad = ~(valid | tail)
+        assert pad.any()
+        dx[pad], act[pad] = 0.0, 0.0
+    assert len(got) == (3 if weighted else 2)
+    bits_equal(got[0], dx)
+    bits_equal(got[-1], act)
+    assert got[0][5].isinf().any() and got[0][5].isfinite().any()
+    if weighted:
+        keep = torch.arange(rows) != 5
+        torch.testing.assert_close(got[1][keep], wg.float()[keep], rtol=1e-4, atol=1e-4)

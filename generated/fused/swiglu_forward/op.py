@@ -132,7 +132,7 @@ def _backward(ctx, *grads):
     routed_scaling_factor = ctx.params["routed_scaling_factor"]
     clamp = ctx.params["clamp"]
     res = backward(x, _like(_contiguous(grads[0]), x), weights, pos_to_token_topk, topk_weights, pos_to_expert,
-        routed_scaling_factor, clamp, False)
+        routed_scaling_factor, clamp, False, False)
     res = res if isinstance(res, (tuple, list)) else (res,)
     return _grad_like(res[0], x), _grad_like(res[1], weights), None, _grad_like(res[2],
         topk_weights), None, None, None, None

@@ -318,14 +318,25 @@ def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels
 
 def swiglu_backward(x, act_x_grad, fmt: str, psum_num_tokens_per_expert=None, topk_weights=None,
                     routed_scaling_factor=None, clamp_value=None, do_recompute=False):
+    """x_grad (and act_out) in `fmt`, 'bf16' or 'fp32', from bf16 or fp32 inputs alike: each element is the
+    float32 value rounded once into fmt. The kernel computes in float32 and stores in x's dtype, so where fmt
+    differs, bf16 inputs are first widened to float32 (exact, the same values) and a float32 result is rounded
+    to bf16 by tkgen's elementwise_cast (to nearest even, overflowing to inf, as a bf16 store rounds). da's
+    factor 1 + a * (1 - s) is rounded once (da_fma), as 2.1.0 rounds it."""
     name = "quant.swiglu_backward"
     require(fmt in ("bf16", "fp32"), name, "fmt", f"must be 'bf16' or 'fp32', got {fmt!r}")
     tensor_arg(name, "x", x, (torch.float32, torch.bfloat16))
     tensor_arg(name, "act_x_grad", act_x_grad, (x.dtype,))
-    need(out_format(x.dtype) == fmt, name, f"with x_grad in {fmt} from {x.dtype} inputs")
     moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
                       backward=True)
-    x_grad, weight_grad, _, act_out = ops().swiglu_backward(x, act_x_grad, recompute=bool(do_recompute), **moe)
+    if fmt == "fp32" and x.dtype == torch.bfloat16:
+        x, act_x_grad = x.float(), act_x_grad.float()
+    x_grad, weight_grad, _, act_out = ops().swiglu_backward(x, act_x_grad, recompute=bool(do_recompute), da_fma=True,
+                                                            **moe)
+    if out_format(x_grad.dtype) != fmt:         # fp32 results of fp32 inputs, wanted in bf16
+        x_grad = cast(x_grad.contiguous(), fmt)
+        if do_recompute:
+            act_out = cast(act_out.contiguous(), fmt)
     return _backward_result(x_grad, None, weight_grad, act_out, topk_weights is not None, do_recompute)
 
 
