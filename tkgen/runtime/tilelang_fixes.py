@@ -1,4 +1,4 @@
-"""Two changes to TileLang 0.1.15 that tkgen's kernels need, installed once before the first compile.
+"""Changes to TileLang 0.1.15 that tkgen's kernels need, installed once before the first compile.
 
 A fix: the C backend's host wrapper (`TLCPUSourceWrapper`) passes the kernel only the runtime sizes that name a
 buffer's *shape*: a kernel that declares a `T.StridedTensor` with runtime strides then fails to compile
@@ -22,7 +22,10 @@ pass changes nothing that matters: the C source with and without it, compared fo
 specializations of every op (2026-12-07), was the same in most and otherwise differed in integer
 arithmetic written in an equal form (`0 <= x` for `x >= 0`, `(a + b) * 128` for `a * 128 + b * 128`), yet the
 pass took up to two thirds of the lowering (seconds for a transpose). C kernels skip it; CUDA kernels keep
-it.
+it. Likewise the C pipeline's own `tirx.RemoveNoOp` near its end (`tilelang.cpu.pipeline`, before
+`HoistIfThenElse`, which removes no-ops itself): over up to three drawn specializations of every op
+(2026-12-07, `benchmarks/c_pass_skip.py`) the C source with and without it was the same in every one, and it
+took an eighth of the lowering. Only the CPU pipeline's module sees the skip; the CUDA pipelines keep the pass.
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ def install():
     TLCPUSourceWrapper.get_dynamic_symbolic_set = with_strides
     _memoize_the_ast_rewrite()
     _skip_the_last_simplify_of_c_kernels()
+    _skip_the_remove_no_op_of_the_c_pipeline()
     _DONE = True
 
 
@@ -105,3 +109,23 @@ def _memoize_the_ast_rewrite():
         return eager_ast.IRGenerator(gen=make_closure(**nonlocals), source=source, extra_type_hints=dict(hints))
 
     builder.mutate = memoized
+
+
+class _Forward:
+    """`target`'s attributes, some replaced (`tirx` as the CPU pipeline's module sees it)."""
+
+    def __init__(self, target, **replaced):
+        self._target, self._replaced = target, replaced
+
+    def __getattr__(self, name):
+        return self._replaced[name] if name in self._replaced else getattr(self._target, name)
+
+
+def _skip_the_remove_no_op_of_the_c_pipeline():
+    import importlib
+    from tilelang import tvm
+    pipeline = importlib.import_module("tilelang.cpu.pipeline")
+    if isinstance(pipeline.tirx, _Forward):
+        return
+    kept = lambda: tvm.transform.module_pass(lambda mod, ctx: mod, opt_level=0, name="tkgen.SkippedRemoveNoOp")  # noqa: E731
+    pipeline.tirx = _Forward(pipeline.tirx, transform=_Forward(pipeline.tirx.transform, RemoveNoOp=kept))
