@@ -274,3 +274,12 @@ def test_a_runtime_param_is_a_value_only(tmp_path):
     e = _check(tmp_path, CAPACITY.replace("num_experts: {range: [1, 1024], doc: experts}",
                                           "num_experts: {one_of: [8, 16], runtime: true, doc: experts}"))
     assert e.field_path == ("params", "num_experts", "runtime") and "integer params with a `range`" in e.message
+
+
+def test_a_workload_gives_an_input_whose_storage_follows_its_format_as_present(tmp_path):
+    """A scale-format input has no dtype to choose: a workload names it `present` (its scale format param decides
+    its storage); a dtype there is refused at the field, saying what to write."""
+    text = (registry.specs_dir() / "quant" / "per_channel_cast_from_fp8.yaml").read_text()
+    assert "sf: present" in text
+    e = _check(tmp_path, text.replace("sf: present}}", "sf: fp32}}", 1))
+    assert e.field_path[-2:] == ("dtypes", "sf") and "write `sf: present`" in e.message

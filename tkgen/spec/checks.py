@@ -468,9 +468,13 @@ def check_workloads(doc, spec):
             if name not in spec.inputs:
                 raise doc.key_error(base + ("dtypes", name), f"unknown input {name!r}"
                                     f"{S.did_you_mean(name, spec.inputs)} (inputs are {listing(spec.inputs)})")
-            if value not in spec.inputs[name].dtypes:
-                raise doc.error(base + ("dtypes", name), f"expected one of {listing(spec.inputs[name].dtypes)}, found "
-                                                         f"{short(value)}")
+            choices = spec.inputs[name].dtypes
+            if not choices and value != "present":
+                # its storage follows its format (a scale format's param): only its presence can be said
+                raise doc.error(base + ("dtypes", name), f"input {name!r} has no dtype to choose (its storage "
+                                                         f"follows its format): write `{name}: present` to give it")
+            if choices and value not in choices:
+                raise doc.error(base + ("dtypes", name), f"expected one of {listing(choices)}, found {short(value)}")
 
 
 def check_param_value(doc, path, spec, p, value):

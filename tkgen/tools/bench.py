@@ -191,7 +191,8 @@ def workload_inputs(pkg, workload, device, copies):
             if info.optional and info.name not in workload.get("dtypes", {}):
                 tensors[info.name] = None       # an optional input is present when the workload gives its dtype
                 continue
-            dtype = workload.get("dtypes", {}).get(info.name, (info.dtypes or ("fp32",))[0])
+            dtype = workload.get("dtypes", {}).get(info.name, "present")
+            dtype = (info.dtypes or ("fp32",))[0] if dtype == "present" else dtype   # `present`: the format decides
             recipe = {"dtype": dtype, "seed": 1234 + c, "scale_exp": 0, "style": "normal", "specials": []}
             recipe.update(_value_range(pkg, info.name, env))
             codec = info.codec(variant) if info.codec else None
