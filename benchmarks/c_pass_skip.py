@@ -8,12 +8,10 @@ import argparse
 import importlib
 import time
 
-from hypothesis import HealthCheck, given, settings
-
+from lowering_time import specializations      # benchmarks/lowering_time.py: the same derandomized draws
 from tkgen import registry
 from tkgen.runtime import compile as C
 from tkgen.runtime.kernels import kernel_module
-from tkgen.testing import check as ck
 
 
 def main():
@@ -31,18 +29,8 @@ def main():
     total, differ, n = [0.0, 0.0], [], 0
     for name in args.ops.split(",") if args.ops else sorted(registry.op_modules()):
         pkg = registry.op_package(name)
-        strat = importlib.import_module(pkg.__name__ + ".strategies")
-        cases = []
-
-        @settings(max_examples=args.examples, database=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))
-        @given(strat.cases())
-        def draw(case):
-            cases.append(case)
-
-        draw()
         km = kernel_module(pkg, "cpu")
-        for variant, statics, dtypes in dict.fromkeys(ck.specialization(pkg.OP, c) for c in cases):
+        for variant, statics, dtypes in specializations(pkg, args.examples):
             prim = C.build(km, variant, statics + dtypes)
             target = tvm.target.Target(km.table.TARGET)
             sources = []
