@@ -699,3 +699,76 @@ def test_unpack_from_e2m1fn_x2_into_float16_and_float8(module, out_dtype):
     assert y[0, 0, 16] == 0 and torch.signbit(y[0, 0, 16].float())     # byte 8, low nibble 0x8: -0.0
     bits_equal(module.quant.unpack_from_e2m1fn_x2(x.view(torch.int8)[..., :0], out_dtype),
                torch.empty(2, 2, 0, dtype=out_dtype))
+
+
+# --- 2.1.0's swiglu_backward with x_grad in a format other than x's ------------------------------------------------
+
+def swiglu_backward_model(x, g, w, rsf, c):
+    """operators-v2.md 2.8 in float32, one rounding per operation: a, b = the halves of fp32(x), flags before the
+    clamp, t = 1 + exp(-a) (libm's expf), s = 1 / t, gws = (g * w) * s with w = topk_weights * rsf (or rsf),
+    da = (gws * b) * fma(a, 1 - s, 1) (TileKernels' reference forces the FMA; computed here as the C target's
+    fma is: the exact float64 product plus 1 in float64, then float32), db = gws * a, zero where flagged;
+    act_out = ((a / t) * b) * w; weight_grad = rsf * sum(g * (a / t) * b) (float64 here)."""
+    h = x.shape[1] // 2
+    a0, b0 = x[:, :h].float(), x[:, h:].float()
+    a, b = (a0, b0) if c is None else (a0.clamp(max=c), b0.clamp(-c, c))
+    r = 1.0 if rsf is None else rsf
+    wr = (torch.ones(x.shape[0]) if w is None else w) * r
+    t = 1 + expf(-a)
+    s = 1 / t
+    gws = g.float() * wr[:, None] * s
+    da = gws * b * (a.double() * (1 - s).double() + 1).float()
+    db = gws * a
+    if c is not None:
+        da = torch.where(a0 > c, 0.0, da)
+        db = torch.where((b0 > c) | (b0 < -c), 0.0, db)
+    act = a / t * b
+    return torch.cat([da, db], 1), act * wr[:, None], (g.double() * act.double()).sum(1) * r
+
+
+@pytest.mark.parametrize("dtype, fmt", [(torch.bfloat16, "fp32"), (torch.float32, "bf16"),
+                                        (torch.bfloat16, "bf16"), (torch.float32, "fp32")])
+@pytest.mark.parametrize("weighted, clamp, layout", [(True, 10.0, False), (False, None, True)])
+def test_swiglu_backward_x_grad_format(dtype, fmt, weighted, clamp, layout):
+    """operators-v2.md 2.8: swiglu_backward's x_grad and act_out are in `fmt` ('bf16' or 'fp32') whatever x's
+    dtype (bf16 or fp32, act_x_grad the same): the float32 da, db and act * w rounded once to nearest even
+    (bf16 overflowing to inf); zero on the psum layout's padding rows. Inputs with signed zeros, tiny values,
+    gates that overflow exp (s = 0) and a row whose gradients lie at the float32 maximum (rounding to the bf16
+    maximum or to inf). weight_grad, a float32 sum in the kernel's order, within TileKernels' rtol 1e-4 of a
+    float64 one, on the rows whose sum stays finite (not row 5's)."""
+    counts, alignment = [7, 0, 9], 8
+    psum, valid, tail = psum_layout(counts, alignment, extra_rows=2)
+    rows, h, rsf = valid.shape[0], 128, 2.5 if weighted else None
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(rows, 2 * h, generator=gen) * 3
+    x[1] = -0.0
+    x[2, ::3] = 0.0
+    x[3] = torch.randn(2 * h, generator=gen) * 1e-30
+    x[4, :h] = -torch.rand(h, generator=gen) * 3e38        # exp(-a) = inf: s = 0
+    x[5, :h], x[5, h:] = 8.0, 1.0                           # da = g * w * 1.00234
+    g = torch.randn(rows, h, generator=gen)
+    g[5] = torch.linspace(3.37e38, 3.4e38, h) * torch.where(torch.arange(h) % 2 == 0, 1.0, -1.0)
+    g[6, ::2] = -0.0
+    w = torch.rand(rows, generator=gen) + 0.5 if weighted else None
+    if weighted:
+        w[5] = 0.4                                          # w * rsf = 1
+    x, g = x.to(dtype), g.to(dtype)
+    tk.set_token_alignment(alignment)
+    try:
+        got = tk.quant.swiglu_backward(x, g, fmt, psum if layout else None, w, rsf, clamp, do_recompute=True)
+    finally:
+        tk.reset_runtime_config()
+    want_dx, want_act, want_wg = swiglu_backward_model(x, g, w, 1.0 if weighted and rsf is None else rsf, clamp)
+    out = torch.float32 if fmt == "fp32" else torch.bfloat16
+    assert len(got) == (3 if weighted else 2)
+    want_dx, want_act = want_dx.to(out), want_act.to(out)
+    if layout:
+        pad = ~(valid | tail)
+        want_dx[pad], want_act[pad] = 0, 0
+    bits_equal(got[0], want_dx)
+    bits_equal(got[-1], want_act)
+    if fmt == "bf16" and dtype == torch.float32:
+        assert got[0][5].isinf().any() and got[0][5].isfinite().any()
+    if weighted:
+        finite = torch.arange(rows) != 5
+        torch.testing.assert_close(got[1][finite], want_wg.float()[finite], rtol=1e-4, atol=1e-4)

@@ -305,14 +305,23 @@ def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels
 
 def swiglu_backward(x, act_x_grad, fmt: str, psum_num_tokens_per_expert=None, topk_weights=None,
                     routed_scaling_factor=None, clamp_value=None, do_recompute=False):
+    """(x_grad, [weight_grad], [act_out]); x_grad and act_out in `fmt` ('bf16' or 'fp32') whatever x's dtype
+    (operators-v2.md 2.8), each rounded once from the float32 value. Where fmt is not x's format, bf16 inputs are
+    widened to float32 (exactly: the kernel computes in float32 from the same values) and tkgen's
+    swiglu_backward runs in float32; a bf16 result is then tkgen's elementwise_cast of it (round to nearest
+    even, overflowing to inf), the one rounding a bf16 store makes."""
     name = "quant.swiglu_backward"
     require(fmt in ("bf16", "fp32"), name, "fmt", f"must be 'bf16' or 'fp32', got {fmt!r}")
     tensor_arg(name, "x", x, (torch.float32, torch.bfloat16))
     tensor_arg(name, "act_x_grad", act_x_grad, (x.dtype,))
-    need(out_format(x.dtype) == fmt, name, f"with x_grad in {fmt} from {x.dtype} inputs")
     moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
                       backward=True)
+    if out_format(x.dtype) != fmt:
+        x, act_x_grad = x.float(), act_x_grad.float()
     x_grad, weight_grad, _, act_out = ops().swiglu_backward(x, act_x_grad, recompute=bool(do_recompute), **moe)
+    if fmt == "bf16" and x_grad.dtype != torch.bfloat16:
+        x_grad = cast(x_grad.contiguous(), torch.bfloat16)
+        act_out = cast(act_out.contiguous(), torch.bfloat16) if do_recompute else act_out
     return _backward_result(x_grad, None, weight_grad, act_out, topk_weights is not None, do_recompute)
 
 
