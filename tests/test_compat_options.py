@@ -772,3 +772,51 @@ def test_swiglu_backward_x_grad_format(dtype, fmt, weighted, clamp, layout):
     if weighted:
         finite = torch.arange(rows) != 5
         torch.testing.assert_close(got[1][finite], want_wg.float()[finite], rtol=1e-4, atol=1e-4)
+
+
+# --- 2.1.0's per_channel_cast of packed UE8M0 input scales without num_per_channels; of a plain one with it -------
+
+def ue8m0_words_to_scales(sf, groups):
+    """Packed UE8M0 int32 words [T, ceil(groups / 4)] (scale g in byte g % 4 of word g // 4) as float32 2^(e - 127)
+    [T, groups]."""
+    e = sf.contiguous().view(torch.uint8)[:, :groups].to(torch.int32)
+    return (e << 23).view(torch.float32)
+
+
+@pytest.mark.parametrize("npc, h, rows, npt, round_sf, packed_out", [
+    (32, 384, 96, 32, True, False), (128, 640, 160, 128, False, False), (128, 640, 160, 128, True, True),
+    (128, 1024, 64, 32, True, False)])
+def test_per_channel_cast_of_packed_ue8m0_input_scales_without_num_per_channels(npc, h, rows, npt, round_sf,
+                                                                              packed_out):
+    """operators-v2.md 2.13: a (q e4m3, sf) input with per-token scales in groups of npc ∈ {32, 128} channels; v =
+    q * sf_in, per channel and block of npt rows the amax, its floor and scale, out = e4m3(v * sf_inv). With packed
+    UE8M0 input scales and no num_per_channels the group is the one whose word count ceil(H / npc / 4) the scales
+    have (H = 640 in groups of 128: 5 scales in 2 words, the last padded); where both 32 and 128 fit (H = 128) it
+    must be given (ValueError). A plain input with num_per_channels gives the result of the call without it."""
+    x = edgy(rows, h, seed=npc + rows)
+    x[7, :5] = torch.tensor([448.0, -448.0, 3e38, -3e38, 1e-38])
+    q, sf = tk.quant.per_token_cast(x, "e4m3", npc, round_sf=True, use_packed_ue8m0=True)
+    assert sf.dtype == torch.int32 and sf.shape[1] == -(-h // npc // 4)
+    got = tk.quant.per_channel_cast((q, sf), "e4m3", npt, round_sf, None, packed_out)
+    given = tk.quant.per_channel_cast((q, sf), "e4m3", npt, round_sf, npc, packed_out)
+    bits_equal(got[0], given[0])
+    bits_equal(got[1], given[1])
+    v = q.float() * ue8m0_words_to_scales(sf, h // npc).repeat_interleave(npc, dim=1)
+    want_out, want_sf = per_channel_fused_model(v, None, torch.arange(rows, dtype=torch.int32), npt, round_sf)
+    bits_equal(got[0], want_out)
+    if packed_out:
+        groups = -(-rows // npt)
+        got_sf = got[1].contiguous().view(torch.uint8).view(-(-groups // 4), h, 4).permute(0, 2, 1).reshape(-1, h)
+        bits_equal(got_sf[:groups], ((want_sf.view(torch.int32) >> 23) & 0xFF).to(torch.uint8))
+    else:
+        bits_equal(got[1], want_sf)
+    plain = tk.quant.per_channel_cast(x, "e4m3", npt, round_sf, None, packed_out)
+    with_npc = tk.quant.per_channel_cast(x, "e4m3", npt, round_sf, npc, packed_out)
+    bits_equal(with_npc[0], plain[0])
+    bits_equal(with_npc[1], plain[1])
+    if npc == 32 and not packed_out and round_sf:
+        q1, sf1 = tk.quant.per_token_cast(x[:, :128].contiguous(), "e4m3", 128, round_sf=True, use_packed_ue8m0=True)
+        with pytest.raises(ValueError, match="num_per_channels"):
+            tk.quant.per_channel_cast((q1, sf1), "e4m3", npt, round_sf)
+        bits_equal(tk.quant.per_channel_cast((q1, sf1), "e4m3", npt, round_sf, 128)[0],
+                   tk.quant.per_channel_cast((q1, ue8m0_words_to_scales(sf1, 1)), "e4m3", npt, round_sf)[0])

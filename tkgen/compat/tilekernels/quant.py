@@ -187,26 +187,39 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
                      use_packed_ue8m0=False):
     """(out, out_sf) of a plain x or of a per-token quantized (q, sf) with `num_per_channels` channels per
     input scale; out_sf float32 [T / num_per_tokens, H], or with use_packed_ue8m0 int32
-    [ceil(T / num_per_tokens / 4), H], four row groups per word."""
+    [ceil(T / num_per_tokens / 4), H], four row groups per word. Without num_per_channels the input scales'
+    shape tells their group width (`_input_group`). A plain x has no input scales for num_per_channels to
+    describe: the result is the same with it as without it."""
     name = "quant.per_channel_cast"
     if isinstance(x, (tuple, list)):
         q, sf = quant_tensor(name, x)
         require(q.dtype == torch.float8_e4m3fn, name, "x", f"must hold float8_e4m3fn codes when quantized "
                 f"(operators-v2.md 2.13), got {q.dtype}", TypeError)
-        # unpacked input scales tell their group width by their shape; packed words do not
-        need(num_per_channels is not None or input_scale(sf) != "ue8m0", name,
-             "of packed UE8M0 input scales without num_per_channels")
-        in_group = num_per_channels if num_per_channels is not None else q.shape[1] // max(1, sf.shape[1])
+        in_group = num_per_channels if num_per_channels is not None else _input_group(name, q, sf)
         out, out_sf = ops().per_channel_cast_from_fp8(q, row_major(sf), fmt, num_per_tokens, in_group,
                                                       input_scale(sf), scale_format(name, round_sf, use_packed_ue8m0))
         return out, out_sf.T
-    need(num_per_channels is None, name, "of a plain input with num_per_channels")
     if use_packed_ue8m0:          # TileKernels' col-pack (four row groups per word): per_channel_cast_from_fp8's
         scale = scale_format(name, round_sf, True)
         tensor_arg(name, "x", x, (torch.bfloat16, torch.float32), 2, "[T, H]")
         out, out_sf = ops().per_channel_cast_from_fp8(x, None, fmt, num_per_tokens, plain_in_group(x), "fp32", scale)
         return out, out_sf.T
     return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32")
+
+
+def _input_group(name, q, sf) -> int:
+    """Channels per input scale of a per-token quantized (q [T, H], sf): H / sf's width for float32 or e4m3
+    scales, one per group; for packed UE8M0 words (four scales each, the last word padded) the group of
+    operators-v2.md 2.13's 32 and 128 whose word count ceil(H / group / 4) is sf's width. Where both fit
+    (H = 128: one word either way) or neither does, num_per_channels must say it (ValueError)."""
+    cols, width = q.shape[1], sf.shape[1]
+    if input_scale(sf) != "ue8m0":
+        return cols // max(1, width)
+    fits = [g for g in (32, 128) if cols % g == 0 and -(-cols // g // 4) == width]
+    told = " and ".join(map(str, fits)) or "neither 32 nor 128"
+    require(len(fits) == 1, name, "num_per_channels", f"must be given for packed UE8M0 input scales of "
+            f"{width} words per row of {cols} channels: groups of {told} fit them")
+    return fits[0]
 
 
 def _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value,
