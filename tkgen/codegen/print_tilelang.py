@@ -71,11 +71,14 @@ class KernelPrinter:
             return f'T.cast({raw}, "{tl_dtype(dtype)}")'
         if elem == _SCALE_FLOAT:
             return raw
-        fmt = self.catalog.elements[elem]
-        if fmt.pack:                            # `raw` is the u32 code
+        if self._decodes_a_code(elem):          # `raw` is the u32 code
             self.helpers.add(f"decode_{elem}")
             return f"decode_{elem}({raw})"
         return self._decode_format(elem, raw)
+
+    def _decodes_a_code(self, elem: str) -> bool:
+        """Whether a stored element of `elem` is decoded from its u32 code (a packed format's helper)."""
+        return elem in self.catalog.elements and bool(self.catalog.elements[elem].pack)
 
     def _decode_format(self, elem, raw):
         fmt = self.catalog.elements[elem]
@@ -87,8 +90,7 @@ class KernelPrinter:
     def repeats(self, e) -> int:
         """How often the printed node repeats each child: a packed code's decoder is a Python function of
         the code, which it reads in each of its branches (tkgen/ir/sharing.py binds the code once)."""
-        if isinstance(e, ir.Decode) and e.arg.dtype == U32 and e.elem in self.catalog.elements \
-                and self.catalog.elements[e.elem].pack:
+        if isinstance(e, ir.Decode) and e.dtype != U32 and self._decodes_a_code(e.elem):
             return 2
         return 1
 
