@@ -1,6 +1,8 @@
 """tkgen.nn.functional and tkgen.nn: generated forward and backward kernels through torch.library ops with
 registered autograd formulas. Gradients are checked against torch autograd through float64 formulas written
 here by hand (not shared with tkgen), in eager mode and under torch.compile."""
+from pathlib import Path
+
 import torch
 
 import tkgen.nn.functional as F
@@ -77,3 +79,39 @@ def test_modules_train_under_torch_compile():
     compiled.backward()
     assert torch.equal(compiled.detach(), eager.detach())
     assert torch.equal(norm.weight.grad, want)
+
+
+def test_compile_caches_are_keyed_to_the_ops_schemas_and_formulas(tmp_path, monkeypatch):
+    """A warm torch.compile cache must not replay a graph traced against other op schemas or formulas (a
+    backward graph calling an op without a param added since): importing an op tags the caches' keys with
+    the digest of the op modules and hand-written formulas, after the user's own tag."""
+    import torch.compiler.config as cconfig
+    from torch._inductor.codecache import compiled_fx_graph_hash
+
+    from tkgen import registry
+    from tkgen.runtime import compile_caches
+
+    monkeypatch.setattr(cconfig, "cache_key_tag", "users-own")
+    compile_caches.tag_for("tkgen_generated.fused.swiglu_backward")
+    ours = compile_caches.PREFIX + compile_caches.ops_digest(str(Path(registry.use_generated().__path__[0]).resolve()))
+    assert cconfig.cache_key_tag == f"users-own|{ours}"
+    compile_caches.tag_for("tkgen_generated.quant.per_token_cast")        # tagging again replaces ours only
+    assert cconfig.cache_key_tag == f"users-own|{ours}"
+
+    # the digest follows every op module's text, and the hand-written formulas
+    for name in ("a", "b"):
+        (tmp_path / "fam" / name).mkdir(parents=True)
+        (tmp_path / "fam" / name / "op.py").write_text("SCHEMA = '(Tensor x) -> Tensor'\n")
+    before = compile_caches.ops_digest(str(tmp_path))
+    (tmp_path / "fam" / "b" / "op.py").write_text("SCHEMA = '(Tensor x, bool da_fma) -> Tensor'\n")
+    compile_caches.ops_digest.cache_clear()
+    assert compile_caches.ops_digest(str(tmp_path)) != before
+    assert all((compile_caches._TKGEN / rel).is_file() for rel in compile_caches.FORMULAS)
+
+    # and torch's cache key follows the tag (FX graphs; AOTAutograd's key extends the same details)
+    gm = torch.fx.symbolic_trace(lambda x: x.sin())
+    keys = set()
+    for digest in ("0" * 16, "1" * 16):
+        monkeypatch.setattr(cconfig, "cache_key_tag", "users-own|" + compile_caches.PREFIX + digest)
+        keys.add(compiled_fx_graph_hash(gm, [torch.ones(3)], {}, [])[0])
+    assert len(keys) == 2

@@ -13,6 +13,7 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 
 from .compile import compile_kernel
+from .compile_caches import tag_for
 from .kernels import arch_for_capability, kernel_module
 from .schedule import vector_granule
 
@@ -120,6 +121,9 @@ class OpInfo:
     requires: Tuple[Tuple[str, Callable], ...]
     factory_args: Tuple[str, ...]
     scalar_args: Tuple[str, ...] = ()   # params the kernels take as arguments, after the tensors (runtime: true)
+
+    def __post_init__(self):
+        tag_for(self.package)     # torch.compile's caches follow the ops' schemas and formulas
 
     @property
     def dynamic_dim(self):
