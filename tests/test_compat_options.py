@@ -806,6 +806,23 @@ def test_swiglu_backward_da_rounded_once(clamp):
                                         (torch.bfloat16, "bf16"), (torch.float32, "fp32")])
 @pytest.mark.parametrize("weighted, clamp, layout", [(True, 10.0, False), (False, None, True)])
 def test_swiglu_backward_x_grad_format(dtype, fmt, weighted, clamp, layout):
+    check_x_grad_format(tk.quant.swiglu_backward, dtype, fmt, weighted, clamp, layout)
+
+
+@pytest.mark.parametrize("dtype, fmt, weighted, clamp, layout", [(torch.bfloat16, "fp32", True, 10.0, False),
+                                                                 (torch.float32, "bf16", False, None, True)])
+def test_swiglu_backward_and_per_token_cast_plain_path(dtype, fmt, weighted, clamp, layout):
+    """2.1.0 takes fmt 'bf16' and 'fp32' through swiglu_backward_and_per_token_cast too: a plain x, no cast,
+    swiglu_backward's results (the same model as below); other formats are refused by name."""
+    def call(x, g, fmt, psum, w, rsf, clamp, do_recompute):
+        return tk.quant.swiglu_backward_and_per_token_cast(x, g, fmt, None, psum, w, rsf, clamp_value=clamp,
+                                                          do_recompute=do_recompute)
+    check_x_grad_format(call, dtype, fmt, weighted, clamp, layout)
+    with pytest.raises(ValueError, match="fmt.*'e4m3', 'bf16' or 'fp32'"):
+        tk.quant.swiglu_backward_and_per_token_cast(torch.zeros(4, 128), torch.zeros(4, 64), "e5m2", 32)
+
+
+def check_x_grad_format(call, dtype, fmt, weighted, clamp, layout):
     """operators-v2.md 2.8: x_grad and act_out come in `fmt` ('bf16' or 'fp32') from bf16 and fp32 inputs alike,
     the float32 value rounded once to nearest even (bf16 overflowing to inf), zero on the psum layout's padding
     rows; da's factor is rounded once. Rows of signed zeros, tiny values, gates whose exp overflows (s = 0) and
@@ -831,7 +848,7 @@ def test_swiglu_backward_x_grad_format(dtype, fmt, weighted, clamp, layout):
     x, g = x.to(dtype), g.to(dtype)
     tk.set_token_alignment(alignment)
     try:
-        got = tk.quant.swiglu_backward(x, g, fmt, psum if layout else None, w, rsf, clamp, do_recompute=True)
+        got = call(x, g, fmt, psum if layout else None, w, rsf, clamp, do_recompute=True)
     finally:
         tk.reset_runtime_config()
     dx, act, wg = swiglu_grad_model(x, g, w, 1.0 if rsf is None else rsf, clamp, fused=True)

@@ -303,9 +303,14 @@ def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels
                                        psum_num_tokens_per_expert=None, topk_weights=None, routed_scaling_factor=None,
                                        use_tma_aligned_col_major_sf=False, round_sf=False, use_packed_ue8m0=False,
                                        clamp_value=None, do_recompute=False):
+    """With fmt 'e4m3', x is (q, sf) and x_grad is also cast per token; with 'bf16' or 'fp32', x is a plain
+    tensor and the call is swiglu_backward's, as 2.1.0 takes both paths through this function."""
     name = "quant.swiglu_backward_and_per_token_cast"
+    require(fmt in ("e4m3", "bf16", "fp32"), name, "fmt", f"must be 'e4m3', 'bf16' or 'fp32', got {fmt!r}")
+    if fmt != "e4m3":
+        return swiglu_backward(x, act_x_grad, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
+                               clamp_value, do_recompute)
     q, sf = quant_tensor(name, x)
-    need(fmt == "e4m3", name, f"into {fmt}")
     moe = _swiglu_moe(name, q, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, None,
                       backward=True)
     # 2.1.0 rounds da's factor 1 + a * (1 - s) once, as the first release does (da_fma): read off its bits on
