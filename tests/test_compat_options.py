@@ -216,6 +216,11 @@ def quantized_input(in_fmt, rows, block, packed_sf, seed, small_sf=False):
     ("e2m1", "e4m3", 32, (16, 192), (True, True, True)),
     ("e4m3", "e2m1", 32, (1, 384), (False, False, False)),
     ("e4m3", "e4m3", 128, (200, 96), (True, True, True)),
+    # narrower than 32 channels (NVFP4's 1 x 16 blocks; 6 and 24 channels repeated to 2-channel blocks)
+    ("e2m1", "e4m3", 32, (1, 16), (False, False, False)),
+    ("e4m3", "e2m1", 32, (16, 16), (True, True, True)),
+    ("e4m3", "e4m3", 128, (1, 6), (False, True, False)),
+    ("e2m1", "e2m1", 32, (4, 24), (True, True, True)),
 ])
 def test_per_token_cast_of_a_quantized_input(in_fmt, fmt, npc, block, flags):
     col, round_sf, packed = flags
@@ -243,8 +248,8 @@ def test_per_token_cast_of_a_quantized_input_checks_arguments():
         tk.quant.per_token_cast((q, sf), "e2m1", 32, (1, 128), stochastic_cast=True)
     with pytest.raises(TypeError, match="float8_e4m3fn or FP4"):
         tk.quant.per_token_cast((q.view(torch.float8_e5m2), sf), "e4m3", 128, (1, 128))
-    with pytest.raises(NotImplementedError, match="fewer than 32 channels"):
-        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 16))
+    with pytest.raises(NotImplementedError, match="odd number of channels"):
+        tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 3))
     out = (torch.empty(8, 384, dtype=torch.float8_e4m3fn), torch.empty(8, 3))
     assert tk.quant.per_token_cast((q, sf), "e4m3", 128, (1, 128), out=out) is out
     bits_equal(out[0], requant_model(q, sf, (1, 128), 128, "e4m3", False)[0])
@@ -528,11 +533,12 @@ def test_what_the_releases_refuse_is_an_argument_error():
         tk.quant.per_token_cast(x, "e4m3", 128, (1, 128))
 
 
-# --- per_block_cast_lossless from input blocks of several rows or wider than 32 channels --------------------------
+# --- per_block_cast_lossless from input blocks of several rows, wider or narrower than 32 channels ---------------
 
 @pytest.mark.parametrize("in_block, out_block, packed_in, col", [
     ((32, 32), (128, 128), False, False), ((128, 64), (128, 128), True, True), ((1, 64), (1, 128), False, True),
     ((32, 128), (32, 128), True, False),
+    ((1, 16), (1, 32), False, False), ((32, 16), (128, 128), True, True), ((2, 8), (32, 32), False, False),
 ])
 def test_per_block_cast_lossless_of_wider_input_blocks(in_block, out_block, packed_in, col):
     """operators-v1.md 1.7 (kept in 2.1.0): per output block, E_out = max(0, the largest biased exponent e_in of
@@ -563,7 +569,7 @@ def test_per_block_cast_lossless_of_wider_input_blocks(in_block, out_block, pack
         assert not col or got_sf.stride(0) == 1
         bits_equal(got_sf.contiguous(), want_sf)
     with pytest.raises(ValueError, match="multiple of x_block_size"):
-        tk.quant.per_block_cast_lossless((q, sf_in), "e4m3", in_block, (out_block[0], 48))
+        tk.quant.per_block_cast_lossless((q, sf_in), "e4m3", in_block, (out_block[0], in_block[1] * 3 // 2))
     with pytest.raises(ValueError, match="'e4m3'"):
         tk.quant.per_block_cast_lossless((q, sf_in), "e2m1", in_block, out_block)
 

@@ -37,6 +37,10 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
     return getattr(ops(), op)(x, **params)
 
 
+IN_COLS = (128, 32, 16, 2)      # the input blocks' widths per_token_cast_requant has kernels for (FP4 codes come
+                                # two to a byte, so none narrower than 2)
+
+
 def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale, stochastic=False):
     """tkgen's per_token_cast_requant of (q, sf) with one scale per x_block_size block. Input blocks wider
     than the output groups, or of sizes other than 1, 32 or 128 rows by 32 or 128 channels (any rows, a multiple
@@ -47,12 +51,12 @@ def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale, 
             f"TileKernels' quantized inputs do, got {q.dtype}", TypeError)
     rows, cols = x_block_size
     require(rows > 0 and cols > 0, name, "x_block_size", f"must be two positive sizes, got {tuple(x_block_size)}")
-    need(cols % 32 == 0, name, f"of a quantized input in {tuple(x_block_size)} blocks (scales of fewer than 32 "
-                               "channels)")
     sf = row_major(sf)
-    # blocks the op has no param value for are repeated to ones it has: rows to single rows, channels to 32
+    # blocks the op has no param value for are repeated to ones it has: rows to single rows, channels to the
+    # widest of 32, 16 and 2 that divides them
     to_rows = rows if rows in (1, 32, 128) else 1
-    to_cols = cols if cols in (32, 128) else 32
+    need(cols % 2 == 0, name, f"of a quantized input in {tuple(x_block_size)} blocks (an odd number of channels)")
+    to_cols = cols if cols in IN_COLS else next(c for c in IN_COLS[1:] if cols % c == 0)
     if to_cols > num_per_channels and num_per_channels in (32, 128):
         to_cols = num_per_channels
     if (to_rows, to_cols) != (rows, cols):
@@ -165,8 +169,9 @@ def per_block_cast_with_precomputed_sf(x, fmt: str, block_size, sf, use_tma_alig
 def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_aligned_col_major_sf=False,
                             round_sf=False, use_packed_ue8m0=False):
     """(q, sf) in FP4 with power-of-two scales per x_block_size block to e4m3 with one power-of-two scale per
-    output block. Input blocks of several rows or wider than 32 channels have their scales repeated to 1 x 32
-    blocks first (a layout change: the largest exponent over an output block is the same)."""
+    output block. Input blocks of several rows, or of widths other than 32 and 16 channels, have their scales
+    repeated to 1 x 32, 1 x 16 or 1 x 2 blocks first (a layout change: the largest exponent over an output block
+    is the same)."""
     name = "quant.per_block_cast_lossless"
     q, sf = quant_tensor(name, x)
     require(fmt == "e4m3", name, "fmt", f"must be 'e4m3' (TileKernels asserts it), got {fmt!r}")
@@ -174,11 +179,12 @@ def per_block_cast_lossless(x, fmt: str, x_block_size, out_block_size, use_tma_a
     (in_rows, in_cols), (rows, cols) = x_block_size, out_block_size
     require(in_rows > 0 and in_cols > 0 and rows % in_rows == 0 and cols % in_cols == 0, name, "out_block_size",
             f"must be a multiple of x_block_size in both dims, got {tuple(out_block_size)} and {tuple(x_block_size)}")
-    need(in_cols % 32 == 0, name, f"from input blocks of {in_cols} channels (tkgen's input blocks are 32 wide)")
     sf = row_major(sf)
-    if in_rows > 1 or in_cols > 32:
-        sf = repeat_scales(sf, input_scale(sf), in_rows, in_cols // 32, q.shape[0], 2 * q.shape[1] // in_cols)
-    return ops().per_block_cast_lossless(q, sf, rows, cols, 32, input_scale(sf),
+    need(in_cols % 2 == 0, name, f"of FP4 codes in {tuple(x_block_size)} blocks (an odd number of channels)")
+    unit = next(c for c in (32, 16, 2) if in_cols % c == 0)     # the op's input blocks: 1 x 32, 1 x 16 or 1 x 2
+    if in_rows > 1 or in_cols > unit:
+        sf = repeat_scales(sf, input_scale(sf), in_rows, in_cols // unit, q.shape[0], 2 * q.shape[1] // in_cols)
+    return ops().per_block_cast_lossless(q, sf, rows, cols, unit, input_scale(sf),
                                          "ue8m0" if use_packed_ue8m0 else "fp32",
                                          "col" if use_tma_aligned_col_major_sf else "row")
 
