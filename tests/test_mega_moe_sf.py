@@ -86,6 +86,21 @@ def test_mega_moe_sf_bits(tokens, hidden, block_m, packed, col_major, extra, wit
     assert int(used.sum()) == tokens
 
 
+def test_mega_moe_sf_view_at_an_offset():
+    """A buffer that starts inside a larger allocation: the words before and after it keep their bits."""
+    tokens, hidden, block_m = 130, 256, 192
+    words, rows = hidden // 128, padded_rows(tokens, block_m)
+    arena = torch.full((37 + words * rows + 11,), -1, dtype=torch.int32)
+    store = arena[37:37 + words * rows].view(words, rows)
+    x = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    (q, sf), _, _, _ = tk.quant.norm_forward_and_per_token_cast(x, None, 1e-6, "e4m3", 32, round_sf=True,
+                                                                 use_packed_ue8m0=True, mega_moe_sf=store.T[:tokens],
+                                                                 mega_moe_block_m=block_m)
+    want = expected_buffer(torch.full_like(store, -1), ue8m0_bytes(sf, tokens, hidden // 32), block_m)
+    assert torch.equal(store, want)
+    assert bool((arena[:37] == -1).all()) and bool((arena[-11:] == -1).all())
+
+
 def test_mega_moe_sf_no_tokens():
     store, mega = mega_buffer(0, 1, 128)
     x = torch.empty(0, 128, dtype=torch.bfloat16)
