@@ -283,3 +283,13 @@ def test_a_workload_gives_an_input_whose_storage_follows_its_format_as_present(t
     assert "sf: present" in text
     e = _check(tmp_path, text.replace("sf: present}}", "sf: fp32}}", 1))
     assert e.field_path[-2:] == ("dtypes", "sf") and "write `sf: present`" in e.message
+
+
+def test_into_at_positions_needs_the_input_at_the_same_positions(tmp_path):
+    """An output stored at flat positions `into` an input: the input is addressed `at:` the same positions."""
+    good = (registry.specs_dir() / "quant" / "mega_moe_sf_store.yaml").read_text()
+    old = "buffer: {dtype: int32, shape: [N], at: pos,"
+    assert old in good
+    e = _check(tmp_path, good.replace(old, "other: {dtype: int32, shape: [T, W], view: [t, w]}\n  " + old)
+               .replace("at: pos, into: buffer", "at: other, into: buffer"))
+    assert e.field_path == ("outputs", "stored", "into") and "same positions" in e.message

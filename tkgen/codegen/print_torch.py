@@ -318,9 +318,12 @@ class ReferencePrinter:
                 dims = sig.shape if sig.flat else sig.shape[:1]        # elements, or rows
                 alloc.append(f"n_{name} = {' * '.join(P.py_expr(s, tl=False) for s in dims)}")
                 shape = _tuple(P.py_expr(s, tl=False) for s in sig.shape)
-            start = "torch.zeros(" if sig.fill is None else f"torch.full(fill_value={sig.fill}, size="
-            alloc.append(f"{self.storage_name(name)} = {start}{shape}, dtype={self.torch_dtype(t.elem)}, "
-                         "device=_dev)")
+            if sig.at and sig.into:       # stored at positions over a copy of the input it is written into
+                alloc.append(f"{self.storage_name(name)} = {sig.into}.clone()")
+            else:
+                start = "torch.zeros(" if sig.fill is None else f"torch.full(fill_value={sig.fill}, size="
+                alloc.append(f"{self.storage_name(name)} = {start}{shape}, dtype={self.torch_dtype(t.elem)}, "
+                             "device=_dev)")
             src = self.storage_name(name)
             if sig.col_pad:
                 src = f"{src}[:, :{P.py_expr(sig.shape[0], tl=False)}].T"

@@ -265,8 +265,8 @@ class Lowering:
         if sig.at:
             pos = self.read(self.program.values[self.program.at[tname]])
             guard = ir.conj(guard, *self.inside(pos, f"n_{tname}"))
-            if sig.flat:       # added into zeros, or stored over the fill (distinct positions)
-                self.emit(kir.Store(tname, (pos,), enc, value.axes, guard, accumulate=sig.fill is None))
+            if sig.flat:       # added into zeros, or stored over the fill or into an input (distinct positions)
+                self.emit(kir.Store(tname, (pos,), enc, value.axes, guard, accumulate=not sig.stored_at))
             else:         # whole rows, scattered into zeros: distinct positions, so a plain store
                 self.emit(kir.Store(tname, self.at_rows(sig, pos), enc, value.axes, guard))
         elif sig.packing is not None:

@@ -372,16 +372,19 @@ def _check_into(doc, inputs, outputs):
         if t.into in taken:
             raise doc.error(base, f"{t.into!r} already takes output {taken[t.into]!r}")
         taken[t.into] = name
-        if src.optional or src.at or src.segments or src.format_ref or src.scale_ref:
+        if src.optional or src.segments or src.format_ref or src.scale_ref:
             raise doc.error(base, f"{t.into!r} must be a required input of a plain dtype, viewed whole")
+        if (src.at or t.at) and (src.at != t.at or src.row_view is not None or t.row_view is not None):
+            raise doc.error(base, f"an output stored at flat positions is written into an input at the same "
+                                  f"positions (`at: {t.at or src.at}` on both, without a view)")
         same_type = t.like == t.into or (not t.like and len(src.dtypes) == 1 and not src.like
                                          and t.dtypes == src.dtypes)
         if not same_type:
             raise doc.error(base, f"the output must have the type of {t.into!r}: `like: {t.into}` or its dtype")
         if t.shape_text != src.shape_text or t.view != src.view or t.layouts != src.layouts:
             raise doc.error(base, f"the output must have the shape and view of {t.into!r} (and its `when` layouts)")
-        if t.when or t.layout_ref or t.at:
-            raise doc.error(base, "an output written in place has no `when`, `layout` or `at`")
+        if t.when or t.layout_ref or t.fill is not None or t.padding:
+            raise doc.error(base, "an output written in place has no `when`, `layout`, `fill` or `padding`")
 
 
 def _resolve_at(doc, inputs, outputs):

@@ -48,6 +48,12 @@ class TensorSig:
     fill: Optional[int] = None                 # flat at-outputs: the value elsewhere (elements stored, not added)
     strides_of: Optional[str] = None           # the strided input whose strides it has (itself, or the input
                                                # an output is written into)
+    into: Optional[str] = None                 # outputs: the input whose storage it is written into
+
+    @property
+    def stored_at(self) -> bool:
+        """At flat positions, each element stored (not added): over a fill, or into an input's storage."""
+        return self.flat and (self.fill is not None or self.into is not None)
 
     @property
     def axes(self):
@@ -115,7 +121,8 @@ def resolve(catalog, spec, t, variant) -> TensorSig:
     return TensorSig(t.name, t.role, present, elem, tuple(t.dtypes), t.shape, t.shape_text, t.view, fmt, scale,
                      pk, pad, t.at, t.row_view, t.like, t.optional, t.segments, t.padding,
                      t.fill,
-                     t.name if t.strided else t.into if t.into and spec.inputs[t.into].strided else None)
+                     t.name if t.strided else t.into if t.into and spec.inputs[t.into].strided else None,
+                     t.into if t.role == "output" else None)
 
 
 def signature(catalog, spec, variant) -> Dict[str, TensorSig]:

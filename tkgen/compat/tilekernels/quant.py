@@ -7,7 +7,7 @@ import torch
 
 from ...runtime.conventions import as_format
 from ...runtime.ops import TORCH_DTYPES as _TORCH
-from .._common import (element_format, input_scale, into, laid_out, need, ops, out_format, plain_in_group,
+from .._common import (element_format, input_scale, int_arg, into, laid_out, need, ops, out_format, plain_in_group,
                        quant_tensor, require, row_major, scale_format, tensor_arg, written_into)
 
 
@@ -367,7 +367,7 @@ def norm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_cha
     out_bf16 tensor, which is written and returned) is the normalized row y rounded to bf16: the values q
     was cast from, for bf16 x, and bf16(y) of the float32 y for float32 x."""
     name = "quant.norm_forward_and_per_token_cast"
-    need(mega_moe_sf is None and not mega_moe_block_m, name, "with mega_moe_sf")
+    mega = _mega_moe_buffer(name, x, mega_moe_sf, mega_moe_block_m, round_sf)
     scale = scale_format(name, round_sf, use_packed_ue8m0)
     with_bf16 = bool(with_out_bf16) or out_bf16 is not None
     if out_bf16 is not None:
@@ -376,9 +376,51 @@ def norm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_cha
                 f"must have x's shape {tuple(x.shape)}, got {tuple(out_bf16.shape)}")
     q, sf, rstd, res, y = ops().rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt,
                                                                    num_per_channels, scale, with_bf16)
+    if mega is not None and x.shape[0]:
+        _store_mega_moe_sf(sf, scale, mega_moe_block_m, *mega)
     norm_input = x if residual is None else into(residual_out, res)
     return (into(out, (q, laid_out(sf, use_tma_aligned_col_major_sf))), into(out_bf16, y) if with_bf16 else None,
             (rstd if with_rstd else None), norm_input)
+
+
+def _mega_moe_buffer(name, x, buf, block_m, round_sf):
+    """Check TileKernels 2.1.0's mega_moe_sf and mega_moe_block_m (given together): an int32 [T, H / 128]
+    M-major view (stride(0) == 1) of DeepGEMM's mega-MoE scale buffer, whose stride(1) (its rows) holds
+    every chunk of block_m tokens padded to align(block_m, 128) rows. Returns (the buffer's words as one flat
+    view of its storage, its rows), or None without it."""
+    if buf is None and not block_m:
+        return None
+    require(buf is not None, name, "mega_moe_sf", "must be given with mega_moe_block_m")
+    int_arg(name, "mega_moe_block_m", block_m, 1, 1 << 20)
+    tensor_arg(name, "mega_moe_sf", buf, (torch.int32,), 2, "[T, H / 128]")
+    require(x.dim() == 2, name, "x", f"must be 2-D [T, H] with mega_moe_sf, got shape {tuple(x.shape)}")
+    require(round_sf, name, "round_sf", "must be True with mega_moe_sf (its scales are UE8M0 exponents)")
+    tokens, hidden = x.shape
+    require(hidden % 128 == 0, name, "x", f"must have a hidden size that is a multiple of 128 with mega_moe_sf, "
+                                          f"got {hidden}")
+    require(buf.device == x.device, name, "mega_moe_sf", f"must be on x's device {x.device}, got {buf.device}")
+    words = hidden // 128
+    require(tuple(buf.shape) == (tokens, words), name, "mega_moe_sf",
+            f"must have shape {(tokens, words)} [T, H / 128], got {tuple(buf.shape)}")
+    rows = buf.stride(1)
+    padded = -(-tokens // block_m) * (-(-block_m // 128) * 128)
+    require(buf.stride(0) == 1 and rows >= padded, name, "mega_moe_sf",
+            f"must be M-major with a row stride (stride(1)) of at least ceil(T / mega_moe_block_m) * "
+            f"align(mega_moe_block_m, 128) = {padded}, got strides {buf.stride()}")
+    size = words * rows
+    require(size < 2 ** 31 and buf.storage_offset() + size <= buf.untyped_storage().nbytes() // 4, name,
+            "mega_moe_sf", f"must lie in a buffer of H / 128 columns of stride(1) = {rows} rows each "
+                           f"(below 2^31 words)")
+    return buf.as_strided((size,), (1,)), rows
+
+
+def _store_mega_moe_sf(sf, scale, block_m, flat, rows):
+    """The packed UE8M0 words of the row-major scales `sf` (format `scale`) stored into the mega-MoE buffer
+    `flat` at the rows of DeepGEMM's layout: two generated kernels, the positions, then the stores."""
+    tokens = sf.shape[0]
+    pos = torch.empty((tokens, flat.shape[0] // rows), dtype=torch.int32, device=sf.device)
+    ops().mega_moe_sf_positions(pos, rows, block_m=block_m)
+    ops().mega_moe_sf_store(sf, pos, flat, scale=scale)
 
 
 def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale: float = 1.0, weight_grad=None):

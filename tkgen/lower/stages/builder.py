@@ -403,7 +403,8 @@ class Builder:
                 self.at[name] = self.positions(last, t).name
             outputs[name] = v
         self.prune(outputs)
-        filled = {n for n in outputs if self.spec.tensors[n].fill is not None}
+        filled = {n for n in outputs if self.spec.tensors[n].fill is not None or
+                  (self.spec.tensors[n].into is not None and self.spec.tensors[n].at)}
         return Program(self.values, self.steps, outputs, self.whole, self.scalars, self.rounds, self.keep, self.at,
                        self.counts & set(self.values), self.sizes, filled)
 
