@@ -336,6 +336,15 @@ def test_unpack_from_e2m1fn_x2(root):
     same(root.quant.unpack_from_e2m1fn_x2(q.view(torch.uint8).reshape(3, 11, H // 2)), want.reshape(3, 11, H))
     same(root.quant.unpack_from_e2m1fn_x2(q, torch.bfloat16), ops.unpack_from_e2m1fn_x2(q, "bf16"))
     assert root.quant.unpack_from_e2m1fn_x2(q[:, :0]).shape == (T, 0)
+    # other dtypes as 2.1.0 makes them, from float32 values by .to: exact in float64, truncated in integers
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.int8).reshape(4, 64)
+    values = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+    nibbles = torch.stack([codes.view(torch.uint8).long() & 15, codes.view(torch.uint8).long() >> 4], -1).flatten(-2)
+    exact = torch.where(nibbles >= 8, -values[nibbles & 7], values[nibbles & 7])
+    same(root.quant.unpack_from_e2m1fn_x2(codes, torch.float64), exact)
+    same(root.quant.unpack_from_e2m1fn_x2(codes, torch.int32), exact.trunc().to(torch.int32))
+    with pytest.raises(TypeError, match="out_dtype"):
+        root.quant.unpack_from_e2m1fn_x2(codes, "float64")
 
 
 @pytest.mark.parametrize("src, dst", [(torch.bfloat16, torch.float8_e4m3fn), (torch.float32, torch.bfloat16),

@@ -441,14 +441,18 @@ UNPACK_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3
 def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
     """FP4 codes two per byte (int8 or uint8, any leading dims) -> out_dtype, the last dim doubled, element 2i
     from the low nibble: float32, bfloat16, float16, float8_e4m3fn or float8_e5m2 (each holds every e2m1
-    value exactly), decoded by the kernel into that dtype (float64, not a tkgen format, is refused)."""
+    value exactly) decoded by the kernel into that dtype; any other torch dtype (float64, integers, ...)
+    from the kernel's float32 values by torch's `.to(out_dtype)`, as 2.1.0 converts its float32 values."""
     name = "quant.unpack_from_e2m1fn_x2"
     tensor_arg(name, "x", x, (torch.int8, torch.uint8))
-    need(out_dtype in UNPACK_DTYPES, name, f"into {out_dtype}")
+    require(isinstance(out_dtype, torch.dtype), name, "out_dtype", f"must be a torch.dtype, got {out_dtype!r}",
+            TypeError)
     shape = (*x.shape[:-1], 2 * x.shape[-1])
     if x.numel() == 0:
         return torch.empty(shape, dtype=out_dtype, device=x.device)
-    return ops().unpack_from_e2m1fn_x2(x.reshape(-1, x.shape[-1]).view(torch.int8), out_dtype).view(shape)
+    kernel_dtype = out_dtype if out_dtype in UNPACK_DTYPES else torch.float32
+    y = ops().unpack_from_e2m1fn_x2(x.reshape(-1, x.shape[-1]).view(torch.int8), kernel_dtype).view(shape)
+    return y if kernel_dtype == out_dtype else y.to(out_dtype)
 
 
 CAST_CHUNK = 1 << 30      # elements per launch: tkgen's kernels index in int32
