@@ -134,6 +134,9 @@ def test_v1_per_channel_cast_fused_gathers_odd_widths_and_checks_arguments():
         tk1.quant.per_channel_cast_fused(x, "e4m3", 32, True, None, pos.long())
     with pytest.raises(ValueError, match="num_per_channels"):
         tk1.quant.per_channel_cast_fused(x, "e4m3", 32, True, 128, pos)
+    q, sf = tk1.quant.per_token_cast(edgy(9, 128), "e4m3", 128, round_sf=True, use_packed_ue8m0=True)
+    with pytest.raises(TypeError, match="float32 scales with pos_to_token"):     # operators-v1.md 1.9
+        tk1.quant.per_channel_cast_fused((q, sf), "e4m3", 32, True, 128, pos)
 
 
 # --- 2.1.0's (and 1.0's) per_token_cast of a quantized input (x_block_size) -------------------------------------
@@ -272,7 +275,7 @@ def test_per_channel_cast_of_a_plain_input_packed_ue8m0(npt, rows, dtype):
     exps = ((want_sf.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)               # [groups, H]
     got = out_sf.view(torch.uint8).view(-(-groups // 4), 384, 4).permute(0, 2, 1).reshape(-1, 384)[:groups]
     bits_equal(got, exps)
-    with pytest.raises(NotImplementedError, match="round_sf=False"):
+    with pytest.raises(ValueError, match="use_packed_ue8m0.*needs round_sf=True"):
         tk.quant.per_channel_cast(x, "e4m3", npt, False, None, True)
 
 

@@ -178,6 +178,8 @@ def test_grad_w_reduce_accumulates_in_place_in_order():
         r = r + partial[p]
     assert torch.equal(gh, gh0 + r * we.float()) and torch.equal(ge, ge0 + r * wh.float())
     assert tk.engram.grad_w_reduce is tk1.engram.grad_w_reduce
+    with pytest.raises(TypeError, match="grad_weight_embed.*float32"):        # TileKernels types them float32
+        tk.engram.grad_w_reduce(partial, wh, we, gh, ge.bfloat16())
 
 
 def test_backward_partials_sum_to_the_gradient():

@@ -89,22 +89,29 @@ def test_reduce_fused_scales_and_fp8():
     assert tk.moe.reduce_fused(x, None, pos, out=into) is into
 
 
-def test_expand_with_scales_row_major():
+@pytest.mark.parametrize("col, packed", [(False, False), (True, False), (True, True)])
+def test_expand_with_scales(col, packed):
+    """operators-v1.md 4.3: the scale rows copied alongside the codes, zero on padding rows; row-major, or
+    column-major TMA-aligned (storage [S, align(T_exp, 4)], returned transposed), float32 or packed UE8M0."""
     T, K, E, H = 6, 2, 4, 128
     idx, g = routed(T, K, E, 3)
     pos, pos_to_expert = mapping(idx, E, 4)
     q = torch.randn(T, H, generator=g).to(torch.float8_e4m3fn)
-    sf = torch.rand(T, H // 32, generator=g)
-    out, out_sf = tk.moe.expand_to_fused_with_sf((q, sf), 32, pos, pos_to_expert)
+    if packed:
+        sf = torch.randint(-2 ** 31, 2 ** 31 - 1, (T, 1), generator=g, dtype=torch.int32)
+    else:
+        sf = torch.rand(T, H // 32, generator=g)
+    out, out_sf = tk.moe.expand_to_fused_with_sf((q, sf), 32, pos, pos_to_expert, use_tma_aligned_col_major_sf=col)
+    rows = pos_to_expert.shape[0]
+    assert out_sf.shape == (rows, sf.shape[1]) and out_sf.dtype == sf.dtype
+    assert out_sf.stride() == ((1, -(-rows // 4) * 4) if col else (sf.shape[1], 1))
     for t in range(T):
         for k in range(K):
             if pos[t, k] >= 0:
                 assert torch.equal(out[pos[t, k]].view(torch.uint8), q[t].view(torch.uint8))
                 assert torch.equal(out_sf[pos[t, k]], sf[t])
     pad = pos_to_expert < 0
-    assert not out[pad].view(torch.uint8).any() and not out_sf[pad].any()
-    with pytest.raises(NotImplementedError):
-        tk.moe.expand_to_fused_with_sf((q, sf), 32, pos, pos_to_expert, use_tma_aligned_col_major_sf=True)
+    assert pad.any() and not out[pad].view(torch.uint8).any() and not out_sf[pad].any()
 
 
 def test_inplace_unique_group_indices_against_a_sort_free_oracle():

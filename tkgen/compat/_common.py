@@ -33,7 +33,8 @@ def scale_format(name, round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf=None)
         require(not round_sf, name, "use_e4m3_sf", "is incompatible with round_sf=True")
         return "e4m3"
     if use_packed_ue8m0:
-        need(round_sf, name, "with use_packed_ue8m0=True and round_sf=False")
+        # both releases store exponent bytes only of rounded scales (operators-v1.md 0.3; 2.1.0 asserts it)
+        require(round_sf, name, "use_packed_ue8m0", "needs round_sf=True: packed UE8M0 scales are powers of two")
         return "ue8m0"
     return "pow2" if round_sf else "fp32"
 

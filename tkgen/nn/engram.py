@@ -2,7 +2,7 @@
 import torch
 
 from .. import ops
-from ..runtime.arguments import need, tensor_arg
+from ..runtime.arguments import require, tensor_arg
 from ..runtime.ops import strided_as_is
 
 
@@ -61,8 +61,11 @@ def engram_gate_bwd(grad_out, hidden_states, k, v, weight_fused, dot, gate_score
 def grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden, grad_weight_embed):
     """Adds R * weight_embed into grad_weight_hidden and R * weight_hidden into grad_weight_embed (float32
     buffers, in place; R the sum of the partials over their first dim); returns None."""
-    need(grad_weight_hidden.dtype == torch.float32 and grad_weight_embed.dtype == torch.float32,
-         "engram.grad_w_reduce", "into buffers that are not float32")
+    for arg, buf in (("grad_weight_hidden", grad_weight_hidden), ("grad_weight_embed", grad_weight_embed)):
+        # TileKernels' kernel types both buffers float32 and refuses others
+        require(isinstance(buf, torch.Tensor) and buf.dtype == torch.float32, "engram.grad_w_reduce", arg,
+                f"must be a float32 tensor (accumulated into in place), got "
+                f"{buf.dtype if isinstance(buf, torch.Tensor) else type(buf).__name__}", TypeError)
     ops.grad_w_reduce(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden, grad_weight_embed)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from .. import ops
-from ..runtime.arguments import need, positions, require, tensor_arg
+from ..runtime.arguments import positions, require, tensor_arg
+from ..runtime.layouts import col_major_empty
 
 
 def expand_to_fused(x: torch.Tensor, token_topk_to_pos: torch.Tensor, pos_to_expert: torch.Tensor):
@@ -17,16 +18,20 @@ def expand_to_fused(x: torch.Tensor, token_topk_to_pos: torch.Tensor, pos_to_exp
 
 def expand_to_fused_with_sf(x, num_per_channels: int, token_topk_to_pos: torch.Tensor, pos_to_expert: torch.Tensor,
                             use_tma_aligned_col_major_sf: bool = False):
-    """(expanded codes, expanded row-major scales) of x = (codes, scales); the padding rows are zero."""
+    """(expanded codes, expanded scales) of x = (codes, scales); the padding rows are zero. The scales come
+    row-major, or with use_tma_aligned_col_major_sf in TileKernels' TMA-aligned column-major layout (a [T_exp,
+    S] view of an [S, T_exp rounded up to 16 bytes] buffer; the kernel's rows copied into it)."""
     name = "moe.expand_to_fused_with_sf"
     require(isinstance(x, (tuple, list)) and len(x) == 2, name, "x", "must be a (codes, scales) pair", TypeError)
     q, sf = x
     require(num_per_channels in (32, 128), name, "num_per_channels", f"must be 32 or 128, got {num_per_channels!r}")
     checked_mapping(name, token_topk_to_pos, pos_to_expert)
-    need(not use_tma_aligned_col_major_sf, "moe.expand_to_fused_with_sf",
-         "with use_tma_aligned_col_major_sf=True (a column-major layout of rows stored at positions)")
     tensor_arg(name, "x[1] (the scales)", sf, (torch.float32, torch.int32), 2, "[T, S]")
-    return ops.expand_to_fused_with_sf(q, sf.contiguous(), token_topk_to_pos, pos_to_expert)
+    out, out_sf = ops.expand_to_fused_with_sf(q, sf.contiguous(), token_topk_to_pos, pos_to_expert)
+    if use_tma_aligned_col_major_sf:
+        out_sf = col_major_empty(tuple(out_sf.shape), 16 // out_sf.element_size(), out_sf.dtype,
+                                 out_sf.device).copy_(out_sf)
+    return out, out_sf
 
 
 def checked_mapping(name, token_topk_to_pos, pos_to_expert):

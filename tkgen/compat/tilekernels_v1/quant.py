@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._common import input_scale, need, ops, plain_in_group, quant_tensor, require, row_major, scale_format, tensor_arg
+from .._common import input_scale, ops, plain_in_group, quant_tensor, require, row_major, scale_format, tensor_arg
 from ..tilekernels import quant as v2
 from ..tilekernels.quant import (per_block_cast_lossless, per_token_cast_with_sf_only,  # noqa: F401
                                  unpack_from_e2m1fn_x2)
@@ -70,8 +70,10 @@ def per_channel_cast_fused(x, fmt: str, num_per_tokens: int, round_sf=False, num
     scale = "pow2" if round_sf else "fp32"
     if isinstance(x, (tuple, list)):
         q, sf = quant_tensor(name, x)
-        need(q.dtype == torch.float8_e4m3fn and input_scale(sf) == "fp32", name,
-             f"of {q.dtype} codes with {sf.dtype} scales and pos_to_token")
+        # operators-v1.md 1.9: the first release takes e4m3 codes with row-major float32 scales here
+        require(q.dtype == torch.float8_e4m3fn and input_scale(sf) == "fp32", name, "x",
+                f"must be float8_e4m3fn codes with float32 scales with pos_to_token (the first release's "
+                f"contract), got {q.dtype} codes with {sf.dtype} scales", TypeError)
         require(num_per_channels in (None, 128) and sf.shape[1] * 128 == q.shape[1], name, "num_per_channels",
                 f"must be 128 (one float32 scale per 128 channels) with pos_to_token, got {num_per_channels} "
                 f"and scales {tuple(sf.shape)} for codes {tuple(q.shape)}")
