@@ -3,6 +3,8 @@
 # (bench phase: built in worker processes, then timed in one process, graph and eager), then Nsight Compute's
 # counters of tkgen's and TileKernels' kernels for the slowest ones (benchmarks/ncu_profile.py), one process
 # per (op, implementation), until NCU_LIMIT seconds have passed.
+# Prepared in session 18 (2026-12-08) and not yet run: that session had 185 s of device time left, too little
+# to start a machine.
 set -o pipefail
 . .gpu/env.sh
 export TILELANG_PRINT_ON_COMPILATION=0 TKGEN_QUIET=1

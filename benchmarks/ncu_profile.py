@@ -4,7 +4,7 @@ Run under Nsight Compute on the GPU host, one process per (op, implementation):
     PROF_OP=moe_topk_gate_backward PROF_IMPL=tkgen ncu --profile-from-start off --clock-control none \
         --section SpeedOfLight ... python3 benchmarks/ncu_profile.py
 Every kernel is built and warmed up first; only the calls between torch.cuda.profiler.start() and stop()
-(PROF_CALLS of them, default 1) are profiled.
+(PROF_CALLS of them, default 1) are profiled. Written in session 18, not yet run on a GPU.
 """
 import os
 import sys

@@ -375,8 +375,9 @@ def _scale_exponents(sf, scale, G):
 
 
 def test_per_block_cast_lossless_reference_vs_float64_exponents():
-    """e_out = max(largest exponent of the block's rows - 6, 0), out = e4m3(q * 2^(e_in - e_out)) with the
-    product in float64 (exact), out_sf = 2^(e_out - 127), from ml_dtypes' FP4 table and torch's cast."""
+    """e_out = max(largest exponent of the block's rows - 6, 0) over its 1 x in_cols input blocks, out =
+    e4m3(q * 2^(e_in - e_out)) with the product in float64 (exact), out_sf = 2^(e_out - 127), from ml_dtypes'
+    FP4 table and torch's cast."""
     pkg = registry.op_package("per_block_cast_lossless")
 
     @given(_cases("per_block_cast_lossless"))
@@ -384,16 +385,16 @@ def test_per_block_cast_lossless_reference_vs_float64_exponents():
         t = build_inputs(case)
         p = case["params"]
         T, H = case["dims"]["T"], case["dims"]["H"]
-        rows, cols = p["block_rows"], p["block_cols"]
+        rows, cols, c = p["block_rows"], p["block_cols"], p["in_cols"]
         out, out_sf = reference_outputs(pkg.OP, pkg, t, p)
-        e = _scale_exponents(t["sf"], p["in_scale"], H // 32)
+        e = _scale_exponents(t["sf"], p["in_scale"], H // c)
         nb = -(-T // rows)
-        ep = torch.full((nb * rows, H // 32), -1, dtype=torch.int64)    # padding rows never win the max
+        ep = torch.full((nb * rows, H // c), -1, dtype=torch.int64)     # padding rows never win the max
         ep[:T] = e
-        e_out = (ep.reshape(nb, rows, H // cols, cols // 32).amax(dim=(1, 3)) - 6).clamp(min=0)
-        n = e - e_out.repeat_interleave(rows, 0)[:T].repeat_interleave(cols // 32, 1)
+        e_out = (ep.reshape(nb, rows, H // cols, cols // c).amax(dim=(1, 3)) - 6).clamp(min=0)
+        n = e - e_out.repeat_interleave(rows, 0)[:T].repeat_interleave(cols // c, 1)
         q = oracle_decode(t["q"], "e2m1", H).double()
-        assert same_bits(out, _cast((q * torch.exp2(n.double()).repeat_interleave(32, 1)).float()))
+        assert same_bits(out, _cast((q * torch.exp2(n.double()).repeat_interleave(c, 1)).float()))
         sf = torch.exp2(e_out.double() - 127).float()
         want = {"fp32": sf, "ue8m0_byte": e_out.to(torch.uint8), "ue8m0": _ue8m0_words(sf)}[p["scale"]]
         assert same_bits(out_sf, want)
