@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime.arguments import (Missing, checks_values, int_arg, need, positions, require,  # noqa: F401
+from ..runtime.arguments import (Missing, checks_values, int_arg, positions, require,  # noqa: F401
                                  routing_ids, tensor_arg, value_bounds, within)
 from ..runtime.layouts import col_major_empty
 

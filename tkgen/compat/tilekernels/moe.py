@@ -1,7 +1,8 @@
 """`tile_kernels.moe` of TileKernels 2.1.0, on tkgen's kernels."""
 import torch
 
-from .._common import need, ops, require, routing_ids, tensor_arg
+from ...runtime.arguments import need
+from .._common import ops, require, routing_ids, tensor_arg
 
 
 def topk_gate(scores, num_topk: int):

@@ -5,9 +5,10 @@ from typing import Optional
 
 import torch
 
+from ...runtime.arguments import need
 from ...runtime.conventions import as_format
 from ...runtime.ops import TORCH_DTYPES as _TORCH
-from .._common import (element_format, input_scale, int_arg, into, laid_out, need, ops, out_format, plain_in_group,
+from .._common import (element_format, input_scale, int_arg, into, laid_out, ops, out_format, plain_in_group,
                        quant_tensor, require, row_major, scale_format, tensor_arg, written_into)
 
 
