@@ -205,3 +205,44 @@ def test_reset_restores_and_default_passes_no_floor():
     tk.reset_runtime_config()
     assert {k: tk.get_amax_clamp_for_quant(*k) for k in DEFAULT} == DEFAULT
     assert all(tk.config.amax_floor(*k) == {} for k in DEFAULT)
+
+
+def test_the_other_casts_pass_the_stored_floor():
+    """The compat casts not modelled above call their ops with the stored floor (each op's amax_floor is held
+    to its reference by tests/test_properties.py): the same bits as the op called with it, and not those of
+    the default."""
+    x = data(64, 256)
+    xb = x.bfloat16()
+    q8, s8 = ops.per_token_cast(xb, "e4m3", 128)
+    g = torch.randn(64, 128, generator=torch.Generator().manual_seed(2)).bfloat16()
+    w = torch.randn(256, generator=torch.Generator().manual_seed(3))
+    default_sf = tk.quant.per_token_cast_with_sf_only(x, "e4m3", 128)
+    tk.set_amax_clamp_for_quant("e4m3", False, 100.0)
+    tk.set_amax_clamp_for_quant("e2m1", False, 3.0)
+    f = {"amax_floor": 100.0}
+    sf = tk.quant.per_token_cast_with_sf_only(x, "e4m3", 128)
+    same_bits(sf, ops.per_token_cast_with_sf_only(x, "e4m3", 128, **f))
+    assert not torch.equal(sf, default_sf)
+    y = x.clone()
+    tk.quant.per_token_cast_and_cast_back(y, "e2m1", 32)
+    same_bits(y, ops.per_token_cast_and_cast_back(x, "e2m1", 32, "fp32", "fp32", amax_floor=3.0))
+    same_bits(tk.quant.per_block_cast_with_sf_only(x, "e4m3", (32, 128)),
+              ops.per_block_cast_with_sf_only(x, "e4m3", 32, 128, **f))
+    (q, sf), _, _, _ = tk.quant.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 128)
+    want = ops.rmsnorm_forward_and_per_token_cast(x, w, None, 1e-6, 1.0, "e4m3", 128, **f)
+    same_bits(q, want[0])
+    same_bits(sf, want[1])
+    for got, want in [(tk.quant.per_token_cast((q8, s8), "e4m3", 128, x_block_size=(1, 128)),
+                       ops.per_token_cast_requant(q8, s8, fmt="e4m3", group=128, **f)),
+                      (tk.quant.per_token_cast(xb, "e4m3", 128, stochastic_cast=True),
+                       ops.per_token_cast_stochastic(xb, 128, **f))]:
+        same_bits(got[0], want[0])
+        same_bits(got[1], want[1])
+    out, out_sf = tk.quant.per_channel_cast((q8, s8), "e4m3", 32)
+    want = ops.per_channel_cast_from_fp8(q8, s8, "e4m3", 32, 128, "fp32", "fp32", **f)
+    same_bits(out, want[0])
+    same_bits(out_sf, want[1].T)
+    x_grad, (fp8, fp8_sf) = tk.quant.swiglu_backward_and_per_token_cast((q8, s8), g, "e4m3", 128)
+    want = ops.swiglu_backward_and_per_token_cast(q8, s8, g, 128, da_fma=True, **f)
+    for got, w in zip((x_grad, fp8, fp8_sf), want[:3]):
+        same_bits(got, w)
