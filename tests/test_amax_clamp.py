@@ -246,3 +246,18 @@ def test_the_other_casts_pass_the_stored_floor():
     want = ops.swiglu_backward_and_per_token_cast(q8, s8, g, 128, da_fma=True, **f)
     for got, w in zip((x_grad, fp8, fp8_sf), want[:3]):
         same_bits(got, w)
+
+
+def test_out_written_with_the_stored_floor():
+    """`out=` (the kernel writing into the given tensors) takes the floor too."""
+    x = data(9, 256)
+    tk.set_amax_clamp_for_quant("e4m3", False, 100.0)
+    for call, want in [(lambda out: tk.quant.per_token_cast(x, "e4m3", 128, out=out),
+                        model_cast(x, "e4m3", 100.0, "fp32", 1, 128)),
+                       (lambda out: tk.quant.per_block_cast(x, "e4m3", (32, 128), out=out),
+                        model_cast(x, "e4m3", 100.0, "fp32", 32, 128))]:
+        out = (torch.empty_like(want[0]), torch.empty_like(want[1]))
+        got = call(out)
+        assert got[0] is out[0] and got[1] is out[1]
+        same_bits(got[0], want[0])
+        same_bits(got[1], want[1])
