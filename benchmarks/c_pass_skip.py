@@ -1,5 +1,6 @@
-"""For every op, up to N drawn specializations (derandomized) lowered for the C target with and without the C
-pipeline's own `tirx.RemoveNoOp`, which tkgen skips for C kernels (tkgen/runtime/tilelang_fixes.py): the C
+"""For every op, up to N drawn specializations (derandomized) lowered for the C target with and without the
+passes of the C pipeline that tkgen skips for C kernels (tkgen/runtime/tilelang_fixes.py: `tirx.RemoveNoOp`,
+both `tirx.Simplify` and the `tilelang.Simplify` after `LowerAccessPtr` and after `LowerOpaqueBlock`): the C
 sources compared, the lowering seconds summed.
 
     python benchmarks/c_pass_skip.py [--examples N] [op,op,...]
@@ -15,20 +16,20 @@ def main():
     for name, variant, statics, lower in c_kernels():
         if pipeline is None:           # the fixes are installed by now
             pipeline = importlib.import_module("tilelang.cpu.pipeline")
-            skipped = pipeline.tirx    # the fix's view of tvm.tirx
-            kept = skipped._target     # TileLang's own
+            skipped = pipeline.tirx, pipeline.tilelang      # the fixes' views of tvm.tirx and tilelang
+            kept = skipped[0]._target, skipped[1]._target    # TileLang's own
         sources = []
-        for i, tirx in enumerate((kept, skipped)):
-            pipeline.tirx = tirx
+        for i, (tirx, tilelang) in enumerate((kept, skipped)):
+            pipeline.tirx, pipeline.tilelang = tirx, tilelang
             src, dt = lower()
             sources.append(src)
             total[i] += dt
-        pipeline.tirx = skipped
+        pipeline.tirx, pipeline.tilelang = skipped
         n += 1
         if sources[0] != sources[1]:
             differ.append((name, variant, statics))
         print(name, variant, statics, "same" if sources[0] == sources[1] else "DIFFERENT", flush=True)
-    print(f"{n} kernels, {len(differ)} with another C source; lowering {total[0]:.1f} s with the pass, "
+    print(f"{n} kernels, {len(differ)} with another C source; lowering {total[0]:.1f} s with the passes, "
           f"{total[1]:.1f} s without; differ: {differ}")
 
 

@@ -116,30 +116,42 @@ def test_c_kernels_skip_the_last_simplify_which_changes_nothing_in_them(monkeypa
     assert _lower(cpu, "base", (40, 7)).kernel_source == skipped and ran == [False, True]
 
 
-def test_the_c_pipeline_skips_its_remove_no_op_which_changes_nothing_in_c_kernels(monkeypatch):
-    """The C pipeline's own RemoveNoOp is skipped (tkgen/runtime/tilelang_fixes.py): a C kernel's source is the
-    same with it (a kernel whose guarded rows leave no-ops for it to remove), and the CUDA pipelines still run it."""
+def test_the_c_pipeline_skips_passes_which_change_nothing_in_c_kernels(monkeypatch):
+    """The C pipeline's own RemoveNoOp, both tirx.Simplify and two of its five tilelang.Simplify are skipped
+    (tkgen/runtime/tilelang_fixes.py): a C kernel's source is the same with them (a kernel whose guarded rows
+    leave no-ops to remove), and the CUDA pipelines still run them."""
     import importlib
+
+    import tilelang
     from tilelang import tvm
     from tkgen.runtime.compile import _lower, _tilelang
     _tilelang()
     pipeline = importlib.import_module("tilelang.cpu.pipeline")
     ran = []
-    real = pipeline.tirx._target.transform.RemoveNoOp
 
-    def counted():
-        ran.append(1)
-        return real()
+    def counting(module, name):
+        real = getattr(module, name)
 
-    monkeypatch.setattr(tvm.tirx.transform, "RemoveNoOp", counted)
+        def made(*args, **kwargs):
+            ran.append(f"{module.__name__.split('.')[0]}.{name}")
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, name, made)
+
+    counting(tvm.tirx.transform, "RemoveNoOp")
+    counting(tvm.tirx.transform, "Simplify")
+    counting(tilelang.transform, "Simplify")
     pkg = registry.op_package("per_token_cast_requant_stochastic")
     cpu, sm90 = kernel_module(pkg, "cpu"), kernel_module(pkg, "sm90")
-    args = ("e4m3_ue8m0_fp32_col", (384, 32, 32, 32))
+    args = ("e4m3_ue8m0_fp32_col", (384, 32, 32, 32, 1.0e-4))
     skipped = _lower(cpu, *args).kernel_source
-    assert ran == []
-    assert "__global__" in _lower(sm90, *args).kernel_source and ran == [1]
+    assert sorted(ran) == ["tilelang.Simplify"] * 3
+    ran.clear()
+    assert "__global__" in _lower(sm90, *args).kernel_source and "tvm.RemoveNoOp" in ran
     monkeypatch.setattr(pipeline, "tirx", pipeline.tirx._target)
-    assert _lower(cpu, *args).kernel_source == skipped and ran == [1, 1]
+    monkeypatch.setattr(pipeline, "tilelang", pipeline.tilelang._target)
+    ran.clear()
+    assert _lower(cpu, *args).kernel_source == skipped
+    assert sorted(ran) == ["tilelang.Simplify"] * 5 + ["tvm.RemoveNoOp"] + ["tvm.Simplify"] * 2
 
 
 def test_without_a_writable_cache_c_kernels_compile_without_the_header(tmp_path, monkeypatch):
