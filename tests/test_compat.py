@@ -511,14 +511,21 @@ def test_options_tkgen_lacks_raise_naming_them():
 
 
 def test_runtime_knobs():
-    """2.1.0's config knobs: the defaults, what is stored, and the amax clamp only at tkgen's floors."""
+    """2.1.0's config knobs: the defaults, what is stored (the amax clamps too, whose casts
+    tests/test_amax_clamp.py checks), and what reset_runtime_config restores."""
     assert tk.config.get_amax_clamp_for_quant is tk.get_amax_clamp_for_quant
-    assert [tk.get_amax_clamp_for_quant(f, e) for f in ("e4m3", "e2m1") for e in (False, True)] == \
-        [1e-4, 0.875, 6 * 2.0 ** -126, 6 * 2.0 ** -9]
+    defaults = [1e-4, 0.875, 6 * 2.0 ** -126, 6 * 2.0 ** -9]
+    assert [tk.get_amax_clamp_for_quant(f, e) for f in ("e4m3", "e2m1") for e in (False, True)] == defaults
     tk.set_amax_clamp_for_quant("e4m3", True, 0.875)
-    with pytest.raises(NotImplementedError, match="set_amax_clamp_for_quant with a clamp other than"):
-        tk.set_amax_clamp_for_quant("e4m3", False, 1e6)
+    with pytest.raises(NotImplementedError, match="set_amax_clamp_for_quant with use_e4m3_sf=True and a clamp below"):
+        tk.set_amax_clamp_for_quant("e4m3", True, 0.5)
+    with pytest.raises(ValueError, match="clamp_min_value"):
+        tk.set_amax_clamp_for_quant("e4m3", False, -1.0)
     try:
+        tk.set_amax_clamp_for_quant("e4m3", False, 1e6)
+        tk.set_amax_clamp_for_quant("e2m1", True, 3.0)
+        assert [tk.get_amax_clamp_for_quant(f, e) for f in ("e4m3", "e2m1") for e in (False, True)] == \
+            [1e6, 0.875, 6 * 2.0 ** -126, 3.0]
         tk.set_token_alignment(256)
         tk.use_deterministic_algorithms(True)
         tk.set_pdl(True)
@@ -528,3 +535,4 @@ def test_runtime_knobs():
     finally:
         tk.reset_runtime_config()
     assert (tk.get_token_alignment(), tk.get_deterministic_algorithms(), tk.get_pdl()) == (128, False, False)
+    assert [tk.get_amax_clamp_for_quant(f, e) for f in ("e4m3", "e2m1") for e in (False, True)] == defaults

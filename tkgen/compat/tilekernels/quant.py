@@ -10,6 +10,7 @@ from ...runtime.conventions import as_format
 from ...runtime.ops import TORCH_DTYPES as _TORCH
 from .._common import (element_format, input_scale, int_arg, into, laid_out, ops, out_format, plain_in_group,
                        quant_tensor, require, row_major, scale_format, tensor_arg, written_into)
+from .config import amax_floor
 
 
 def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tma_aligned_col_major_sf=False,
@@ -25,9 +26,11 @@ def per_token_cast(x, fmt: str, num_per_channels: int, x_block_size=None, use_tm
         need(not stochastic_cast or as_format(fmt) == "e4m3", name, "of a quantized input with stochastic_cast=True "
                                                                      "into e2m1")
         return into(out, _requant(name, x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf,
-                                  scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf), stochastic_cast))
+                                  scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf), stochastic_cast,
+                                  use_e4m3_sf))
     params = dict(fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0, use_e4m3_sf),
-                  sf_layout="col" if use_tma_aligned_col_major_sf else "row")
+                  sf_layout="col" if use_tma_aligned_col_major_sf else "row",
+                  **amax_floor(as_format(fmt), use_e4m3_sf))
     op = "per_token_cast"
     if stochastic_cast:           # tkgen's per_token_cast_stochastic: e4m3 only (e2m1's random bits: not built)
         need(as_format(fmt) == "e4m3", name, "with stochastic_cast=True into e2m1")
@@ -42,7 +45,7 @@ IN_COLS = (128, 32, 16, 2)      # the input blocks' widths per_token_cast_requan
                                 # two to a byte, so none narrower than 2)
 
 
-def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale, stochastic=False):
+def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale, stochastic=False, e4m3_sf=False):
     """tkgen's per_token_cast_requant of (q, sf) with one scale per x_block_size block. Input blocks wider
     than the output groups, or of sizes other than 1, 32 or 128 rows by 32 or 128 channels (any rows, a multiple
     of 32 channels), get their scales repeated to smaller blocks first (a layout change: bytes for UE8M0)."""
@@ -65,7 +68,7 @@ def _requant(name, x, fmt, num_per_channels, x_block_size, col_major_sf, scale, 
         sf = repeat_scales(sf, in_scale, rows // to_rows, cols // to_cols, q.shape[0], blocks)
         rows, cols = to_rows, to_cols
     params = dict(in_fmt=in_fmt, group=num_per_channels, in_rows=rows, in_cols=cols, in_scale=in_scale, scale=scale,
-                  sf_layout="col" if col_major_sf else "row")
+                  sf_layout="col" if col_major_sf else "row", **amax_floor(as_format(fmt), e4m3_sf))
     if stochastic:                # tkgen's per_token_cast_requant_stochastic: e4m3 only
         return ops().per_token_cast_requant_stochastic(q, sf, **params)
     return ops().per_token_cast_requant(q, sf, fmt=fmt, **params)
@@ -85,7 +88,8 @@ def repeat_scales(sf, in_scale, row_rep, col_rep, rows, blocks):
 def per_token_cast_with_sf_only(x, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf=False,
                                 round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out_sf=None):
     params = dict(fmt=fmt, group=num_per_channels,
-                  scale=scale_format("quant.per_token_cast_with_sf_only", round_sf, use_packed_ue8m0, use_e4m3_sf))
+                  scale=scale_format("quant.per_token_cast_with_sf_only", round_sf, use_packed_ue8m0, use_e4m3_sf),
+                  **amax_floor(as_format(fmt), use_e4m3_sf))
     if out_sf is not None and not use_tma_aligned_col_major_sf:
         return written_into("per_token_cast_with_sf_only", (out_sf,), {"x": x}, params)
     sf = ops().per_token_cast_with_sf_only(x, **params)
@@ -131,14 +135,15 @@ def per_token_cast_and_cast_back(x, fmt: str, num_per_channels: int, round_sf=Fa
     """In place: x becomes its own per-token cast, cast back into x's dtype."""
     scale = scale_format("quant.per_token_cast_and_cast_back", round_sf, False, use_e4m3_sf)
     tensor_arg("quant.per_token_cast_and_cast_back", "x", x, (torch.bfloat16, torch.float32))
-    x.copy_(ops().per_token_cast_and_cast_back(x, fmt, num_per_channels, scale, out_format(x.dtype)))
+    x.copy_(ops().per_token_cast_and_cast_back(x, fmt, num_per_channels, scale, out_format(x.dtype),
+                                               **amax_floor(as_format(fmt), use_e4m3_sf)))
 
 
 def per_block_cast(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, round_sf=False,
                    use_packed_ue8m0=False, out=None):
     """(q, sf); a given `out=(q, sf)` is written by the kernel where sf is row-major, else copied into."""
     params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1],
-                  scale=scale_format("quant.per_block_cast", round_sf, use_packed_ue8m0))
+                  scale=scale_format("quant.per_block_cast", round_sf, use_packed_ue8m0), **amax_floor(as_format(fmt)))
     if out is not None and not use_tma_aligned_col_major_sf:
         return written_into("per_block_cast", tuple(out), {"x": x}, params)
     q, sf = ops().per_block_cast(x, **params)
@@ -148,7 +153,8 @@ def per_block_cast(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, 
 def per_block_cast_with_sf_only(x, fmt: str, block_size, use_tma_aligned_col_major_sf=False, round_sf=False,
                                 use_packed_ue8m0=False, out_sf=None):
     params = dict(fmt=fmt, block_rows=block_size[0], block_cols=block_size[1],
-                  scale=scale_format("quant.per_block_cast_with_sf_only", round_sf, use_packed_ue8m0))
+                  scale=scale_format("quant.per_block_cast_with_sf_only", round_sf, use_packed_ue8m0),
+                  **amax_floor(as_format(fmt)))
     if out_sf is not None and not use_tma_aligned_col_major_sf:
         return written_into("per_block_cast_with_sf_only", (out_sf,), {"x": x}, params)
     return into(out_sf, laid_out(ops().per_block_cast_with_sf_only(x, **params), use_tma_aligned_col_major_sf))
@@ -204,14 +210,16 @@ def per_channel_cast(x, fmt: str, num_per_tokens: int, round_sf=False, num_per_c
                 f"(operators-v2.md 2.13), got {q.dtype}", TypeError)
         in_group = num_per_channels if num_per_channels is not None else _input_group(name, q, sf)
         out, out_sf = ops().per_channel_cast_from_fp8(q, row_major(sf), fmt, num_per_tokens, in_group,
-                                                      input_scale(sf), scale_format(name, round_sf, use_packed_ue8m0))
+                                                      input_scale(sf), scale_format(name, round_sf, use_packed_ue8m0),
+                                                      **amax_floor(as_format(fmt)))
         return out, out_sf.T
     if use_packed_ue8m0:          # TileKernels' col-pack (four row groups per word): per_channel_cast_from_fp8's
         scale = scale_format(name, round_sf, True)
         tensor_arg(name, "x", x, (torch.bfloat16, torch.float32), 2, "[T, H]")
-        out, out_sf = ops().per_channel_cast_from_fp8(x, None, fmt, num_per_tokens, plain_in_group(x), "fp32", scale)
+        out, out_sf = ops().per_channel_cast_from_fp8(x, None, fmt, num_per_tokens, plain_in_group(x), "fp32", scale,
+                                                      **amax_floor(as_format(fmt)))
         return out, out_sf.T
-    return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32")
+    return ops().per_channel_cast(x, fmt, num_per_tokens, "pow2" if round_sf else "fp32", **amax_floor(as_format(fmt)))
 
 
 def _input_group(name, q, sf) -> int:
@@ -278,7 +286,8 @@ def swiglu_forward_and_per_token_cast(x, fmt: str, num_per_channels: int, psum_n
     moe = _swiglu_moe(name, x, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value,
                       clamped_count)
     q, sf, counts = ops().swiglu_forward_and_per_token_cast(
-        x, fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), **moe)
+        x, fmt=fmt, group=num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0), **moe,
+        **amax_floor(as_format(fmt)))
     _count_clamps(clamped_count, counts, moe, x.shape[0], x.shape[-1] // 2)
     return q, laid_out(sf, use_tma_aligned_col_major_sf)
 
@@ -324,7 +333,8 @@ def swiglu_backward_and_per_token_cast(x, act_x_grad, fmt: str, num_per_channels
     # an H200 (benchmarks/swiglu_backward_v2_bits.py, docs/numerics.md)
     x_grad, fp8, fp8_sf, weight_grad, act_out = ops().swiglu_backward_and_per_token_cast(
         q, sf, act_x_grad, num_per_channels, scale=scale_format(name, round_sf, use_packed_ue8m0),
-        sf_layout="col" if use_tma_aligned_col_major_sf else "row", recompute=do_recompute, da_fma=True, **moe)
+        sf_layout="col" if use_tma_aligned_col_major_sf else "row", recompute=do_recompute, da_fma=True, **moe,
+        **amax_floor("e4m3"))
     return _backward_result(x_grad, (fp8, fp8_sf), weight_grad, act_out, topk_weights is not None, do_recompute)
 
 
@@ -376,7 +386,8 @@ def norm_forward_and_per_token_cast(x, weight, eps: float, fmt: str, num_per_cha
         require(tuple(out_bf16.shape) == tuple(x.shape), name, "out_bf16",
                 f"must have x's shape {tuple(x.shape)}, got {tuple(out_bf16.shape)}")
     q, sf, rstd, res, y = ops().rmsnorm_forward_and_per_token_cast(x, weight, residual, eps, out_scale, fmt,
-                                                                   num_per_channels, scale, with_bf16)
+                                                                   num_per_channels, scale, with_bf16,
+                                                                   **amax_floor(as_format(fmt)))
     if mega is not None and x.shape[0]:
         _store_mega_moe_sf(sf, scale, mega_moe_block_m, *mega)
     norm_input = x if residual is None else into(residual_out, res)
