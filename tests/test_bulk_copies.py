@@ -152,7 +152,7 @@ def test_the_cuda_kernels_lower_to_bulk_copies_and_build(tmp_path):
     import re
     from tkgen.runtime.compile import lower_source, nvcc_cubin
     for name, variant, args in (("rmsnorm_backward", "with_weight", (7168, 1.0, "bf16")),
-                                ("per_channel_cast", "e4m3_fp32_false", (7168, 128, "bf16"))):
+                                ("per_channel_cast", "e4m3_fp32_false", (7168, 128, 0.0, "bf16"))):
         src = lower_source(_kernels(name, "sm90", ON, tmp_path), variant, args)
         off = lower_source(_kernels(name, "sm90", {"bulk_copies.max_copies": 0}, tmp_path), variant, args)
         # TileLang 0.1.15 lowers a plain T.copy into shared memory as 16-byte vector loads and stores (TMA
@@ -172,7 +172,7 @@ def test_the_instruction_asked_for_reaches_the_lowered_cuda(tmp_path):
     from tkgen.runtime.compile import lower_source, nvcc_cubin
     tma = {**ON, "bulk_copies.instruction": "tma"}
     cp_async = {**ON, "bulk_copies.instruction": "cp_async"}
-    cases = ((("per_channel_cast", "e4m3_fp32_false", (7168, 128, "bf16")), tma, ("tma_load", "CUtensorMap")),
+    cases = ((("per_channel_cast", "e4m3_fp32_false", (7168, 128, 0.0, "bf16")), tma, ("tma_load", "CUtensorMap")),
              (("rmsnorm_backward", "with_weight", (7168, 1.0, "bf16")), cp_async, ("cp_async_gs",)))
     for (name, variant, args), cand, marks in cases:
         kernels = _kernels(name, "sm90", cand, tmp_path)

@@ -8,7 +8,7 @@ from tkgen import registry
 from tkgen.runtime.compile import lower_source
 from tkgen.runtime.kernels import kernel_module
 
-CASES = [("per_token_cast", "e5m6_ue8m0_col", (256, 64, "bf16")),
+CASES = [("per_token_cast", "e5m6_ue8m0_col", (256, 64, 0.0, "bf16")),
          ("cast_back", "e5m6_ue8m0_bf16", (256, 32, 1)),
          ("cast_back", "e2m1_ue8m0_byte_fp32", (640, 32, 1))]
 
@@ -44,7 +44,7 @@ def test_fp8_codes_are_stored_16_bytes_at_a_time_through_the_saturating_conversi
     import re
     for arch in ("sm90", "sm100"):
         for variant in ("e4m3_fp32_row", "e5m2_fp32_row"):
-            src = lower_source(_kernels("per_token_cast", arch), variant, (7168, 128, "bf16"))
+            src = lower_source(_kernels("per_token_cast", arch), variant, (7168, 128, 0.0, "bf16"))
             assert "__NV_SATFINITE" in src, (arch, variant)
             assert re.search(r"\*\(fp8_e[45]_16_t\*\)\(q \+", src), (arch, variant)    # 16-byte stores
             assert not re.search(r"\bq\[[^;]*\] =", src), (arch, variant)               # no byte stores

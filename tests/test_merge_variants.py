@@ -18,7 +18,7 @@ from tkgen.runtime.schedule import specialize, specialized
 
 OP = "per_token_cast"
 KERNEL_HEAD = ("import tilelang.language as T\n"
-               "from tkgen.runtime.schedule import bank_pad, pad_pow2, pick_block, specialize  # noqa: F401\n"
+               "from tkgen.runtime.schedule import bank_pad, f32_bits, pad_pow2, pick_block, specialize  # noqa: F401\n"
                "from tkgen_generated.common.tilelang_helpers import *  # noqa: F401,F403\n\n")
 REFERENCE_HEAD = ("from tkgen.runtime.schedule import specialize  # noqa: F401\n"
                   "from tkgen.runtime.torch_prims import *  # noqa: F401,F403\n"
@@ -60,8 +60,9 @@ def test_merged_factories_build_each_variant_s_prim_func(catalog, tmp_path):
     assert len(functions) < len(printed) / 3 and len(aliases) > len(printed) / 2
     own = _module(tmp_path, "own", KERNEL_HEAD, ["\n".join(p.lines) for p in printed])
     merged = _module(tmp_path, "merged", KERNEL_HEAD, functions, aliases)
+    floor = spec.params["amax_floor"].default      # the statics in order: H, group, amax_floor, then the dtype
     for p in printed[::3]:          # every third variant: each build parses a prim_func
-        for args in ((256, 128, "bf16"), (96, 32, "fp32")):
+        for args in ((256, 128, floor, "bf16"), (96, 32, floor, "fp32")):
             got = getattr(merged, p.name)(*args, **knobs[p.name]).script()
             assert got == getattr(own, p.name)(*args, **knobs[p.name]).script(), p.name
 
@@ -75,8 +76,9 @@ def test_merged_references_compute_each_variant_s_bits(catalog, tmp_path):
     merged = _module(tmp_path, "merged_ref", REFERENCE_HEAD, functions, aliases)
     x = torch.randn(5, 256, generator=torch.Generator().manual_seed(0)) * 3
     x[1, :7] = 0.0
+    floor = spec.params["amax_floor"].default
     for p in printed:
-        want, got = getattr(own, p.name)(x, 64), getattr(merged, p.name)(x, 64)
+        want, got = getattr(own, p.name)(x, 64, floor), getattr(merged, p.name)(x, 64, floor)
         for w, g in zip(want, got):
             w, g = w.reshape(-1), g.reshape(-1)     # col-major scales are strided views
             assert w.dtype == g.dtype and torch.equal(w.view(torch.uint8), g.view(torch.uint8)), p.name
