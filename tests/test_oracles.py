@@ -63,10 +63,16 @@ def oracle_scales(amax, fmt, scale):
     return torch.exp2(e).float(), torch.exp2(-e).float()
 
 
-def oracle_per_token_cast(x, fmt, group, scale, sf_layout="row"):
+def _f32(v):
+    """A Python float rounded to float32, as a compile-time float param reaches the kernel."""
+    return torch.tensor(v, dtype=torch.float32).item()
+
+
+def oracle_per_token_cast(x, fmt, group, scale, sf_layout="row", amax_floor=0.0):
+    """amax_floor > 0 floors each group's amax; 0 means the format's own floor FLOOR[fmt]."""
     T, H = x.shape
     xf = x.float().reshape(T, H // group, group)
-    amax = xf.abs().amax(-1).clamp(min=torch.tensor(FLOOR[fmt], dtype=torch.float32).item())
+    amax = xf.abs().amax(-1).clamp(min=_f32(amax_floor if amax_floor > 0 else FLOOR[fmt]))
     sf, inv = oracle_scales(amax, fmt, scale)
     q = oracle_encode((xf * inv[..., None]).reshape(T, H), fmt)
     if scale.startswith("ue8m0"):
@@ -106,7 +112,7 @@ def test_per_token_cast_reference_vs_torch_float8():
         x = build_inputs(case)["x"]
         p = case["params"]
         q, sf = reference_outputs(pkg.OP, pkg, {"x": x}, p)
-        oq, osf = oracle_per_token_cast(x, p["fmt"], p["group"], p["scale"])
+        oq, osf = oracle_per_token_cast(x, p["fmt"], p["group"], p["scale"], amax_floor=p["amax_floor"])
         assert same_bits(q, oq)
         assert same_bits(sf, osf)
         if p["sf_layout"] == "col":       # column-major, rows padded to 16 bytes
@@ -184,13 +190,14 @@ def _ue8m0_words(sf):
     return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
 
 
-def oracle_block_scales(x, rows, cols, scale):
-    """One scale per rows x cols block, from a zero-padded copy (zero never wins an absolute max)."""
+def oracle_block_scales(x, rows, cols, scale, amax_floor=1e-4):
+    """One scale per rows x cols block, from a zero-padded copy (zero never wins an absolute max), the
+    block's amax floored at amax_floor (in float32)."""
     T, H = x.shape
     nb = -(-T // rows)
     xp = torch.zeros(nb * rows, H)
     xp[:T] = x.float()
-    amax = xp.reshape(nb, rows, H // cols, cols).abs().amax(dim=(1, 3)).clamp(min=1e-4)
+    amax = xp.reshape(nb, rows, H // cols, cols).abs().amax(dim=(1, 3)).clamp(min=_f32(amax_floor))
     if scale == "fp32":
         return amax / 448.0, torch.full_like(amax, 448.0) / amax
     return _pow2_scales(amax)
@@ -209,7 +216,7 @@ def test_per_block_cast_reference_vs_torch_float8():
         p = case["params"]
         rows, cols = p["block_rows"], p["block_cols"]
         q, sf = reference_outputs(pkg.OP, pkg, {"x": x}, p)
-        osf, inv = oracle_block_scales(x, rows, cols, p["scale"])
+        osf, inv = oracle_block_scales(x, rows, cols, p["scale"], p["amax_floor"])
         full = inv.repeat_interleave(rows, 0)[:x.shape[0]].repeat_interleave(cols, 1)
         assert same_bits(q, _cast(x.float() * full))
         assert same_bits(sf, _ue8m0_words(osf) if p["scale"] == "ue8m0" else osf)
@@ -225,7 +232,7 @@ def test_per_channel_cast_reference_vs_torch_float8():
         p = case["params"]
         rows = p["group_tokens"]
         q, sf = reference_outputs(pkg.OP, pkg, {"x": x}, p)
-        osf, inv = oracle_block_scales(x, rows, 1, p["scale"])
+        osf, inv = oracle_block_scales(x, rows, 1, p["scale"], p["amax_floor"])
         oq = _cast(x.float() * inv.repeat_interleave(rows, 0)[:x.shape[0]])
         assert same_bits(q, oq.T.contiguous() if p["transpose"] else oq)
         assert same_bits(sf, _ue8m0_words(osf) if p["scale"] == "ue8m0" else osf)
@@ -450,7 +457,8 @@ def test_per_channel_cast_from_fp8_reference_vs_torch_float8():
         v = t["q"].float()                                  # a plain bf16 or fp32 input without sf
         if t.get("sf") is not None:
             v = v * _input_scales(t["sf"], p["in_scale"], H // p["in_group"]).repeat_interleave(p["in_group"], 1)
-        osf, inv = oracle_block_scales(v, p["group_tokens"], 1, "fp32" if p["scale"] == "fp32" else "pow2")
+        osf, inv = oracle_block_scales(v, p["group_tokens"], 1, "fp32" if p["scale"] == "fp32" else "pow2",
+                                       p["amax_floor"])
         assert same_bits(out, _cast(v * inv.repeat_interleave(p["group_tokens"], 0)[:T]))
         want = _ue8m0_words(osf.T).T if p["scale"] == "ue8m0" else osf          # [ceil(groups / 4), H] words
         assert same_bits(out_sf.T, want)
