@@ -6,7 +6,7 @@ import torch
 
 from ..runtime.arguments import (Missing, checks_values, int_arg, positions, require,  # noqa: F401
                                  routing_ids, tensor_arg, value_bounds, within)
-from ..runtime.layouts import col_major_empty
+from ..runtime.layouts import col_major
 
 ELEMENT_OF_DTYPE = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2", torch.int8: "e2m1"}
 
@@ -47,13 +47,6 @@ def input_scale(sf: torch.Tensor) -> str:
 
 def row_major(sf: torch.Tensor) -> torch.Tensor:
     return sf.contiguous()
-
-
-def col_major(sf: torch.Tensor) -> torch.Tensor:
-    """`sf` in TileKernels' TMA-aligned column-major layout: a [rows, cols] view of a [cols, rows padded
-    to 16 bytes] buffer."""
-    out = col_major_empty(tuple(sf.shape), 16 // sf.element_size(), sf.dtype, sf.device)
-    return out.copy_(sf)
 
 
 def laid_out(sf: torch.Tensor, use_tma_aligned_col_major_sf: bool) -> torch.Tensor:

@@ -6,7 +6,7 @@ import torch
 
 from .. import ops
 from ..runtime.arguments import positions, require, tensor_arg
-from ..runtime.layouts import col_major_empty
+from ..runtime.layouts import col_major
 
 
 def expand_to_fused(x: torch.Tensor, token_topk_to_pos: torch.Tensor, pos_to_expert: torch.Tensor):
@@ -29,8 +29,7 @@ def expand_to_fused_with_sf(x, num_per_channels: int, token_topk_to_pos: torch.T
     tensor_arg(name, "x[1] (the scales)", sf, (torch.float32, torch.int32), 2, "[T, S]")
     out, out_sf = ops.expand_to_fused_with_sf(q, sf.contiguous(), token_topk_to_pos, pos_to_expert)
     if use_tma_aligned_col_major_sf:
-        out_sf = col_major_empty(tuple(out_sf.shape), 16 // out_sf.element_size(), out_sf.dtype,
-                                 out_sf.device).copy_(out_sf)
+        out_sf = col_major(out_sf)
     return out, out_sf
 
 

@@ -10,6 +10,12 @@ def col_major_empty(shape, pad: int, dtype, device) -> torch.Tensor:
     return torch.empty((cols, padded), dtype=dtype, device=device)[:, :rows].T
 
 
+def col_major(t: torch.Tensor) -> torch.Tensor:
+    """A copy of the [rows, cols] tensor `t` in TileKernels' TMA-aligned column-major layout: a view of a
+    [cols, rows padded to 16 bytes] buffer."""
+    return col_major_empty(tuple(t.shape), 16 // t.element_size(), t.dtype, t.device).copy_(t)
+
+
 def col_major_storage(view: torch.Tensor, pad: int) -> torch.Tensor:
     """The whole [cols, rows'] buffer behind a column-major view, as the kernel declares it."""
     rows, cols = view.shape
